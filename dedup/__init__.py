@@ -6,10 +6,10 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
 """
 
 from dedup.bloom import BloomFilter
-from dedup.canonical import CanonRules, Canonicalizer, UrlRejected, canonicalize, normalize
+from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
 from dedup.fingerprint import fingerprint, fingerprint_many
-from dedup.ledger import Ledger, State
-from dedup.seen import UrlSeen
+from dedup.ledger import Ledger, QueuedRow, State
+from dedup.seen import NewUrl, StateLocked, UrlSeen
 from dedup.shards import ShardedBloom
 from dedup.snapshot import GeometryMismatch, SnapshotError
 
@@ -19,9 +19,12 @@ __all__ = [
     "Canonicalizer",
     "GeometryMismatch",
     "Ledger",
+    "NewUrl",
+    "QueuedRow",
     "ShardedBloom",
     "SnapshotError",
     "State",
+    "StateLocked",
     "UrlRejected",
     "UrlSeen",
     "canonicalize",

@@ -1,0 +1,426 @@
+"""One HTTP hop with timeouts, a size cap, retries and an SSRF guard.
+
+Why one hop: the engine must deduplicate and scope-check every redirect target
+before it is fetched, so `Fetcher.fetch` never follows redirects; it returns the
+raw Location and lets the engine decide. Why a result object instead of
+exceptions: on the open web failures are the normal case, and a crawl loop that
+has to catch a dozen aiohttp exception types per page is how workers die.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import email.utils
+import errno
+import math
+import random
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+
+import ada_url
+import aiohttp
+from aiohttp import hdrs
+from aiohttp.abc import AbstractResolver
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from crawler.netguard import GuardedResolver, PrivateAddressError, check_literal_host
+
+__all__ = [
+    "FetchResult",
+    "FetchSettings",
+    "Fetcher",
+    "parse_content_type",
+    "parse_retry_after",
+]
+
+_CHUNK = 64 * 1024
+_DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
+_ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
+# WHATWG MIME sniffing: patterns that make an untyped body HTML, each followed by
+# a tag-terminating byte (space or ">").
+_HTML_SNIFF = tuple(
+    p.encode()
+    for p in (
+        "<!doctype html", "<html", "<head", "<script", "<iframe", "<h1", "<div", "<font",
+        "<table", "<a", "<style", "<title", "<b", "<body", "<br", "<p", "<!--",
+    )
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    user_agent: str = "bloomcrawl/0.1 (+https://github.com/bloomcrawl)"
+    connect_timeout: float = 10.0
+    read_timeout: float = 20.0  # max gap between body chunks / headers
+    total_timeout: float = 60.0  # whole request incl. body
+    max_bytes: int = 5 * 1024 * 1024  # body cap; streamed, stop reading past it
+    retries: int = 2  # extra attempts on connection errors, timeouts and 5xx
+    backoff_base: float = 0.5  # exponential backoff base seconds, full jitter
+    backoff_max: float = 30.0
+    max_retry_after: float = 60.0  # longer Retry-After (429/503) => error "retry-after too long"
+    html_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+    allow_private: bool = False  # refuse private/loopback/link-local/reserved targets unless True
+    max_connections: int = 100
+    dns_cache_ttl: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    url: str
+    status: int | None  # None when no HTTP response (error)
+    content_type: str | None  # media type only, lowercased ("text/html")
+    charset: str | None
+    body: bytes | None  # only for HTML responses within the cap; None otherwise
+    nbytes: int  # body bytes received, or the declared Content-Length when not read
+    location: str | None  # raw Location header for 3xx (engine resolves it)
+    retry_after: float | None
+    error: str | None  # None on success; short reason ("timeout", "http 500", ...)
+    attempts: int
+    elapsed: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
+    """(media type lowercased, charset lowercased) from a Content-Type header value."""
+    if not value:
+        return None, None
+    media, *params = value.split(";")
+    media = media.strip().lower() or None
+    charset = None
+    for param in params:
+        key, sep, val = param.partition("=")
+        if sep and key.strip().lower() == "charset":
+            charset = val.strip().strip("\"'").strip().lower() or None
+            break
+    return media, charset
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value (delta-seconds or HTTP-date); None if invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _looks_like_html(head: bytes) -> bool:
+    head = head[:512].lstrip(b" \t\n\r\f").lower()
+    for pat in _HTML_SNIFF:
+        if head.startswith(pat) and head[len(pat) : len(pat) + 1] in (b" ", b">", b"\t", b"\n"):
+            return True
+    return False
+
+
+def _content_length(value: str | None) -> int | None:
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+def _describe(exc: BaseException) -> tuple[str, bool]:
+    """(short error text, retryable) for a failed request."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout", True
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        cause = exc.os_error
+        if isinstance(cause, PrivateAddressError):
+            return str(cause), False
+        return "dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "tls error", False
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if exc.os_error.errno == errno.ECONNREFUSED:
+            return "connection refused", True
+        return f"connect error: {exc.os_error.strerror or exc.os_error}", True
+    if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError | BrokenPipeError):
+        return "connection reset", True
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "connection reset (incomplete body)", True
+    if isinstance(exc, aiohttp.InvalidURL | ValueError):
+        return "invalid url", False
+    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
+        return "bad http response", False
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+            return "connection reset", True
+        return f"os error: {exc.strerror or type(exc).__name__}", True
+    return f"client error: {type(exc).__name__}", False
+
+
+def _request_url(url: str) -> URL | str:
+    """A yarl URL that aiohttp sends byte-for-byte, or a refusal reason string.
+
+    Canonical URLs from the WHATWG canonicalizer are already ASCII and
+    percent-encoded; re-quoting them (yarl's default) could change the URL we
+    deduplicated on.
+    """
+    try:
+        parsed = URL(url, encoded=url.isascii())
+    except (ValueError, TypeError):
+        return "invalid url"
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        return "invalid url"
+    return parsed
+
+
+class _Hop:
+    """What one attempt learned, filled in as the response arrives."""
+
+    __slots__ = (
+        "body", "charset", "content_type", "error", "location", "nbytes", "retry",
+        "retry_after", "status",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.content_type: str | None = None
+        self.charset: str | None = None
+        self.body: bytes | None = None
+        self.nbytes = 0
+        self.location: str | None = None
+        self.retry_after: float | None = None
+        self.error: str | None = None
+        self.retry = False
+
+
+class Fetcher:
+    """An aiohttp session configured for crawling: one per worker, reused for all hosts."""
+
+    def __init__(
+        self,
+        settings: FetchSettings = FetchSettings(),
+        *,
+        resolver: AbstractResolver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """`resolver` replaces aiohttp's default DNS resolver (the Fetcher takes
+        ownership and closes it); it is still wrapped by the private-address guard
+        unless settings.allow_private. `rng` drives the backoff jitter."""
+        self.settings = settings
+        self._inner_resolver = resolver
+        self._rng = rng or random.Random()
+        self._session: aiohttp.ClientSession | None = None
+        self._resolver: AbstractResolver | None = None
+
+    async def __aenter__(self) -> Fetcher:
+        self._get_session()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        resolver, self._resolver = self._resolver, None
+        if session is not None:
+            await session.close()
+        if resolver is not None:  # the connector closes only resolvers it created itself
+            await resolver.close()
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Created lazily: aiohttp sessions and resolvers need a running loop.
+        if self._session is None:
+            s = self.settings
+            resolver: AbstractResolver = self._inner_resolver or DefaultResolver()
+            if not s.allow_private:
+                resolver = GuardedResolver(resolver)
+            self._resolver = resolver
+            connector = aiohttp.TCPConnector(
+                limit=s.max_connections,
+                ttl_dns_cache=int(s.dns_cache_ttl),
+                resolver=resolver,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=s.total_timeout,
+                    sock_connect=s.connect_timeout,
+                    sock_read=s.read_timeout,
+                ),
+                headers={hdrs.USER_AGENT: s.user_agent, hdrs.ACCEPT: _ACCEPT},
+                cookie_jar=aiohttp.DummyCookieJar(),  # crawls must not accumulate state
+            )
+        return self._session
+
+    def _backoff(self, attempt: int) -> float:
+        s = self.settings
+        return self._rng.uniform(0.0, min(s.backoff_max, s.backoff_base * 2 ** (attempt - 1)))
+
+    async def fetch(self, url: str) -> FetchResult:
+        """Fetch one URL (one hop). Never raises for network or HTTP problems."""
+        return await self._fetch(url, html_only=True, limit=self.settings.max_bytes)
+
+    async def get_text(
+        self, url: str, max_bytes: int = 512 * 1024, *, max_redirects: int = 5
+    ) -> tuple[int | None, str | None]:
+        """(status, decoded body) for small text resources such as robots.txt.
+
+        Unlike `fetch` it follows up to `max_redirects` redirects itself (each hop
+        still guarded) and truncates at max_bytes instead of failing. The text is
+        None when there was no 2xx body; status is None on network errors.
+        """
+        for _ in range(max_redirects + 1):
+            r = await self._fetch(url, html_only=False, limit=max_bytes)
+            if r.status is None:
+                return None, None
+            if 300 <= r.status < 400 and r.location:
+                try:
+                    url = ada_url.join_url(url, r.location)
+                except ValueError:
+                    return r.status, None
+                if not url.startswith(("http://", "https://")):
+                    return r.status, None
+                continue
+            if r.body is None or not 200 <= r.status < 300:
+                return r.status, None
+            return r.status, _decode_text(r.body, r.charset)
+        return r.status, None
+
+    async def _fetch(self, url: str, *, html_only: bool, limit: int) -> FetchResult:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        target = _request_url(url)
+        refusal = target if isinstance(target, str) else None
+        if refusal is None and not s.allow_private:
+            refusal = check_literal_host(target.raw_host or "")
+        if refusal is not None:
+            return FetchResult(
+                url, None, None, None, None, 0, None, None, refusal, 0, loop.time() - start
+            )
+        attempts = 0
+        while True:
+            attempts += 1
+            hop = await self._once(target, html_only=html_only, limit=limit)
+            if not hop.retry or attempts > s.retries:
+                break
+            delay = hop.retry_after if hop.retry_after is not None else self._backoff(attempts)
+            await asyncio.sleep(delay)
+        return FetchResult(
+            url=url,
+            status=hop.status,
+            content_type=hop.content_type,
+            charset=hop.charset,
+            body=hop.body,
+            nbytes=hop.nbytes,
+            location=hop.location,
+            retry_after=hop.retry_after,
+            error=hop.error,
+            attempts=attempts,
+            elapsed=loop.time() - start,
+        )
+
+    async def _once(self, url: URL, *, html_only: bool, limit: int) -> _Hop:
+        hop = _Hop()
+        try:
+            async with self._get_session().get(url, allow_redirects=False) as resp:
+                await self._read(resp, hop, html_only=html_only, limit=limit)
+        except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
+            hop.error, hop.retry = _describe(e)
+            hop.body = None
+        return hop
+
+    async def _read(
+        self, resp: aiohttp.ClientResponse, hop: _Hop, *, html_only: bool, limit: int
+    ) -> None:
+        s = self.settings
+        status = hop.status = resp.status
+        hop.content_type, hop.charset = parse_content_type(resp.headers.get(hdrs.CONTENT_TYPE))
+        length = _content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
+
+        if status == 429 or status == 503:
+            hop.retry_after = parse_retry_after(resp.headers.get(hdrs.RETRY_AFTER))
+            if hop.retry_after is not None and hop.retry_after > s.max_retry_after:
+                hop.error = "retry-after too long"
+            else:
+                hop.error, hop.retry = f"http {status}", True
+            await _discard(resp, length, hop)
+            return
+        if 300 <= status < 400:
+            hop.location = resp.headers.get(hdrs.LOCATION)
+            if hop.location is None and status != 304:
+                hop.error = "redirect without location"
+            await _discard(resp, length, hop)
+            return
+        if status >= 400:
+            hop.error = f"http {status}"
+            hop.retry = status >= 500 and status != 501
+            await _discard(resp, length, hop)
+            return
+
+        ctype = hop.content_type
+        if html_only and ctype is not None and ctype not in s.html_types:
+            # Not ours to parse: do not spend bandwidth on it.
+            hop.nbytes = length or 0
+            hop.error = "not html"
+            resp.close()
+            return
+        if html_only and length is not None and length > limit:
+            hop.nbytes = length
+            hop.error = f"too large (>{limit} bytes)"
+            resp.close()
+            return
+        buf = bytearray()
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            buf += chunk
+            hop.nbytes = len(buf)
+            if len(buf) > limit:
+                resp.close()  # drop the connection instead of draining the rest
+                if html_only:
+                    hop.error = f"too large (>{limit} bytes)"
+                    return
+                del buf[limit:]
+                break
+        if html_only and ctype is None and not _looks_like_html(bytes(buf[:512])):
+            hop.error = "not html"
+            return
+        hop.body = bytes(buf)
+
+
+async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) -> None:
+    """Skip a body we do not want: read it if tiny (keeps the connection), else close."""
+    if length is not None and length <= _DISCARD_MAX:
+        try:
+            hop.nbytes = len(await resp.read())
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            pass
+    else:
+        hop.nbytes = length or 0
+    resp.close()
+
+
+def _decode_text(body: bytes, charset: str | None) -> str:
+    """Decode with the declared charset if Python knows it, else UTF-8 (BOM stripped)."""
+    if charset:
+        try:
+            if codecs.lookup(charset).name != "utf-8":
+                return body.decode(charset, "replace")
+        except (LookupError, TypeError, ValueError):
+            pass  # unknown or not a text encoding ("base64"): fall back
+    return body.decode("utf-8-sig", "replace")

@@ -1,0 +1,141 @@
+"""robots.txt rules per origin, fetched once and cached (parsed by protego).
+
+Why a shared in-flight fetch: a frontier often releases many URLs of a fresh
+host at once; without it each would download robots.txt itself. Failure policy
+follows Google's documented convention (and RFC 9309): a 4xx robots.txt means
+"no rules", a 5xx/429 or an unreachable server means "assume everything is
+disallowed" — but only for `error_ttl`, after which it is fetched again, and
+if an earlier copy of the rules is cached it keeps being used meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from protego import Protego
+from yarl import URL
+
+from crawler.fetch import Fetcher
+
+__all__ = ["RobotsCache", "origin_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    parser: Protego | None  # None: a blanket rule, see allow_all
+    allow_all: bool
+    expires: float
+    fetched_ok: bool  # a real answer (2xx/4xx), reusable when a refetch fails
+
+
+def origin_of(url: str) -> str | None:
+    """ "scheme://host:port" (explicit port, even when default) or None for non-http(s) URLs."""
+    try:
+        u = URL(url, encoded=url.isascii())
+    except (ValueError, TypeError):
+        return None
+    if u.scheme not in ("http", "https") or not u.raw_host:
+        return None
+    host = u.raw_host.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{u.scheme}://{host}:{u.port}"
+
+
+class RobotsCache:
+    """Answers "may we fetch this URL?" and "how slowly?" for one user agent."""
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        user_agent: str,
+        *,
+        max_crawl_delay: float = 30.0,
+        max_entries: int = 10_000,
+        ttl: float = 24 * 3600.0,
+        error_ttl: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetcher = fetcher
+        # robots.txt groups name a product token ("bloomcrawl"), not a full UA string.
+        self.agent = user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else "*"
+        self.max_crawl_delay = max_crawl_delay
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self.error_ttl = error_ttl
+        self._clock = clock
+        self._rules: OrderedDict[str, _Rules] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[_Rules]] = {}
+
+    async def allowed(self, url: str) -> bool:
+        """True when robots.txt of the URL's origin lets our agent fetch it."""
+        origin = origin_of(url)
+        if origin is None:
+            return False
+        rules = await self._get(origin)
+        if rules.parser is None:
+            return rules.allow_all
+        if URL(url, encoded=url.isascii()).raw_path == "/robots.txt":
+            return True
+        return rules.parser.can_fetch(url, self.agent)
+
+    def crawl_delay(self, url: str) -> float | None:
+        """Crawl-delay (or Request-rate as a delay) for our agent, capped; None if unknown."""
+        origin = origin_of(url)
+        rules = self._rules.get(origin) if origin else None
+        if rules is None or rules.parser is None:
+            return None
+        delay = rules.parser.crawl_delay(self.agent)
+        if delay is None:
+            rate = rules.parser.request_rate(self.agent)
+            if rate is not None and rate.requests > 0:
+                delay = rate.seconds / rate.requests
+        if delay is None or not delay >= 0:
+            return None
+        return min(float(delay), self.max_crawl_delay)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    async def _get(self, origin: str) -> _Rules:
+        rules = self._rules.get(origin)
+        if rules is not None and rules.expires > self._clock():
+            self._rules.move_to_end(origin)
+            return rules
+        pending = self._pending.get(origin)
+        if pending is None:
+            pending = asyncio.ensure_future(self._load(origin, rules))
+            self._pending[origin] = pending
+            pending.add_done_callback(lambda _: self._pending.pop(origin, None))
+        # shield: one impatient caller being cancelled must not cancel everyone's fetch.
+        return await asyncio.shield(pending)
+
+    async def _load(self, origin: str, previous: _Rules | None) -> _Rules:
+        status, text = await self._fetcher.get_text(origin + "/robots.txt")
+        now = self._clock()
+        if status is None or status >= 500 or status == 429:
+            if previous is not None and previous.fetched_ok:
+                rules = _Rules(previous.parser, previous.allow_all, now + self.error_ttl, True)
+            else:
+                rules = _Rules(None, False, now + self.error_ttl, False)
+        elif 200 <= status < 300 and text is not None:
+            rules = _Rules(_parse(text), True, now + self.ttl, True)
+        else:  # 4xx, or redirects that never ended: no usable rules => no restrictions
+            rules = _Rules(None, True, now + self.ttl, True)
+        self._rules[origin] = rules
+        self._rules.move_to_end(origin)
+        while len(self._rules) > self.max_entries:
+            self._rules.popitem(last=False)
+        return rules
+
+
+def _parse(text: str) -> Protego | None:
+    """Parsed rules, or None (= allow all) for a file protego cannot read."""
+    try:
+        return Protego.parse(text)
+    except Exception:  # garbage robots.txt must not stop a crawl
+        return None

@@ -1,0 +1,422 @@
+"""The URL-seen test: canonicalize, Bloom filter, exact ledger confirmation.
+
+``UrlSeen`` owns a state directory::
+
+    DIR/ledger.sqlite        every admitted URL (the truth, and the durable frontier)
+    DIR/shards/shard-NNNNN.bloom   one snapshot per filter shard
+    DIR/lock                 held while a process writes the directory
+
+Order of writes: a batch of new URLs is committed to the ledger first, then its
+bits are set, then the "applied" high-water mark moves. A snapshot records the
+mark it read *before* copying bits, and loading replays ledger rows past each
+shard's mark, so a crash at any point leaves no false negative.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
+from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.ledger import Ledger, State
+from dedup.shards import ShardedBloom
+from dedup.snapshot import GeometryMismatch, SnapshotError, read_snapshot, write_snapshot
+
+log = logging.getLogger("dedup.seen")
+
+HASH_ALGO = "murmur3_x64_128"
+DEFAULT_GEOMETRY = {"capacity": 10_000_000, "error_rate": 0.01, "shards": 64, "seed": 0,
+                    "growth": 2}
+
+
+class StateLocked(RuntimeError):
+    """Another process is writing this state directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewUrl:
+    """A URL admitted by the seen-test: fetch it at ``url``; it is deduplicated as ``key``."""
+
+    seq: int
+    url: str
+    key: str
+    host: str
+    depth: int
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of a normalized absolute URL, without userinfo."""
+    return url.split("/", 3)[2].rpartition("@")[2]
+
+
+class _ConfirmCache:
+    """Fingerprints recently confirmed present in the ledger (two-generation LRU).
+
+    Navigation links repeat on every page; remembering that they are in the
+    ledger keeps the "maybe seen" path off SQLite. Two sets swapped when the
+    young one fills give O(1) inserts and evictions with LRU-like retention.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._half = max(1, size // 2)
+        self._young: set[bytes] = set()
+        self._old: set[bytes] = set()
+
+    def __contains__(self, fp: bytes) -> bool:
+        if fp in self._young:
+            return True
+        if fp in self._old:
+            self.add(fp)
+            return True
+        return False
+
+    def add(self, fp: bytes) -> None:
+        self._young.add(fp)
+        if len(self._young) >= self._half:
+            self._old, self._young = self._young, set()
+
+    def discard(self, fp: bytes) -> None:
+        self._young.discard(fp)
+        self._old.discard(fp)
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+
+class UrlSeen:
+    """Exact "have we seen this URL?" for a crawl, backed by a state directory.
+
+    Geometry (capacity, error rate, shards, seed, growth) and the
+    canonicalization rules are frozen into the ledger the first time a directory
+    is created; reopening uses the stored values, and an explicit different
+    value is refused rather than silently producing a filter that cannot be
+    merged or a key that no longer matches the ledger.
+    """
+
+    def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
+                 error_rate: float | None = None, shards: int | None = None,
+                 seed: int | None = None, growth: int | None = None,
+                 rules: CanonRules | None = None, confirm_cache_size: int = 200_000,
+                 canon_cache_size: int = 100_000, crawl_id: str | None = None,
+                 create: bool = True, readonly: bool = False,
+                 autocommit: bool = True) -> None:
+        self.state_dir = Path(state_dir)
+        self.readonly = readonly
+        ledger_path = self.state_dir / "ledger.sqlite"
+        if not ledger_path.exists() and (not create or readonly):
+            raise FileNotFoundError(f"{self.state_dir}: not a bloomcrawl state directory "
+                                    "(no ledger.sqlite)")
+        self._lock_fd: int | None = None
+        if not readonly:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "shards").mkdir(exist_ok=True)
+            self._lock_fd = _lock(self.state_dir)
+        try:
+            self.ledger = Ledger(ledger_path, readonly=readonly, autocommit=autocommit)
+            self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
+                        "seed": seed, "growth": growth}, rules, crawl_id,
+                       confirm_cache_size, canon_cache_size)
+        except BaseException:
+            if hasattr(self, "ledger"):
+                self.ledger.close()
+            self._unlock()
+            raise
+
+    def _open(self, asked: dict[str, Any], rules: CanonRules | None, crawl_id: str | None,
+              confirm_cache_size: int, canon_cache_size: int) -> None:
+        self.geometry = self._settle_geometry(asked)
+        self.rules = self._settle_rules(rules)
+        self.crawl_id = self._settle_crawl_id(crawl_id)
+        g = self.geometry
+        self.seed: int = g["seed"]
+        self.nshards: int = g["shards"]
+        self.bloom = ShardedBloom(shards=g["shards"], capacity=g["capacity"],
+                                  error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
+        self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
+        self._confirmed = _ConfirmCache(confirm_cache_size)
+        self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
+                         "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
+                         "ledger_queries": 0, "false_positives": 0}
+        self.damaged_shards: list[int] = []
+        self._applied_hwm = self._load_shards()
+        self._pending_hwm = self._applied_hwm
+
+    # -- opening -----------------------------------------------------------------
+
+    def _settle_geometry(self, asked: dict[str, Any]) -> dict[str, Any]:
+        stored = self.ledger.meta_get("geometry")
+        if stored is None:
+            geometry = {k: (DEFAULT_GEOMETRY[k] if v is None else v) for k, v in asked.items()}
+            geometry["hash"] = HASH_ALGO
+            _validate_geometry(geometry)
+            if not self.readonly:
+                self.ledger.meta_set("geometry", geometry)
+            return geometry
+        for key, value in asked.items():
+            if value is not None and value != stored.get(key):
+                raise GeometryMismatch(f"{self.state_dir}: {key} differs: this crawl was "
+                                       f"created with {stored.get(key)!r}, asked for {value!r}")
+        return stored
+
+    def _settle_rules(self, rules: CanonRules | None) -> CanonRules:
+        stored = self.ledger.meta_get("canon_rules")
+        if stored is None:
+            rules = rules or CanonRules()
+            if not self.readonly:
+                self.ledger.meta_set("canon_rules", _rules_to_json(rules))
+            return rules
+        stored_rules = CanonRules(sort_query=stored["sort_query"],
+                                  strip_params=tuple(stored["strip_params"]),
+                                  max_length=stored["max_length"])
+        if rules is not None and rules != stored_rules:
+            raise GeometryMismatch(f"{self.state_dir}: canonicalization rules differ from the "
+                                   "ones this crawl was created with (keys would not match)")
+        return stored_rules
+
+    def _settle_crawl_id(self, crawl_id: str | None) -> str:
+        stored = self.ledger.meta_get("crawl_id")
+        if stored is None:
+            stored = crawl_id or uuid.uuid4().hex
+            if not self.readonly:
+                self.ledger.meta_set("crawl_id", stored)
+        elif crawl_id is not None and crawl_id != stored:
+            raise GeometryMismatch(f"{self.state_dir}: crawl_id differs: the directory belongs "
+                                   f"to crawl {stored}, not {crawl_id}")
+        return stored
+
+    def shard_path(self, i: int) -> Path:
+        return ShardedBloom.shard_path(self.state_dir / "shards", i)
+
+    def _load_shards(self) -> int:
+        """Install valid shard snapshots, then replay the ledger past each one's mark."""
+        marks = np.zeros(self.nshards, dtype=np.int64)
+        for i in range(self.nshards):
+            path = self.shard_path(i)
+            if not path.exists():
+                continue
+            try:
+                bf, header = read_snapshot(path, crawl_id=self.crawl_id)
+                if (header.shard_index, header.shard_count) != (i, self.nshards):
+                    raise SnapshotError(f"{path.name}: holds shard {header.shard_index} of "
+                                        f"{header.shard_count}, expected {i} of {self.nshards}")
+                if (bf.m, bf.k, bf.seed) != (self.bloom.shards[i].m, self.bloom.shards[i].k,
+                                             self.seed):
+                    raise GeometryMismatch(f"{path.name}: geometry differs from the crawl's")
+            except SnapshotError as exc:
+                # The ledger is the truth: a damaged shard is rebuilt by full replay.
+                log.warning("shard %d unusable, rebuilding it from the ledger: %s", i, exc)
+                self.damaged_shards.append(i)
+                continue
+            self.bloom.shards[i] = bf
+            marks[i] = header.hwm
+        hwm = self.ledger.hwm()
+        if marks.size and int(marks.min()) < hwm:
+            for seqs, fps in self.ledger.fps_after(int(marks.min())):
+                h = halves(fps)
+                behind = np.asarray(seqs, dtype=np.int64) > marks[shard_of(h[:, 0], self.nshards)]
+                self.bloom.add_hashes(h[behind])
+        return hwm
+
+    # -- the seen-test -------------------------------------------------------------
+
+    def filter_new(self, links: Iterable[str], base_url: str | None = None, *,
+                   depth: int = 0) -> list[str]:
+        """Canonical keys of the links never seen before, in first-seen order.
+
+        They are recorded (state QUEUED) before this returns, so asking again
+        answers "seen".
+        """
+        return [n.key for n in self.admit(links, base_url, depth=depth)]
+
+    def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
+              state: State = State.QUEUED) -> list[NewUrl]:
+        """Resolve raw links against ``base_url`` and admit the new ones."""
+        resolved = self.canonicalizer.resolve_many(links, base_url)
+        pairs = [p for p in resolved if p is not None]
+        self.counters["rejected"] += len(resolved) - len(pairs)
+        return self.admit_resolved(pairs, depth=depth, state=state)
+
+    def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
+                       state: State = State.QUEUED) -> list[NewUrl]:
+        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger query, one commit."""
+        counters = self.counters
+        counters["links"] += len(pairs)
+        first_url: dict[str, str] = {}  # a key seen twice in one batch keeps its first URL
+        for url, key in pairs:
+            first_url.setdefault(key, url)
+        if not first_url:
+            return []
+        keys = list(first_url)
+        fps_blob = fingerprint_many(keys, self.seed)
+        h = halves(fps_blob)
+        fps = [fps_blob[j:j + 16] for j in range(0, len(fps_blob), 16)]
+        maybe = self.bloom.contains_hashes(h)
+
+        new_mask = ~maybe
+        maybe_idx = np.flatnonzero(maybe).tolist()
+        counters["bloom_maybe"] += len(maybe_idx)
+        counters["bloom_definitely_new"] += len(keys) - len(maybe_idx)
+        confirmed = self._confirmed
+        ask = [i for i in maybe_idx if fps[i] not in confirmed]
+        counters["confirm_cache_hits"] += len(maybe_idx) - len(ask)
+        if ask:
+            counters["ledger_queries"] += 1
+            present = self.ledger.find([fps[i] for i in ask])
+            for i in ask:
+                if fps[i] in present:
+                    confirmed.add(fps[i])
+                else:
+                    new_mask[i] = True
+                    counters["false_positives"] += 1
+
+        new_idx = np.flatnonzero(new_mask).tolist()
+        counters["new"] += len(new_idx)
+        counters["repeats"] += len(pairs) - len(new_idx)
+        if not new_idx:
+            return []
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        rows = []
+        for i in new_idx:
+            url = first_url[keys[i]]
+            rows.append((fps[i], url, host_of(url), depth, state))
+        seqs = self.ledger.insert(rows)
+        self.bloom.add_hashes(h[new_idx])
+        self._pending_hwm = seqs[-1]
+        if self.ledger.autocommit:
+            self._applied_hwm = self._pending_hwm
+        for i in new_idx:
+            confirmed.add(fps[i])
+        return [NewUrl(seq, url, keys[i], host, depth)
+                for seq, i, (_, url, host, _, _) in zip(seqs, new_idx, rows, strict=True)]
+
+    # -- inspection and forgetting ----------------------------------------------------
+
+    def _fp_of(self, url: str) -> bytes:
+        _, key = self.canonicalizer.resolve(url)
+        return fingerprint(key, self.seed)
+
+    def check(self, url: str) -> tuple[bool, dict[str, Any] | None]:
+        """(Bloom says maybe-seen, ledger row or None) for one URL. Raises UrlRejected."""
+        fp = self._fp_of(url)
+        maybe = bool(self.bloom.contains_hashes(halves(fp))[0])
+        return maybe, self.ledger.get(fp)
+
+    def forget(self, urls: Iterable[str]) -> int:
+        """Delete URLs from the ledger so the next encounter counts as new.
+
+        Their Bloom bits stay set: the next "maybe seen" finds no row and the
+        URL is admitted again (counted as a false positive). No counting filter needed.
+        """
+        fps = []
+        for url in urls:
+            try:
+                fps.append(self._fp_of(url))
+            except UrlRejected:
+                continue
+        for fp in fps:
+            self._confirmed.discard(fp)
+        return self.ledger.forget(fps)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this session, the filter's health, and the ledger's states."""
+        info = self.bloom.info()
+        out: dict[str, Any] = dict(self.counters)
+        out.update({
+            "fill": info["fill"], "estimated_count": info["estimated_count"],
+            "expected_fpr": info["expected_fpr"], "layers": info["layers"],
+            "capacity": self.geometry["capacity"], "error_rate": self.geometry["error_rate"],
+            "shards": self.nshards, "bytes": info["bytes"], "crawl_id": self.crawl_id,
+            "damaged_shards": list(self.damaged_shards),
+        })
+        out.update(self.ledger.counts())
+        return out
+
+    # -- persistence -----------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Group commit (``autocommit=False``): make pending rows durable, then let
+        snapshots cover them. Never the other way round: an uncommitted row lost
+        in a crash gives its ``seq`` back to the next insert, and a snapshot mark
+        above it would keep that new row from ever being replayed."""
+        self.ledger.commit()
+        self._applied_hwm = self._pending_hwm
+
+    def snapshot_shard(self, i: int) -> None:
+        """Write shard ``i`` atomically. Safe to run in a thread while one other
+        thread admits URLs: the mark is read before the bits are copied, and
+        every row at or below it already has its bits set."""
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        hwm = self._applied_hwm
+        write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
+                       shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
+
+    def snapshot(self) -> None:
+        for i in range(self.nshards):
+            self.snapshot_shard(i)
+
+    @classmethod
+    def rebuild(cls, state_dir: str | Path) -> UrlSeen:
+        """Recreate every shard file from the ledger alone (damaged or lost snapshots)."""
+        shard_dir = Path(state_dir) / "shards"
+        if not (Path(state_dir) / "ledger.sqlite").exists():
+            raise FileNotFoundError(f"{state_dir}: not a bloomcrawl state directory "
+                                    "(no ledger.sqlite)")
+        for path in shard_dir.glob("shard-*.bloom"):
+            path.unlink()
+        seen = cls(state_dir, create=False)
+        seen.snapshot()
+        return seen
+
+    def close(self) -> None:
+        """Commit pending rows and release the directory (no snapshot is implied)."""
+        self.ledger.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> UrlSeen:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _lock(state_dir: Path) -> int:
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateLocked(f"{state_dir}: in use by another bloomcrawl process") from None
+    return fd
+
+
+def _validate_geometry(g: dict[str, Any]) -> None:
+    if not (isinstance(g["capacity"], int) and g["capacity"] >= 1):
+        raise ValueError(f"capacity must be a positive integer, not {g['capacity']!r}")
+    if not 0 < g["error_rate"] < 1:
+        raise ValueError(f"error_rate must be between 0 and 1, not {g['error_rate']!r}")
+    if not (isinstance(g["shards"], int) and 1 <= g["shards"] <= 65536):
+        raise ValueError(f"shards must be 1..65536, not {g['shards']!r}")
+    if not (isinstance(g["growth"], int) and g["growth"] >= 1):
+        raise ValueError(f"growth must be an integer >= 1, not {g['growth']!r}")
+
+
+def _rules_to_json(rules: CanonRules) -> dict[str, Any]:
+    d = asdict(rules)
+    d["strip_params"] = list(d["strip_params"])
+    return d

@@ -1,0 +1,304 @@
+"""A Bloom filter split into S shards by fingerprint, the unit of snapshot and merge.
+
+Shard i holds the keys whose :func:`~dedup.fingerprint.shard_of` is i. Each shard
+is a full :class:`~dedup.bloom.BloomFilter` (sized ``ceil(capacity / S)``) that
+can be saved, loaded, merged or rebuilt on its own, so a 1 GB filter is
+snapshotted one small shard at a time. The shards' bits share one 2-D array per
+layer, so a batch op over all shards is still a single vectorized pass.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Iterable
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dedup.bloom import (
+    CHUNK,
+    SMALL,
+    WARN_FILL,
+    BloomFilter,
+    _as_hashes,
+    _chunks,
+    _Stack,
+    check_geometry,
+    estimate_count,
+    log,
+)
+from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves, shard_of
+from dedup.snapshot import SnapshotError, read_header, read_snapshot, write_snapshot
+
+MAX_SHARDS = 65536
+_SHARD_FILE = re.compile(r"shard-(\d{5,})\.bloom")
+
+
+class _ShardList(list[BloomFilter]):
+    """``ShardedBloom.shards``: assigning ``shards[i] = bf`` copies bf's bits into the
+    shared storage (and makes bf that shard); the length is fixed."""
+
+    def __init__(self, owner: ShardedBloom, items: Iterable[BloomFilter]) -> None:
+        super().__init__(items)
+        self._owner = owner
+
+    def __setitem__(self, i: Any, bf: Any) -> None:
+        if isinstance(i, slice):
+            raise TypeError("shards can only be replaced one at a time")
+        i = range(len(self))[operator.index(i)]  # normalises negatives, raises IndexError
+        super().__setitem__(i, self._owner._adopt(i, bf))
+
+    def _fixed(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError("shards cannot be added, removed or reordered")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _fixed
+    __delitem__ = __iadd__ = __imul__ = _fixed
+
+
+class ShardedBloom:
+    """S Bloom filters of identical geometry behind the surface of one."""
+
+    def __init__(self, shards: int = 64, capacity: int = 10_000_000, error_rate: float = 0.01,
+                 *, seed: int = 0, growth: int = 2) -> None:
+        if not (isinstance(shards, int) and 1 <= shards <= MAX_SHARDS):
+            raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, not {shards!r}")
+        if not (isinstance(capacity, int) and capacity >= 1):
+            raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
+        self.nshards = shards
+        self.capacity = capacity
+        self.shard_capacity = math.ceil(capacity / shards)
+        self._stack = _Stack(shards, self.shard_capacity, error_rate, seed, growth)
+        self.shards: list[BloomFilter] = _ShardList(
+            self, (BloomFilter._view(self._stack, i) for i in range(shards)))
+        self._warn = True
+
+    @property
+    def error_rate(self) -> float:
+        return self._stack.error_rate
+
+    @property
+    def seed(self) -> int:
+        return self._stack.seed
+
+    @property
+    def growth(self) -> int:
+        return self._stack.growth
+
+    @property
+    def m(self) -> int:
+        """Bits of layer 0 of each shard."""
+        return self._stack.arenas[0].m
+
+    @property
+    def k(self) -> int:
+        return self._stack.arenas[0].k
+
+    @property
+    def layers(self) -> int:
+        """Layers of the most grown shard."""
+        return int(self._stack.nlayers.max())
+
+    @property
+    def count(self) -> int:
+        return sum(int(a.counts.sum()) for a in self._stack.arenas)
+
+    def _geometry(self) -> dict[str, Any]:
+        return {"shards": self.nshards, **self.shards[0]._geometry()}
+
+    @staticmethod
+    def shard_path(directory: str | PathLike[str], i: int) -> Path:
+        return Path(directory) / f"shard-{i:05d}.bloom"
+
+    def _adopt(self, i: int, bf: BloomFilter) -> BloomFilter:
+        """Make ``bf``'s content shard i. A standalone filter becomes the shard itself
+        (its bits move into the shared storage); a shard of another ShardedBloom is copied."""
+        if not isinstance(bf, BloomFilter):
+            raise TypeError(f"a shard must be a BloomFilter, not {type(bf).__name__}")
+        if bf._stack is self._stack and bf._row == i:
+            return bf
+        check_geometry(self.shards[0]._geometry(), bf._geometry(), f"shard {i}: ")
+        stack = self._stack
+        for j in range(bf.layers):
+            if stack.arena(j) is None:
+                raise ValueError(f"shard {i}: cannot hold {bf.layers} layers")
+        for j, arena in enumerate(stack.arenas):
+            if j < bf.layers:
+                arena.words[i] = bf._layer_words(j)
+                arena.counts[i] = bf._layer_count(j)
+            else:  # rows above a shard's layer count stay zero (lookups rely on it)
+                arena.words[i] = 0
+                arena.counts[i] = 0
+        stack.nlayers[i] = bf.layers
+        if bf._stack.rows == 1:
+            bf._stack, bf._row, bf._warn = stack, i, False
+            return bf
+        return BloomFilter._view(stack, i)
+
+    # -- keys --------------------------------------------------------------------------
+
+    def _row_of(self, fp: bytes) -> tuple[int, int, int]:
+        h1, h2 = int.from_bytes(fp[:8], "little"), int.from_bytes(fp[8:], "little")
+        return h1, h2, ((h1 >> 32) * self.nshards) >> 32
+
+    def add(self, key: str | bytes) -> bool:
+        h1, h2, row = self._row_of(fingerprint(key, self.seed))
+        new = self._stack.add_one(h1, h2, row)
+        self._check_capacity()
+        return new
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str | bytes):
+            return False
+        h1, h2, row = self._row_of(fingerprint(key, self.seed))
+        return self._stack.contains_one(h1, h2, row)
+
+    def add_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        parts = [self._add(halves(fingerprint_many(c, self.seed))) for c in _chunks(keys, CHUNK)]
+        self._check_capacity()
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        parts = [self._contains(halves(fingerprint_many(c, self.seed)))
+                 for c in _chunks(keys, CHUNK)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def add_hashes(self, h: np.ndarray) -> np.ndarray:
+        out = self._add(_as_hashes(h))
+        self._check_capacity()
+        return out
+
+    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
+        return self._contains(_as_hashes(h))
+
+    def _add(self, h: np.ndarray) -> np.ndarray:
+        stack, s = self._stack, self.nshards
+        if len(h) <= SMALL:
+            return np.array([stack.add_one(a, b, ((a >> 32) * s) >> 32) for a, b in h.tolist()],
+                            dtype=bool)
+        return stack.add(h, shard_of(h[:, 0], s))
+
+    def _contains(self, h: np.ndarray) -> np.ndarray:
+        stack, s = self._stack, self.nshards
+        if len(h) <= SMALL:
+            return np.array([stack.contains_one(a, b, ((a >> 32) * s) >> 32)
+                             for a, b in h.tolist()], dtype=bool)
+        return stack.contains(h, shard_of(h[:, 0], s))
+
+    def _check_capacity(self) -> None:
+        if self._warn and self.count >= WARN_FILL * self.capacity:
+            self._warn = False
+            log.warning("sharded Bloom filter past %d%% of its planned capacity (%d of %d "
+                        "keys); its shards will grow by layers", round(WARN_FILL * 100),
+                        self.count, self.capacity)
+
+    # -- health --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return round(sum(estimate_count(m, k, x) for bf in self.shards for x, m, k in bf._fills()))
+
+    def info(self) -> dict[str, Any]:
+        """Totals over all shards, plus the emptiest and fullest shard's fill ratio."""
+        per = [bf._fills() for bf in self.shards]
+        bits = sum(m for fills in per for _, m, _ in fills)
+        fill = [sum(x for x, _, _ in f) / sum(m for _, m, _ in f) for f in per]
+        return {
+            "m": self.m, "k": self.k, "bits": bits, "bytes": bits // 8,
+            "fill": sum(x for fills in per for x, _, _ in fills) / bits,
+            "fill_min": min(fill), "fill_max": max(fill),
+            "estimated_count": round(sum(estimate_count(m, k, x)
+                                         for fills in per for x, m, k in fills)),
+            # a random absent key lands in a random shard
+            "expected_fpr": sum(min(1.0, sum((x / m) ** k for x, m, k in f))
+                                for f in per) / self.nshards,
+            "capacity": self.capacity, "shard_capacity": self.shard_capacity,
+            "error_rate": self.error_rate, "layers": self.layers, "growth": self.growth,
+            "seed": self.seed, "count": self.count, "shards": self.nshards,
+        }
+
+    # -- merging and comparing -----------------------------------------------------------
+
+    def __ior__(self, other: ShardedBloom) -> ShardedBloom:
+        if not isinstance(other, ShardedBloom):
+            return NotImplemented
+        check_geometry(self._geometry(), other._geometry())
+        for mine, theirs in zip(self.shards, other.shards, strict=True):
+            mine |= theirs
+        return self
+
+    def __or__(self, other: ShardedBloom) -> ShardedBloom:
+        if not isinstance(other, ShardedBloom):
+            return NotImplemented
+        out = self.copy()
+        out |= other
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardedBloom):
+            return NotImplemented
+        return (self._geometry() == other._geometry()
+                and all(a == b for a, b in zip(self.shards, other.shards, strict=True)))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def copy(self) -> ShardedBloom:
+        out = ShardedBloom(self.nshards, self.capacity, self.error_rate, seed=self.seed,
+                           growth=self.growth)
+        for j, arena in enumerate(self._stack.arenas):
+            if out._stack.arena(j) is None:
+                raise ValueError("cannot copy: layer limit")
+            out._stack.arenas[j].words[:] = arena.words
+            out._stack.arenas[j].counts[:] = arena.counts
+        out._stack.nlayers[:] = self._stack.nlayers
+        out._warn = self._warn
+        return out
+
+    def __repr__(self) -> str:
+        return (f"ShardedBloom(shards={self.nshards}, capacity={self.capacity}, "
+                f"error_rate={self.error_rate}, seed={self.seed}, growth={self.growth}, "
+                f"count={self.count})")
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def save(self, directory: str | PathLike[str], *, hwm: int = 0, crawl_id: str = "") -> None:
+        """Write one snapshot file per shard, each atomically."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        for i, bf in enumerate(self.shards):
+            write_snapshot(self.shard_path(directory, i), bf, shard_index=i,
+                           shard_count=self.nshards, hwm=hwm, crawl_id=crawl_id)
+
+    @classmethod
+    def load(cls, directory: str | PathLike[str], *,
+             crawl_id: str | None = None) -> ShardedBloom:
+        """Load a directory written by :meth:`save`. Every shard file must be present and
+        agree with shard 0 on shard count, geometry and crawl id; with ``crawl_id``,
+        files of another crawl are refused."""
+        directory = Path(directory)
+        first = cls.shard_path(directory, 0)
+        if not first.exists():
+            raise SnapshotError(f"{directory}: no {first.name}")
+        head = read_header(first)
+        found = sorted(p.name for p in directory.iterdir() if _SHARD_FILE.fullmatch(p.name))
+        expected = [cls.shard_path(directory, i).name for i in range(head.shard_count)]
+        if found != expected:
+            extra = sorted(set(found) - set(expected))
+            missing = sorted(set(expected) - set(found))
+            raise SnapshotError(f"{directory}: {first.name} says {head.shard_count} shards, "
+                                f"but missing {missing[:5]} extra {extra[:5]}")
+        out = cls(head.shard_count, head.capacity * head.shard_count, head.error_rate,
+                  seed=head.seed, growth=head.growth)
+        want = {"shard_count": head.shard_count, "hash_algo": HASH_ALGO, "seed": head.seed,
+                "capacity": head.capacity, "error_rate": head.error_rate,
+                "growth": head.growth, "crawl_id": head.crawl_id}
+        for i in range(head.shard_count):
+            path = cls.shard_path(directory, i)
+            bf, h = read_snapshot(path, crawl_id=crawl_id)
+            got = {f: getattr(h, f) for f in want}
+            check_geometry(want, got, f"{path.name}: ")
+            if h.shard_index != i:
+                raise SnapshotError(f"{path.name}: holds shard {h.shard_index}, not {i}")
+            out.shards[i] = bf
+        return out

@@ -1,0 +1,204 @@
+"""What a crawl leaves behind besides its state: pages.jsonl and, optionally, a WARC file.
+
+Why batched appends: the engine commits pages in groups (one write, then one
+ledger transaction, per group), so the per-page cost is building a dict. Why
+the tail repair: a crash (kill -9) during a write can leave a partial last
+line; the page it describes was not yet marked fetched in the ledger (marks are
+committed only after the write), so it is fetched again on resume and the
+partial line is simply cut off before appending resumes.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiofiles
+
+__all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read_pages",
+           "repair_tail", "write_json_atomic"]
+
+PAGES_FILE = "pages.jsonl"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def iso_time(ts: float) -> str:
+    """UTC ISO 8601 with milliseconds (what pages.jsonl's fetched_at holds)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as JSON: temp file, fsync, rename (never half-written)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(value, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | Path, default: Any) -> Any:
+    """``path`` parsed as JSON, or ``default`` when it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return default
+
+
+def repair_tail(path: str | Path) -> int:
+    """Cut a partial last line (no trailing newline) off ``path``; returns bytes removed."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        pos = size
+        step = 64 * 1024
+        while pos > 0:
+            start = max(0, pos - step)
+            chunk = os.pread(fd, pos - start, start)
+            if pos == size and chunk.endswith(b"\n"):
+                return 0
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            pos = start
+        else:
+            keep = 0
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+        return size - keep
+    finally:
+        os.close(fd)
+
+
+class PageLog:
+    """Append-only JSON-lines file of page records, written with aiofiles."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fh: Any = None
+        self.lines = 0
+
+    async def open(self) -> PageLog:
+        repair_tail(self.path)
+        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
+        return self
+
+    async def append(self, records: list[dict[str, Any]]) -> None:
+        """Write records as lines, in one write call where the OS allows it."""
+        if not records:
+            return
+        data = ("\n".join(map(_dumps, records)) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = await self._fh.write(view)
+            view = view[n:]
+        self.lines += len(records)
+
+    async def close(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            await fh.close()
+
+    async def __aenter__(self) -> PageLog:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def read_pages(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete record of a pages.jsonl file (a partial last line is ignored)."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.endswith("\n"):
+                out.append(json.loads(line))
+    return out
+
+
+class WarcWriter:
+    """WARC/1.1 ``resource`` records for fetched HTML pages.
+
+    Resource records (not ``response``) because the fetcher keeps the body but
+    not the raw HTTP header block; each carries the target URI, the fetch time,
+    the media type and a SHA-1 payload digest. A file name ending in ``.gz`` gets
+    one gzip member per record, the convention WARC readers expect. Records of a
+    commit group are written in one call; a kill -9 in the middle of it can
+    leave a torn last record (those pages are fetched and written again on
+    resume).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.gzip = self.path.name.endswith(".gz")
+        self._fh: Any = None
+        self.records = 0
+
+    async def open(self) -> WarcWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
+        if self.records == 0 and self.path.stat().st_size == 0:
+            await self._write(self._warcinfo())
+        return self
+
+    def _warcinfo(self) -> bytes:
+        payload = b"software: bloomcrawl\r\nformat: WARC File Format 1.1\r\n"
+        return self._record("warcinfo", None, "application/warc-fields", payload, None)
+
+    def _record(self, kind: str, uri: str | None, ctype: str, payload: bytes,
+                when: float | None) -> bytes:
+        date = iso_time(when if when is not None else datetime.now(UTC).timestamp())
+        headers = [
+            "WARC/1.1",
+            f"WARC-Type: {kind}",
+            f"WARC-Record-ID: <urn:uuid:{uuid.uuid4()}>",
+            f"WARC-Date: {date}",
+        ]
+        if uri is not None:
+            digest = base64.b32encode(hashlib.sha1(payload).digest()).decode()
+            headers += [f"WARC-Target-URI: {uri}", f"WARC-Payload-Digest: sha1:{digest}",
+                        f"WARC-Block-Digest: sha1:{digest}"]
+        headers += [f"Content-Type: {ctype}", f"Content-Length: {len(payload)}"]
+        raw = ("\r\n".join(headers) + "\r\n\r\n").encode() + payload + b"\r\n\r\n"
+        return gzip.compress(raw, compresslevel=6) if self.gzip else raw
+
+    async def write_pages(self, pages: list[tuple[str, str, bytes, float]]) -> None:
+        """``(url, content_type, body, fetched_at)`` per page, appended as one write."""
+        if not pages:
+            return
+        blob = b"".join(self._record("resource", url, ctype or "application/octet-stream",
+                                     body, ts) for url, ctype, body, ts in pages)
+        await self._write(blob)
+        self.records += len(pages)
+
+    async def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = await self._fh.write(view)
+            view = view[n:]
+
+    async def close(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            await fh.close()

@@ -1,0 +1,129 @@
+"""The live status line and the final summary (stderr), and their data.
+
+Why a plain dict of numbers in between: the same figures are shown live, in
+the summary, by ``bloomcrawl stats DIR`` for a stopped crawl, and as JSON, so
+the formatting functions take a dict and never reach into the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+__all__ = ["Progress", "format_stats", "format_status", "format_summary"]
+
+
+def _si(n: float) -> str:
+    n = float(n)
+    for unit in ("", "k", "M", "G"):
+        if abs(n) < 1000 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+        n /= 1000
+    return f"{n:.1f}G"  # pragma: no cover
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def format_status(s: dict[str, Any]) -> str:
+    """One line: rate, counts, dedup answers, filter fill."""
+    return (
+        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {_si(s['fetched'])} "
+        f"queued {_si(s['queued'])} in-flight {s.get('in_flight', 0)} "
+        f"hosts {_si(s.get('hosts', 0))} errors {_si(s['errors'])} | "
+        f"dedup new {_si(s['new'])} repeats {_si(s['repeats'])} "
+        f"bloom-fp {_si(s['false_positives'])} | fill {_pct(s['fill'])}"
+    )
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """Multi-line end-of-run report."""
+    elapsed = s.get("elapsed", 0.0)
+    lines = [
+        f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
+        f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
+        f" pages/s)",
+        f"  pages:  {s['fetched']} fetched ({s['errors']} with errors), "
+        f"{s['skipped']} skipped, {s['queued']} still queued",
+        f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
+        f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
+        f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, expected FPR "
+        f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
+    ]
+    if s.get("state_dir"):
+        lines.append(f"  state:  {s['state_dir']}"
+                     + (f"  (continue with: bloomcrawl resume {s['state_dir']})"
+                        if s["queued"] else ""))
+    return "\n".join(lines)
+
+
+def format_stats(s: dict[str, Any]) -> str:
+    """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
+    lines = [
+        f"crawl {s['crawl_id']} in {s['state_dir']}",
+        f"  pages:  {s['fetched']} fetched, {s['failed']} failed, {s['skipped']} skipped, "
+        f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
+        f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
+        f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
+        f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
+        f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",
+    ]
+    if s.get("damaged_shards"):
+        lines.append(f"  damaged shard files (rebuilt from the ledger in memory): "
+                     f"{s['damaged_shards']}")
+    return "\n".join(lines)
+
+
+class Progress:
+    """Writes the status line: redrawn in place on a TTY, periodic plain lines otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, *, interval: float = 1.0,
+                 plain_interval: float = 10.0, enabled: bool = True) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.interval = interval if self.tty else plain_interval
+        self._last = 0.0
+        self._width = 0
+
+    def update(self, status: dict[str, Any], *, now: float | None = None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic() if now is None else now
+        if now - self._last < self.interval * 0.95:
+            return
+        self._last = now
+        line = format_status(status)
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line that must not be overwritten by the status line (always shown)."""
+        self.clear()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+            self.stream.flush()
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.clear()
+        self.stream.write(format_summary(summary) + "\n")
+        self.stream.flush()

@@ -9,7 +9,6 @@ layer, so a batch op over all shards is still a single vectorized pass.
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from dedup.bloom import (
     BloomFilter,
     _as_hashes,
     _chunks,
+    _is_int,
     _Stack,
     check_geometry,
     estimate_count,
@@ -64,14 +64,14 @@ class ShardedBloom:
 
     def __init__(self, shards: int = 64, capacity: int = 10_000_000, error_rate: float = 0.01,
                  *, seed: int = 0, growth: int = 2) -> None:
-        if not (isinstance(shards, int) and 1 <= shards <= MAX_SHARDS):
+        if not (_is_int(shards) and 1 <= shards <= MAX_SHARDS):
             raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, not {shards!r}")
-        if not (isinstance(capacity, int) and capacity >= 1):
+        if not (_is_int(capacity) and capacity >= 1):
             raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
-        self.nshards = shards
-        self.capacity = capacity
-        self.shard_capacity = math.ceil(capacity / shards)
-        self._stack = _Stack(shards, self.shard_capacity, error_rate, seed, growth)
+        self.nshards = int(shards)
+        self.capacity = int(capacity)
+        self.shard_capacity = -(-self.capacity // self.nshards)
+        self._stack = _Stack(self.nshards, self.shard_capacity, error_rate, seed, growth)
         self.shards: list[BloomFilter] = _ShardList(
             self, (BloomFilter._view(self._stack, i) for i in range(shards)))
         self._warn = True

@@ -65,6 +65,11 @@ def test_layers_tighten_geometrically():
     assert [g.k for g in geos] == sorted(g.k for g in geos)
 
 
+def test_numpy_integers_are_accepted():
+    bf = BloomFilter(np.int64(1000), 0.01, seed=np.uint32(3), growth=np.int8(2))
+    assert bf == BloomFilter(1000, 0.01, seed=3) and type(bf.capacity) is int
+
+
 def test_tiny_capacity_still_has_a_whole_word_and_sane_k():
     bf = BloomFilter(1, 0.5)
     assert bf.m == 64 and 1 <= bf.k <= 64
@@ -259,6 +264,31 @@ def test_layers_use_independent_positions():
     assert a1.salt != 0
     assert set(a1.positions(h1, h2)) == expected_positions((h1 + a1.salt) % 2**64, h2,
                                                            a1.m, a1.k)
+
+
+@given(st.lists(st.text(max_size=12), max_size=400), st.integers(1, 3))
+@fast
+def test_no_false_negatives_through_growth(keys, growth):
+    bf = BloomFilter(7, 0.01, growth=growth)
+    half = len(keys) // 2
+    bf.add_many(keys[:half])
+    for key in keys[half:]:
+        bf.add(key)
+    assert bf.contains_many(keys).all() and all(k in bf for k in keys)
+    if len(set(keys)) > 20:
+        assert bf.layers > 1
+
+
+def test_a_filter_that_cannot_grow_keeps_filling(monkeypatch, caplog):
+    monkeypatch.setattr(bloom_mod, "MAX_LAYERS", 2)
+    bf = BloomFilter(100, 0.01)
+    keys = [f"k{i}" for i in range(1000)]
+    with caplog.at_level(logging.ERROR, logger="dedup.bloom"):
+        bf.add_many(keys[:500])
+        bf.add_many(keys[500:])
+    assert bf.layers == 2 and bf.layer_table()[1][2] > 200
+    assert bf.contains_many(keys).all()
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
 
 
 def test_warns_once_at_80_percent(caplog):

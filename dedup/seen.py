@@ -139,8 +139,7 @@ class UrlSeen:
         g = self.geometry
         self.seed: int = g["seed"]
         self.nshards: int = g["shards"]
-        self.bloom = ShardedBloom(shards=g["shards"], capacity=g["capacity"],
-                                  error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
+        self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
         self._confirmed = _ConfirmCache(confirm_cache_size)
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
@@ -193,6 +192,11 @@ class UrlSeen:
                                    f"to crawl {stored}, not {crawl_id}")
         return stored
 
+    def _empty_filter(self) -> ShardedBloom:
+        g = self.geometry
+        return ShardedBloom(shards=g["shards"], capacity=g["capacity"],
+                            error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
+
     def shard_path(self, i: int) -> Path:
         return ShardedBloom.shard_path(self.state_dir / "shards", i)
 
@@ -218,6 +222,10 @@ class UrlSeen:
                 continue
             self.bloom.shards[i] = bf
             marks[i] = header.hwm
+        return self._replay(marks)
+
+    def _replay(self, marks: np.ndarray) -> int:
+        """Add ledger rows past each shard's mark to the filter; return the ledger's mark."""
         hwm = self.ledger.hwm()
         if marks.size and int(marks.min()) < hwm:
             for seqs, fps in self.ledger.fps_after(int(marks.min())):
@@ -367,16 +375,24 @@ class UrlSeen:
 
     @classmethod
     def rebuild(cls, state_dir: str | Path) -> UrlSeen:
-        """Recreate every shard file from the ledger alone (damaged or lost snapshots)."""
-        shard_dir = Path(state_dir) / "shards"
-        if not (Path(state_dir) / "ledger.sqlite").exists():
-            raise FileNotFoundError(f"{state_dir}: not a bloomcrawl state directory "
-                                    "(no ledger.sqlite)")
-        for path in shard_dir.glob("shard-*.bloom"):
-            path.unlink()
+        """Recreate every shard file from the ledger alone (damaged or lost snapshots).
+
+        The directory is opened (and locked) first, so a running crawl is refused
+        before anything is touched; the old files are replaced atomically."""
         seen = cls(state_dir, create=False)
-        seen.snapshot()
+        try:
+            seen.bloom = seen._empty_filter()
+            seen._replay(np.zeros(seen.nshards, dtype=np.int64))
+            seen.snapshot()
+        except BaseException:
+            seen.close()
+            raise
         return seen
+
+    def filter_info(self) -> dict[str, Any]:
+        """The filter's health (fill, estimated count, expected FPR, layers) without the
+        ledger scan that ``stats()`` does: cheap enough for a live progress line."""
+        return self.bloom.info()
 
     def close(self) -> None:
         """Commit pending rows and release the directory (no snapshot is implied)."""

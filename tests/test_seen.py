@@ -279,3 +279,14 @@ def test_group_commit_is_one_transaction(tmp_path):
         assert not s.ledger.pending
         assert len(reader.ledger) == 5
         reader.close()
+
+
+def test_rebuild_refuses_a_directory_in_use_and_touches_nothing(tmp_path):
+    d = tmp_path / "s"
+    with UrlSeen(d, capacity=1000, shards=2) as s:
+        s.filter_new(urls(20))
+        s.snapshot()
+        before = {p.name: p.read_bytes() for p in (d / "shards").iterdir()}
+        with pytest.raises(StateLocked):
+            UrlSeen.rebuild(d)
+        assert {p.name: p.read_bytes() for p in (d / "shards").iterdir()} == before

@@ -24,7 +24,6 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check . || true
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo-state

@@ -29,7 +29,6 @@ import math
 import os
 import struct
 import time
-import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dedup.atomic import atomic_write
 from dedup.bloom import (
     MAX_K,
     MAX_LAYERS,
@@ -129,31 +129,6 @@ def write_snapshot(path: PathArg, bf: BloomFilter, *, shard_index: int = 0, shar
 
     atomic_write(Path(path), body)
     return header
-
-
-def atomic_write(path: Path, body: Any) -> None:
-    """Call ``body(file)`` on a temporary file next to ``path``, then fsync and rename it
-    over ``path`` and fsync the folder. On any error the temporary file is removed and
-    ``path`` is untouched."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            body(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _pack_header(h: SnapshotHeader) -> bytes:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dedup.atomic as atomic
 import dedup.snapshot as snap
 from dedup.bloom import BloomFilter, layer_geometry
 from dedup.shards import ShardedBloom
@@ -277,7 +278,7 @@ def test_crash_mid_write_keeps_the_old_file(tmp_path, monkeypatch, fail):
     before = path.read_bytes()
     if fail == "write":
         real_open = open
-        monkeypatch.setattr(snap, "open", lambda p, mode: Failing(real_open(p, mode), 2000),
+        monkeypatch.setattr(atomic, "open", lambda p, mode: Failing(real_open(p, mode), 2000),
                             raising=False)
     elif fail == "fsync":
         monkeypatch.setattr(snap.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "EIO")))

@@ -1,0 +1,41 @@
+"""Crash-safe file replacement: a file is either its old self or its new self.
+
+Write to a temporary file in the same folder, flush, fsync, rename over the
+target, fsync the folder. A crash at any point leaves the previous file intact;
+an error removes the temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: str | os.PathLike[str], body: Callable[[IO[bytes]], Any]) -> None:
+    """Call ``body(file)`` on a temporary binary file next to ``path``, then make it
+    ``path`` durably. On any error the temporary file is removed and ``path`` is
+    untouched."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            body(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make a rename or a new entry in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

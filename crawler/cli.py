@@ -1,4 +1,9 @@
-"""``bloomcrawl`` command line: crawl, resume, and the dedup tools around a state dir.
+"""``bloomcrawl`` command line: crawl, resume, fleets, and the dedup tools around a state dir.
+
+Fleet commands: ``crawl --redis URL --workers W --worker-id I`` (one worker),
+``resume DIR [--redis URL]`` (a worker rejoins; DIR may also be a fleet dir),
+``fleet`` (W local workers under one supervisor), ``merge`` (the fleet's
+seen-set) and ``resize`` (W -> W/2 or 2W). See ``crawler.fleet``.
 
 One function per subcommand (``cmd_*``) and one registration function per
 subcommand (``add_*``), so new subcommands are a pair of functions added to
@@ -14,26 +19,57 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import sys
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from crawler.engine import (
+    FLEET_KEY,
     TOTALS_KEY,
     CrawlError,
+    check_new_state_dir,
     create_crawl,
     open_crawl,
     run_crawl,
 )
+from crawler.fleet import (
+    FLEET_FILE,
+    LOCAL,
+    REDIS_ENV,
+    FleetError,
+    LocalRedis,
+    derive_crawl_id,
+    fleet_geometry,
+    read_fleet_dir,
+    resize_fleet,
+    settings_geometry,
+    stored_redis,
+    supervise,
+    transport_for,
+    worker_dir,
+    worker_meta,
+    write_fleet_file,
+)
+from crawler.output import PAGES_FILE
 from crawler.progress import Progress, format_stats
-from crawler.scope import SeedError, normalize_domain
+from crawler.scope import Scope, SeedError, normalize_domain, read_seeds
 from crawler.settings import ConfigError, Settings, load_settings
-from dedup import GeometryMismatch, SnapshotError, StateLocked, UrlRejected, UrlSeen
+from dedup import (
+    Canonicalizer,
+    GeometryMismatch,
+    Ledger,
+    SnapshotError,
+    StateLocked,
+    UrlRejected,
+    UrlSeen,
+)
 from dedup.shards import ShardedBloom
-from dedup.snapshot import merge_files, read_header
+from dedup.snapshot import CRAWL_ID_BYTES, merge_files, read_header
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -91,6 +127,14 @@ def _domain(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _crawl_id(text: str) -> str:
+    if not text or any(c in text for c in "{} \t\r\n\0") or \
+            len(text.encode()) > CRAWL_ID_BYTES:
+        raise argparse.ArgumentTypeError(f"a crawl id is 1..{CRAWL_ID_BYTES} bytes without "
+                                         f"spaces or braces: {text!r}")
+    return text
+
+
 # -- crawl / resume ------------------------------------------------------------------------
 
 
@@ -118,6 +162,18 @@ def add_crawl(sub: Any) -> None:
                    help="allow private, loopback and link-local addresses")
     p.add_argument("--warc", metavar="FILE", help="also write fetched HTML to a WARC file")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    g = p.add_argument_group(
+        "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
+        "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
+        "are forwarded through Redis Streams. Every worker reads the same seeds file.")
+    g.add_argument("--redis", metavar="URL",
+                   help=f"redis://[:PASSWORD@]HOST:PORT/DB (or ${REDIS_ENV}); the password "
+                   "is never stored or shown")
+    g.add_argument("--workers", type=_int_at_least(1), metavar="W", help="fleet size")
+    g.add_argument("--worker-id", type=_int_at_least(0), metavar="I", help="0 <= I < W")
+    g.add_argument("--crawl-id", type=_crawl_id, metavar="ID",
+                   help="the fleet's id in Redis and in its filters (default: derived from "
+                   "the seeds file's content and W, so every worker agrees)")
     p.set_defaults(func=cmd_crawl)
 
 
@@ -151,8 +207,30 @@ def _progress(settings: Settings, quiet: bool) -> Progress:
                     plain_interval=settings.output.plain_progress_interval, enabled=not quiet)
 
 
+def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
+    """(Redis URL, W, I) for a fleet worker, None for a single-process crawl."""
+    if args.redis is None and args.workers is None and args.worker_id is None:
+        if args.crawl_id is not None:
+            raise UsageError("--crawl-id is for fleet workers (with --redis, --workers, "
+                             "--worker-id)")
+        return None
+    url = args.redis or os.environ.get(REDIS_ENV)
+    if not url:
+        raise UsageError(f"a fleet worker needs --redis URL (or ${REDIS_ENV})")
+    if args.workers is None or args.worker_id is None:
+        raise UsageError("a fleet worker needs --workers W and --worker-id I")
+    if args.worker_id >= args.workers:
+        raise UsageError(f"--worker-id must be below --workers {args.workers}, "
+                         f"not {args.worker_id}")
+    return url, args.workers, args.worker_id
+
+
 def cmd_crawl(args: argparse.Namespace) -> int:
     settings = crawl_settings(args)
+    fleet = _fleet_args(args)
+    if fleet is not None:
+        asyncio.run(_crawl_worker(args, settings, *fleet))
+        return 0
     seen, scope, problems = create_crawl(args.state, settings, args.seeds)
     for problem in problems:
         _warn(f"{problem} (skipped)")
@@ -164,24 +242,202 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _crawl_worker(args: argparse.Namespace, settings: Settings, url: str, workers: int,
+                        worker_id: int) -> None:
+    """Join the fleet first (a refused or unreachable Redis leaves no state dir), then crawl."""
+    check_new_state_dir(args.state)
+    seeds, _ = read_seeds(args.seeds, Canonicalizer(settings.canonical.rules()))
+    scope = Scope.for_seeds([u for u, _ in seeds], settings.crawl.allow_domains)
+    crawl_id = args.crawl_id or derive_crawl_id(args.seeds, workers)
+    meta = worker_meta(crawl_id, workers, worker_id, url)
+    transport = transport_for(url, meta, settings, fleet_geometry(
+        settings_geometry(settings), settings.canonical.rules(), scope))
+    await transport.connect()
+    try:
+        seen, scope, problems = create_crawl(args.state, settings, args.seeds,
+                                             crawl_id=crawl_id, owns=transport.is_local,
+                                             meta=meta)
+        for problem in problems:
+            _warn(f"{problem} (skipped)")
+        try:
+            await run_crawl(seen, settings, scope, progress=_progress(settings, args.quiet),
+                            install_signals=True, transport=transport)
+        finally:
+            seen.close()
+    finally:
+        await transport.close()
+
+
 def add_resume(sub: Any) -> None:
-    p = sub.add_parser("resume", help="continue a stopped or crashed crawl",
+    p = sub.add_parser("resume", help="continue a stopped or crashed crawl (or fleet)",
                        description="Continue a crawl with the configuration it was started "
                        "with: queued and interrupted URLs are fetched, nothing seen is "
-                       "fetched again.")
+                       "fetched again. DIR is a state directory (a fleet worker's rejoins "
+                       "its fleet) or a fleet directory (every worker is resumed).")
     p.add_argument("dir", metavar="DIR")
+    p.add_argument("--redis", metavar="URL",
+                   help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
+                   "password, which is never stored")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     p.set_defaults(func=cmd_resume)
 
 
+def _is_fleet_dir(path: Path) -> bool:
+    return (path / FLEET_FILE).is_file() or (
+        not (path / "ledger.sqlite").exists() and (path / "worker-0" / "ledger.sqlite").exists())
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
+    if _is_fleet_dir(Path(args.dir)):
+        return _resume_fleet(args)
     seen, settings, scope = open_crawl(args.dir)
     try:
-        asyncio.run(run_crawl(seen, settings, scope, progress=_progress(settings, args.quiet),
-                              install_signals=True))
+        meta = seen.ledger.meta_get(FLEET_KEY)
+        if meta is None:
+            if args.redis:
+                raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
+                                 "worker's; resume it without --redis")
+            asyncio.run(run_crawl(seen, settings, scope,
+                                  progress=_progress(settings, args.quiet),
+                                  install_signals=True))
+        else:
+            url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
+            asyncio.run(_resume_worker(seen, settings, scope, meta, url, args.quiet))
     finally:
         seen.close()
     return 0
+
+
+async def _resume_worker(seen: UrlSeen, settings: Settings, scope: Scope, meta: dict[str, Any],
+                         url: str, quiet: bool) -> None:
+    transport = transport_for(url, meta, settings,
+                              fleet_geometry(seen.geometry, seen.rules, scope))
+    await transport.connect()
+    try:
+        now = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], url)
+        if now != meta:  # Redis moved: remember where (without a password)
+            seen.ledger.meta_set(FLEET_KEY, now)
+            seen.commit()
+        await run_crawl(seen, settings, scope, progress=_progress(settings, quiet),
+                        install_signals=True, transport=transport)
+    finally:
+        await transport.close()
+
+
+def _resume_fleet(args: argparse.Namespace) -> int:
+    fd = read_fleet_dir(args.dir)
+    local: LocalRedis | None = None
+    if fd.redis == LOCAL:
+        if args.redis:
+            raise CrawlError(f"{fd.root} runs its own local Redis; resume it without --redis")
+        local = LocalRedis(fd.root / "redis").start()
+        url = local.url
+    else:
+        url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(
+            {"redis": fd.redis, "redis_auth": fd.redis_auth}, str(fd.root))
+    children = [["resume", str(fd.worker(i)), "--quiet"] for i in range(fd.workers)]
+    try:
+        return asyncio.run(supervise(children, redis_url=url, crawl_id=fd.crawl_id,
+                                     state=fd.root, settings=load_settings(),
+                                     quiet=args.quiet))
+    finally:
+        if local is not None:
+            local.stop()
+
+
+# -- fleet ---------------------------------------------------------------------------------
+
+
+def add_fleet(sub: Any) -> None:
+    p = sub.add_parser("fleet", help="run W local fleet workers (and a local Redis)",
+                       description="Start W worker processes on this machine, worker I in "
+                       "DIR/worker-I, sharing a Redis: --redis URL, or a redis-server this "
+                       "command starts on a free loopback port (its data in DIR/redis, so "
+                       "'bloomcrawl resume DIR' continues the fleet). Shows one combined "
+                       "progress line; Ctrl-C stops every worker. Crawl options apply to "
+                       "each worker (--max-pages is per worker).")
+    p.add_argument("seeds", metavar="SEEDS_FILE")
+    p.add_argument("--state", required=True, metavar="DIR",
+                   help="new or empty directory for the fleet")
+    p.add_argument("--workers", required=True, type=_int_at_least(1), metavar="W")
+    p.add_argument("--redis", metavar="URL", help="an existing Redis for the fleet")
+    p.add_argument("--crawl-id", type=_crawl_id, metavar="ID",
+                   help="the fleet's id (default: a new random one)")
+    for flag in ("--config", "--warc"):
+        p.add_argument(flag, metavar="FILE")
+    p.add_argument("--max-pages", type=_int_at_least(0), metavar="N")
+    p.add_argument("--max-depth", type=_int_at_least(0), metavar="D")
+    p.add_argument("--allow-domain", type=_domain, action="append", default=[], metavar="D")
+    p.add_argument("--concurrency", type=_int_at_least(1), metavar="N")
+    p.add_argument("--per-host", type=_int_at_least(1), metavar="N")
+    p.add_argument("--delay", type=_seconds, metavar="S")
+    p.add_argument("--allow-private", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    p.set_defaults(func=cmd_fleet)
+
+
+def _worker_flags(args: argparse.Namespace, i: int) -> list[str]:
+    """The crawl options of ``fleet`` as one worker's command-line flags."""
+    out: list[str] = []
+    if args.config:
+        out += ["--config", str(Path(args.config).resolve())]
+    if args.warc:  # one WARC file per worker: writers must not share a file
+        w = Path(args.warc).resolve()
+        suffix = "".join(w.suffixes)
+        out += ["--warc", str(w.with_name(f"{w.name[:len(w.name) - len(suffix)]}-worker-{i}"
+                                          f"{suffix}"))]
+    for flag, value in (("--max-pages", args.max_pages), ("--max-depth", args.max_depth),
+                        ("--concurrency", args.concurrency), ("--per-host", args.per_host),
+                        ("--delay", args.delay)):
+        if value is not None:
+            out += [flag, str(value)]
+    for d in args.allow_domain:
+        out += ["--allow-domain", d]
+    if args.allow_private:
+        out.append("--allow-private")
+    return out
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)  # a bad config file fails here, not W times
+    state = Path(args.state)
+    check_new_state_dir(state)
+    read_seeds(args.seeds, Canonicalizer(settings.canonical.rules()))
+    seeds = str(Path(args.seeds).resolve())
+    crawl_id = args.crawl_id or uuid.uuid4().hex
+    created = not state.exists()
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CrawlError(f"cannot create fleet directory {state}: "
+                         f"{exc.strerror or exc}") from None
+    local: LocalRedis | None = None
+    try:
+        try:
+            if args.redis:
+                url = args.redis
+            else:
+                local = LocalRedis(state / "redis").start()
+                url = local.url
+            write_fleet_file(state, crawl_id, args.workers, LOCAL if local else url)
+        except BaseException:  # nothing started: leave no half-made fleet dir behind
+            if local is not None:
+                local.stop()
+                local = None
+            if created:
+                shutil.rmtree(state, ignore_errors=True)
+            else:
+                shutil.rmtree(state / "redis", ignore_errors=True)
+                (state / FLEET_FILE).unlink(missing_ok=True)
+            raise
+        children = [["crawl", seeds, "--state", str(worker_dir(state, i)), "--workers",
+                     str(args.workers), "--worker-id", str(i), "--crawl-id", crawl_id,
+                     "--quiet", *_worker_flags(args, i)] for i in range(args.workers)]
+        return asyncio.run(supervise(children, redis_url=url, crawl_id=crawl_id, state=state,
+                                     settings=settings, quiet=args.quiet))
+    finally:
+        if local is not None:
+            local.stop()
 
 
 # -- inspection and maintenance --------------------------------------------------------------
@@ -286,11 +542,32 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def add_merge(sub: Any) -> None:
     p = sub.add_parser("merge", help="OR shard files of several crawls/workers",
                        description="OR Bloom shard files of identical geometry, shard by "
-                       "shard. INPUT is a shard file, a directory of shard files, or a state "
-                       "directory. OUT is a directory (its shards/ if it is a state directory).")
+                       "shard: given a fleet's worker state directories, the fleet's "
+                       "seen-set. INPUT is a shard file, a directory of shard files, or a "
+                       "state directory (whose shards are first brought up to date with its "
+                       "ledger). OUT is a directory (its shards/ if it is a state directory).")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p.add_argument("--state", action="store_true",
+                   help="make OUT a new, complete state directory: the OR of the filters and "
+                   "the union of the ledgers and pages.jsonl files (INPUTs: state "
+                   "directories of one crawl or fleet); 'bloomcrawl resume OUT' continues "
+                   "it as one process")
     p.set_defaults(func=cmd_merge)
+
+
+def _catch_up(state_dir: Path) -> None:
+    """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
+    with Ledger(state_dir / "ledger.sqlite", readonly=True) as ledger:
+        hwm = ledger.hwm()
+    files = sorted((state_dir / "shards").glob("shard-*.bloom"))
+    if files and all(read_header(f).hwm >= hwm for f in files):
+        return
+    try:
+        with UrlSeen(state_dir, create=False) as seen:
+            seen.snapshot()
+    except StateLocked:
+        _warn(f"{state_dir} is in use: its shard files may lack its newest URLs")
 
 
 def _shard_files(path: Path) -> list[Path]:
@@ -306,6 +583,11 @@ def _shard_files(path: Path) -> list[Path]:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    if args.state:
+        return _merge_states(args)
+    for raw in args.inputs:
+        if (Path(raw) / "ledger.sqlite").is_file():
+            _catch_up(Path(raw))
     groups: dict[int, list[Path]] = {}
     counts: dict[int, Path] = {}
     dir_sets: dict[Path, set[int]] = {}
@@ -341,6 +623,60 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge_states(args: argparse.Namespace) -> int:
+    from dedup.resize import merge_states
+
+    ins = [_require_state_dir(raw) for raw in args.inputs]
+    out = Path(args.output)
+    result = merge_states(out, ins)
+    with Ledger(out / "ledger.sqlite") as ledger:
+        ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
+    pages = b"".join(_complete_lines(d / PAGES_FILE) for d in ins)
+    tmp = out / f".{PAGES_FILE}.tmp"
+    tmp.write_bytes(pages)
+    os.replace(tmp, out / PAGES_FILE)
+    print(f"merged {len(ins)} state directories into {out}: {result.rows} URLs "
+          f"({result.duplicates} present in several inputs)")
+    return 0
+
+
+def _complete_lines(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return b""
+    return data[:data.rfind(b"\n") + 1]
+
+
+# -- resize ------------------------------------------------------------------------------------
+
+
+def add_resize(sub: Any) -> None:
+    p = sub.add_parser("resize", help="halve or double a stopped fleet",
+                       description="Turn a stopped fleet of W workers (DIR/worker-I) into a "
+                       "new fleet directory of W/2 workers (worker I and I + W/2 merged) or "
+                       "2W (each worker's filter copied to both new owners, its ledger and "
+                       "pages.jsonl split by the new owner function). The fleet's "
+                       "un-acknowledged links in Redis are re-routed to their new owners. "
+                       "Continue with 'bloomcrawl resume NEWDIR'.")
+    p.add_argument("--from-state", required=True, metavar="DIR", help="the fleet directory")
+    p.add_argument("--to", required=True, type=_int_at_least(1), metavar="W2")
+    p.add_argument("-o", "--output", required=True, metavar="NEWDIR")
+    p.add_argument("--redis", metavar="URL",
+                   help=f"the fleet's Redis (or ${REDIS_ENV}); default: the recorded one")
+    p.set_defaults(func=cmd_resize)
+
+
+def cmd_resize(args: argparse.Namespace) -> int:
+    fd = read_fleet_dir(args.from_state)
+    url = args.redis or (os.environ.get(REDIS_ENV) if fd.redis != LOCAL else None)
+    dirs = resize_fleet(fd, args.to, Path(args.output), redis_url=url,
+                        progress=lambda m: print(m))
+    print(f"resized {fd.workers} workers into {len(dirs)} in {args.output} (continue with: "
+          f"bloomcrawl resume {args.output})")
+    return 0
+
+
 def add_rebuild(sub: Any) -> None:
     p = sub.add_parser("rebuild", help="recreate the shard files from the ledger")
     p.add_argument("dir", metavar="DIR")
@@ -362,7 +698,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 # -- entry point -------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Any], None]] = [
-    add_crawl, add_resume, add_stats, add_check, add_forget, add_merge, add_rebuild,
+    add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
+    add_rebuild,
 ]
 
 
@@ -384,7 +721,13 @@ def _describe(exc: BaseException) -> str:
 
 
 _USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, sqlite3.Error,
-                OSError, ValueError)
+                OSError, ValueError, FleetError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The error types shown as one line; the Redis ones only if Redis was used (imported)."""
+    transport = sys.modules.get("crawler.transport")
+    return _USER_ERRORS + ((transport.TransportError,) if transport is not None else ())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -400,7 +743,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     try:
         return int(args.func(args))
-    except _USER_ERRORS as exc:
+    except UsageError as exc:
+        _err(str(exc))
+        return 2
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
         _err(_describe(exc))

@@ -29,6 +29,21 @@ Shard snapshots are written one shard per ``asyncio.to_thread`` call,
 periodically (time and new-URL triggers) and at the end; they only make a
 restart faster, since opening the state replays the ledger past each
 snapshot's high-water mark.
+
+As a fleet worker (``transport`` given: ``crawl --redis``), the engine fetches
+only the hosts it owns (``hash(host) mod W``). A page's in-scope links for other
+owners are forwarded *before* the page is marked — batched with the links of
+pages that finished meanwhile, one ``RedisTransport.forward`` round trip per
+batch — so a crash in between refetches the page and forwards again (the
+owner's seen-test drops repeats). A receive task takes what other
+workers forwarded: ``admit_resolved`` per depth -> ``seen.commit()`` ->
+frontier -> ``ack`` — an entry leaves the owner's stream only once its URLs
+are durable in the owner's ledger; an un-acked one is re-read after a crash.
+Locally idle (nothing queued, in flight, being forwarded or being received)
+is not the end: a fleet task reports idle and polls ``fleet_done`` (every
+worker idle, every stream drained, in one atomic reading), and ends the crawl
+only then; it also polls for a fleet-wide stop request, and a signal to this
+worker makes that request.
 """
 
 from __future__ import annotations
@@ -40,9 +55,9 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawler.fetch import Fetcher, FetchResult
 from crawler.frontier import Frontier, Item
@@ -63,14 +78,18 @@ from crawler.scope import Scope, authority_of, hostname_of, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, State, UrlSeen
 
-__all__ = ["CONFIG_KEY", "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "Engine", "create_crawl",
-           "open_crawl", "run_crawl"]
+if TYPE_CHECKING:
+    from crawler.transport import Delivery, RedisTransport
+
+__all__ = ["CONFIG_KEY", "FLEET_KEY", "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "Engine",
+           "check_new_state_dir", "create_crawl", "open_crawl", "run_crawl"]
 
 log = logging.getLogger("crawler.engine")
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
 TOTALS_KEY = "dedup_totals"
+FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
 _COUNTER_KEYS = ("links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
                  "confirm_cache_hits", "ledger_queries", "false_positives")
@@ -83,25 +102,21 @@ class CrawlError(Exception):
 # -- state directories ------------------------------------------------------------------
 
 
-def _open_seen(state_dir: Path, settings: Settings, *, create: bool) -> UrlSeen:
+def _open_seen(state_dir: Path, settings: Settings, *, create: bool,
+               crawl_id: str | None = None) -> UrlSeen:
     d = settings.dedup
     if create:
         return UrlSeen(state_dir, capacity=d.capacity, error_rate=d.error_rate, shards=d.shards,
                        seed=d.seed, growth=d.growth, rules=settings.canonical.rules(),
                        confirm_cache_size=d.confirm_cache_size,
-                       canon_cache_size=d.canon_cache_size, create=True, autocommit=False)
+                       canon_cache_size=d.canon_cache_size, crawl_id=crawl_id, create=True,
+                       autocommit=False)
     return UrlSeen(state_dir, confirm_cache_size=d.confirm_cache_size,
                    canon_cache_size=d.canon_cache_size, create=False, autocommit=False)
 
 
-def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Path
-                 ) -> tuple[UrlSeen, Scope, list[str]]:
-    """Start a new crawl in an empty (or new) ``state_dir`` from a seeds file.
-
-    Freezes ``settings`` and the scope into the ledger and admits the seeds at
-    depth 0 in one batch. Returns (seen, scope, problems with seed lines).
-    Raises CrawlError (directory in use or not empty) or SeedError.
-    """
+def check_new_state_dir(state_dir: str | Path) -> None:
+    """Refuse a directory that holds a crawl or anything else (before touching Redis)."""
     state_dir = Path(state_dir)
     if (state_dir / "ledger.sqlite").exists():
         raise CrawlError(f"{state_dir} already holds a crawl; continue it with "
@@ -112,8 +127,27 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
         if any(state_dir.iterdir()):
             raise CrawlError(f"state directory {state_dir}: not empty and not a bloomcrawl "
                              "state directory; choose a new or empty directory")
+
+
+def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Path, *,
+                 crawl_id: str | None = None, owns: Callable[[str], bool] | None = None,
+                 meta: dict[str, Any] | None = None) -> tuple[UrlSeen, Scope, list[str]]:
+    """Start a new crawl in an empty (or new) ``state_dir`` from a seeds file.
+
+    Freezes ``settings`` and the scope into the ledger and admits the seeds at
+    depth 0 in one batch. A fleet worker passes the fleet's ``crawl_id`` (its
+    filter must carry it to be merged with the others'), ``owns(host)`` (it
+    admits only its own seeds; the scope is still every seed's host) and its
+    identity as ``meta`` (stored under ``FLEET_KEY``).
+    Returns (seen, scope, problems with seed lines).
+    Raises CrawlError (directory in use or not empty) or SeedError.
+    """
+    state_dir = Path(state_dir)
+    check_new_state_dir(state_dir)
     seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
     scope = Scope.for_seeds([url for url, _ in seeds], settings.crawl.allow_domains)
+    if owns is not None:
+        seeds = [(url, key) for url, key in seeds if owns(authority_of(url))]
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         probe = state_dir / ".write-test"
@@ -122,10 +156,12 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     except OSError as exc:
         raise CrawlError(f"cannot write state directory {state_dir}: "
                          f"{exc.strerror or exc}") from None
-    seen = _open_seen(state_dir, settings, create=True)
+    seen = _open_seen(state_dir, settings, create=True, crawl_id=crawl_id)
     try:
         seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
         seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
+        if meta is not None:
+            seen.ledger.meta_set(FLEET_KEY, meta)
         admitted = seen.admit_resolved(seeds, depth=0)
         if settings.crawl.max_pages_per_host:
             write_json_atomic(state_dir / HOST_COUNTS_FILE,
@@ -255,7 +291,8 @@ class Engine:
     """
 
     def __init__(self, seen: UrlSeen, settings: Settings, scope: Scope, *,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None,
+                 transport: RedisTransport | None = None) -> None:
         self.seen = seen
         self.settings = settings
         self.scope = scope
@@ -298,6 +335,25 @@ class Engine:
         self._robots: RobotsCache | None = None
         self._committer: _Committer | None = None
         self._info: dict[str, Any] | None = None
+        # -- fleet worker (None: the single-process crawl) --
+        self.transport = transport
+        self._is_local: Callable[[str], bool] | None = None
+        self._processing = 0  # pages between frontier.get() and their commit
+        self._receiving = False  # a delivery taken from the stream and not yet acked
+        self._wake: asyncio.Event | None = None
+        self._fleet_stop: asyncio.Task[None] | None = None
+        self._forward_cache = _RecentKeys(settings.distributed.forward_cache_size)
+        self._sending: dict[str, asyncio.Future[None]] = {}  # key -> the batch carrying it
+        self._outbox: list[tuple[str, str, str, int]] = []  # the batch being filled
+        self._outbox_done: asyncio.Future[None] | None = None
+        self._outbox_wake: asyncio.Event | None = None
+        self.forward_batches = 0
+        self.forwarded = 0  # links sent to their owners this run
+        self.received = 0  # links received from other workers this run
+        if transport is not None:
+            self._is_local = transport.is_local
+            # Locally idle is not the end: the fleet decides (see _fleet_loop).
+            self.frontier.on_idle = self._on_local_idle
 
     # -- control ---------------------------------------------------------------------
 
@@ -318,6 +374,9 @@ class Engine:
                 f"bloomcrawl: {name}: stopping — finishing in-flight fetches (up to "
                 f"{self.settings.crawl.stop_grace:g} s); send it again to exit at once")
             self.stop(f"stopped by {name}")
+            if self.transport is not None:  # every worker of the fleet stops too
+                self._fleet_stop = asyncio.get_running_loop().create_task(
+                    self._request_fleet_stop())
             return
         # Second signal: leave now. The ledger is the truth; everything taken
         # but not yet marked stays QUEUED and is fetched on resume.
@@ -334,6 +393,8 @@ class Engine:
         self._stop_event = asyncio.Event()
         self._closing = asyncio.Event()
         self._snap_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._outbox_wake = asyncio.Event()
         signals = (signal.SIGINT, signal.SIGTERM) if install_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -346,6 +407,8 @@ class Engine:
         if self._fatal is not None:
             raise self._fatal
         summary = self.status(final=True)
+        if self.transport is not None:
+            await self._publish(summary)
         self.progress.summary(summary)
         return summary
 
@@ -362,11 +425,19 @@ class Engine:
         snapshots = asyncio.create_task(self._snapshot_loop(), name="bloomcrawl-snapshots")
         progress = asyncio.create_task(self._progress_loop(), name="bloomcrawl-progress")
         workers: list[asyncio.Task[None]] = []
+        fleet: list[asyncio.Task[None]] = []
         try:
             async with fetcher:
                 self.frontier.load()
                 workers = [asyncio.create_task(self._worker(), name=f"bloomcrawl-worker-{i}")
                            for i in range(s.crawl.concurrency)]
+                if self.transport is not None:
+                    fleet = [asyncio.create_task(self._guard(self._receive_loop()),
+                                                 name="bloomcrawl-receive"),
+                             asyncio.create_task(self._guard(self._forward_loop()),
+                                                 name="bloomcrawl-forward"),
+                             asyncio.create_task(self._guard(self._fleet_loop()),
+                                                 name="bloomcrawl-fleet")]
                 stop_wait = asyncio.create_task(self._stop_event.wait())
                 all_done = asyncio.gather(*workers, return_exceptions=True)
                 await asyncio.wait([stop_wait, all_done], return_when=asyncio.FIRST_COMPLETED)
@@ -376,13 +447,19 @@ class Engine:
                     for t in pending:
                         t.cancel()
                 await all_done
+                # A delivery being committed when cancelled stays un-acked: re-read on resume.
+                for t in fleet:
+                    t.cancel()
+                await asyncio.gather(*fleet, return_exceptions=True)
                 f = self.frontier
                 if f.max_take is not None and f.taken >= f.max_take and not self.stopping:
                     self.outcome = "max pages reached"
             await committer.close()
         finally:
-            for t in workers:
+            for t in workers + fleet:
                 t.cancel()
+            if self._fleet_stop is not None:  # the other workers must hear of our stop
+                await asyncio.wait([self._fleet_stop], timeout=self.settings.crawl.stop_grace)
             progress.cancel()
             # not cancelled: a shard being written in a thread is let finish
             self._closing.set()
@@ -397,6 +474,7 @@ class Engine:
             item = await frontier.get()
             if item is None:
                 return
+            self._processing += 1
             try:
                 await self._process(item)
             except asyncio.CancelledError:
@@ -407,6 +485,10 @@ class Engine:
                     log.error("crawl aborted on %s: %r", item.url, exc)
                 self.stop("aborted")
                 return
+            finally:
+                self._processing -= 1
+                if not self._processing and self._wake is not None:
+                    self._wake.set()
 
     async def _process(self, item: Item) -> None:
         url = item.url
@@ -437,6 +519,7 @@ class Engine:
             frontier.done(item)
             raise
         links_found = links_new = 0
+        remote: list[tuple[str, str, str, int]] = []
         final_url: str | None = url
         try:
             status = res.status
@@ -445,17 +528,19 @@ class Engine:
                 target = self._canon.resolve_many((res.location,), url)[0]
                 final_url = target[0] if target is not None else None
                 if target is not None:
-                    links_new = self._admit((target,), item.depth)  # a hop, not a level
+                    links_new, remote = self._admit((target,), item.depth)  # a hop, not a level
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self._nofollow)
                 links_found = len(hrefs)
                 if item.depth < self._max_depth and hrefs:
-                    links_new = self._admit(self._canon.resolve_many(hrefs, base),
-                                            item.depth + 1)
+                    links_new, remote = self._admit(self._canon.resolve_many(hrefs, base),
+                                                    item.depth + 1)
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
                           else None)
+        if remote:  # with their owners before this page counts as done
+            await self._forward(remote)
         failed = _failed(res)
         self.pages += 1
         if failed:
@@ -463,21 +548,34 @@ class Engine:
         await self._commit(item, res, final_url, links_found, links_new,
                            State.FAILED if failed else State.FETCHED, res.error)
 
-    def _admit(self, pairs: Sequence[tuple[str, str] | None], depth: int) -> int:
-        """Scope, per-host cap, URL-seen test (one batch), frontier. Returns URLs queued."""
+    def _admit(self, pairs: Sequence[tuple[str, str] | None], depth: int
+               ) -> tuple[int, list[tuple[str, str, str, int]]]:
+        """Scope, per-host cap, URL-seen test (one batch), frontier.
+
+        Returns (URLs queued, in-scope links of hosts another worker owns as
+        ``(url, key, host, depth)`` — always empty for a single process). The
+        owner alone applies the cap and the seen-test to its hosts' links.
+        """
         allows = self.scope.allows_host
         cap = self._cap
         counts = self._host_counts
+        local = self._is_local
         keep = []
+        remote: list[tuple[str, str, str, int]] = []
         for pair in pairs:
             if pair is None:
                 continue
             host = authority_of(pair[0])
-            if not allows(host) or (cap and counts.get(host, 0) >= cap):
+            if not allows(host):
+                continue
+            if local is not None and not local(host):
+                remote.append((pair[0], pair[1], host, depth))
+                continue
+            if cap and counts.get(host, 0) >= cap:
                 continue
             keep.append(pair)
         if not keep:
-            return 0
+            return 0, remote
         new = self.seen.admit_resolved(keep, depth=depth)
         if cap and new:
             ok = []
@@ -495,7 +593,7 @@ class Engine:
         if new:
             self.frontier.add(new)
             self.queued_new += len(new)
-        return len(new)
+        return len(new), remote
 
     async def _commit(self, item: Item, res: FetchResult | None, final_url: str | None,
                       links_found: int, links_new: int, state: State,
@@ -522,6 +620,184 @@ class Engine:
             warc_page = (item.url, res.content_type or "text/html", res.body, now)
         assert self._committer is not None
         await self._committer.commit(record, (item.seq, state, status, error), warc_page)
+
+    # -- the fleet (a worker of ``bloomcrawl crawl --redis``) ----------------------------
+    #
+    # A link of a host another worker owns is forwarded to that owner's stream
+    # before the page that found it is marked (a crash in between refetches the
+    # page and forwards it again; the owner's seen-test drops the repeat). The
+    # receive task admits what others forward, commits it, and only then acks.
+
+    async def _forward(self, items: list[tuple[str, str, str, int]]) -> None:
+        """Hand a page's remote links to the forwarder; return once Redis holds them all.
+
+        Group forwarding, like the group commit: links of pages finished while
+        one batch is on the wire go out together in the next (one round trip).
+        A key sent lately is skipped; a key already in a batch on its way is
+        not added again, but that batch is waited for.
+        """
+        recent = self._forward_cache
+        sending = self._sending
+        waits: set[asyncio.Future[None]] = set()
+        for item in items:
+            key = item[1]
+            if key in recent:
+                continue
+            fut = sending.get(key)
+            if fut is None:
+                if self._outbox_done is None:
+                    self._outbox_done = asyncio.get_running_loop().create_future()
+                fut = sending[key] = self._outbox_done
+                self._outbox.append(item)
+            waits.add(fut)
+        if not waits:
+            return
+        assert self._outbox_wake is not None
+        self._outbox_wake.set()
+        await asyncio.wait(waits)  # not gather: a cancelled page must not cancel a batch
+        for fut in waits:
+            if fut.cancelled():
+                raise asyncio.CancelledError
+            if fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+
+    async def _forward_loop(self) -> None:
+        assert self.transport is not None and self._outbox_wake is not None
+        sending = self._sending
+        while True:
+            await self._outbox_wake.wait()
+            self._outbox_wake.clear()
+            while self._outbox:
+                batch, done = self._outbox, self._outbox_done
+                self._outbox, self._outbox_done = [], None
+                assert done is not None
+                try:
+                    await self.transport.forward(batch)
+                except BaseException as exc:
+                    for fut in (done, self._outbox_done):  # waiters fail, not hang
+                        if fut is None or fut.done():
+                            continue
+                        if isinstance(exc, Exception):
+                            fut.set_exception(exc)
+                            fut.exception()  # retrieved: it may have no waiter left
+                        else:
+                            fut.cancel()
+                    raise
+                for item in batch:  # only once Redis holds them
+                    self._forward_cache.add(item[1])
+                    sending.pop(item[1], None)
+                self.forwarded += len(batch)
+                self.forward_batches += 1
+                done.set_result(None)
+
+    async def _receive_loop(self) -> None:
+        t = self.transport
+        assert t is not None
+        block_ms = max(1, round(self.settings.distributed.receive_block * 1000))
+        while True:
+            deliveries = await t.receive(block_ms=block_ms)
+            if not deliveries:
+                continue
+            self._receiving = True
+            try:
+                await self._take(deliveries)
+            finally:
+                self._receiving = False
+                if self._wake is not None:
+                    self._wake.set()
+
+    async def _take(self, deliveries: list[Delivery]) -> None:
+        """Admit forwarded links (one batch per depth), commit, then acknowledge."""
+        t = self.transport
+        assert t is not None
+        by_depth: dict[int, list[tuple[str, str]]] = {}
+        foreign: list[tuple[str, str, str, int]] = []
+        n = 0
+        for d in deliveries:
+            for url, key, host, depth in d.items:
+                n += 1
+                if t.is_local(host):
+                    by_depth.setdefault(depth, []).append((url, key))
+                else:  # sent under another fleet size: pass it on, never admit it here
+                    foreign.append((url, key, host, depth))
+        if foreign:
+            await t.forward(foreign)
+        for depth in sorted(by_depth):
+            self._admit(by_depth[depth], depth)
+        self.seen.commit()  # never ack a link that is not durable in this worker's ledger
+        self.received += n
+        await t.ack(deliveries)
+
+    def _locally_idle(self) -> bool:
+        """Nothing to fetch, nothing in flight or being forwarded, no delivery un-acked."""
+        return (self.frontier.finished() and not self._processing and not self._receiving
+                and not self.stopping)
+
+    def _on_local_idle(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _fleet_loop(self) -> None:
+        """End the crawl when the whole fleet is done; stop when any worker asks to.
+
+        Reports idle only when locally idle; ``set_idle`` refuses if an ack
+        happened since (work arrived), and ``fleet_done`` is one atomic reading
+        of every worker's flag and every stream, so a forward in flight (its
+        sender is busy until Redis has it) cannot end the crawl early.
+        """
+        t = self.transport
+        assert t is not None and self._wake is not None
+        poll = self.settings.distributed.poll_interval
+        loop = asyncio.get_running_loop()
+        next_stop_check = 0.0
+        while True:
+            if loop.time() >= next_stop_check:
+                next_stop_check = loop.time() + poll
+                if await t.stop_requested():
+                    if not self.stopping:
+                        self.progress.message("bloomcrawl: stop requested by the fleet: "
+                                              "stopping — finishing in-flight fetches")
+                        self.stop("stopped by fleet request")
+                    return
+            if self._locally_idle() and await t.set_idle(True) and self._locally_idle() \
+                    and await t.fleet_done():
+                self.frontier.close()  # the workers see the end; the crawl is finished
+                return
+            self._wake.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll):
+                    await self._wake.wait()
+
+    async def _guard(self, loop: Any) -> None:
+        """A fleet task that fails (Redis gone for good) stops the crawl with its error."""
+        try:
+            await loop
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._fatal is None:
+                self._fatal = exc
+                log.error("fleet worker aborted: %s", exc)
+            self.stop("aborted")
+
+    async def _request_fleet_stop(self) -> None:
+        assert self.transport is not None
+        try:
+            await self.transport.request_stop()
+        except Exception as exc:  # the local stop goes on regardless
+            log.error("could not ask the fleet to stop: %s", exc)
+
+    async def _publish(self, status: dict[str, Any]) -> None:
+        """This worker's figures for the fleet's combined progress line (best effort)."""
+        assert self.transport is not None
+        keys = ("outcome", "elapsed", "rate", "fetched", "errors", "skipped", "queued",
+                "in_flight", "hosts", "new", "forwarded", "received", "redis_calls",
+                "session_pages", "worker_id")
+        try:
+            await self.transport.publish_stats({k: status[k] for k in keys if k in status})
+        except Exception as exc:
+            log.debug("could not publish stats: %s", exc)
 
     # -- persistence -------------------------------------------------------------------
 
@@ -574,6 +850,8 @@ class Engine:
             status["rate"] = (self.pages - last_pages) / max(1e-9, now - last_t)
             last_pages, last_t = self.pages, now
             self.progress.update(status, now=now)
+            if self.transport is not None:
+                await self._publish(status)
 
     # -- reporting ---------------------------------------------------------------------
 
@@ -605,9 +883,37 @@ class Engine:
             "state_dir": str(self.state_dir),
         }
         out.update({k: c.get(k, 0) for k in _COUNTER_KEYS})
+        t = self.transport
+        if t is not None:
+            out.update(worker_id=t.worker_id, workers=t.workers, forwarded=self.forwarded,
+                       forward_batches=self.forward_batches, received=self.received,
+                       redis_calls=t.stats["calls"])
         if final:
             out["totals"] = self._totals()
         return out
+
+
+class _RecentKeys:
+    """Keys forwarded lately (two generations: O(1) inserts, LRU-like eviction).
+
+    Links to another host's pages repeat on many pages; the owner would drop
+    the repeats, but each would still cost stream space and its seen-test.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._half = size // 2
+        self._young: set[str] = set()
+        self._old: set[str] = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._young or key in self._old
+
+    def add(self, key: str) -> None:
+        if self._half <= 0:
+            return
+        self._young.add(key)
+        if len(self._young) >= self._half:
+            self._old, self._young = self._young, set()
 
 
 def _failed(res: FetchResult) -> bool:
@@ -624,8 +930,12 @@ def _failed(res: FetchResult) -> bool:
 
 
 async def run_crawl(seen: UrlSeen, settings: Settings, scope: Scope, *,
-                    progress: Progress | None = None,
-                    install_signals: bool = False) -> dict[str, Any]:
-    """Run an engine over an open state directory; returns the summary figures."""
-    engine = Engine(seen, settings, scope, progress=progress)
+                    progress: Progress | None = None, install_signals: bool = False,
+                    transport: RedisTransport | None = None) -> dict[str, Any]:
+    """Run an engine over an open state directory; returns the summary figures.
+
+    With a connected ``transport`` the engine is one worker of a fleet: it
+    fetches only the hosts it owns and ends when the whole fleet is done.
+    """
+    engine = Engine(seen, settings, scope, progress=progress, transport=transport)
     return await engine.run(install_signals=install_signals)

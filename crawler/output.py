@@ -26,6 +26,7 @@ __all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read
            "repair_tail", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
+_INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -92,7 +93,7 @@ def repair_tail(path: str | Path) -> int:
 
 
 class PageLog:
-    """Append-only JSON-lines file of page records, written with aiofiles."""
+    """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -110,6 +111,14 @@ class PageLog:
             return
         data = ("\n".join(map(_dumps, records)) + "\n").encode()
         view = memoryview(data)
+        if len(data) <= _INLINE_WRITE:
+            # A commit group's lines are a few KB: handing them to a thread costs
+            # more than writing them to the page cache here (the engine commits the
+            # same group to SQLite on the loop right after). Big appends still go
+            # through aiofiles, so a congested disk cannot stall the loop for long.
+            fd = self._fh.fileno()
+            while view:
+                view = view[os.write(fd, view):]
         while view:
             n = await self._fh.write(view)
             view = view[n:]

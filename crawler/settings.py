@@ -27,6 +27,7 @@ __all__ = [
     "ConfigError",
     "CrawlSettings",
     "DedupSettings",
+    "DistributedSettings",
     "OutputSettings",
     "PolitenessSettings",
     "Settings",
@@ -96,6 +97,17 @@ class CanonicalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DistributedSettings:
+    forward_batch: int = 500
+    forward_cache_size: int = 100_000
+    receive_count: int = 64
+    receive_block: float = 1.0
+    claim_idle: float = 60.0
+    retry_for: float = 60.0
+    poll_interval: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
@@ -104,6 +116,7 @@ class Settings:
     output: OutputSettings = field(default_factory=OutputSettings)
     dedup: DedupSettings = field(default_factory=DedupSettings)
     canonical: CanonicalSettings = field(default_factory=CanonicalSettings)
+    distributed: DistributedSettings = field(default_factory=DistributedSettings)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain JSON/TOML-shaped data (tuples become lists)."""
@@ -218,6 +231,13 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("dedup", "confirm_cache_size"): (lambda v: v >= 0, ">= 0"),
     ("dedup", "canon_cache_size"): (lambda v: v >= 0, ">= 0"),
     ("canonical", "max_url_length"): (lambda v: v >= 1, ">= 1"),
+    ("distributed", "forward_batch"): (lambda v: v >= 1, ">= 1"),
+    ("distributed", "forward_cache_size"): (lambda v: v >= 0, ">= 0 (0: off)"),
+    ("distributed", "receive_count"): (lambda v: v >= 1, ">= 1"),
+    ("distributed", "receive_block"): (lambda v: 0 < v <= 20, "between 0 and 20 seconds"),
+    ("distributed", "claim_idle"): (lambda v: v > 0, "> 0"),
+    ("distributed", "retry_for"): (lambda v: v >= 0, ">= 0"),
+    ("distributed", "poll_interval"): (lambda v: v > 0, "> 0"),
 }
 
 

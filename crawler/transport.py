@@ -66,6 +66,7 @@ log = logging.getLogger("crawler.transport")
 PROTOCOL = "msgpack-1"
 SOCKET_TIMEOUT = 30.0    # seconds; a dead peer that never closes the socket is noticed
 MAX_BLOCK_MS = 20_000    # a blocking read must end well within SOCKET_TIMEOUT
+OP_TIMEOUT = SOCKET_TIMEOUT + MAX_BLOCK_MS / 1000  # one round trip, a blocking read included
 GROUP = "owner"
 Item = tuple[str, str, str, int]  # (url, key, host, depth)
 T = TypeVar("T")
@@ -99,6 +100,11 @@ def redact(url: str) -> str:
             authority = f"{user}:***@{hostport}" if colon else f"***@{hostport}"
         url = f"{scheme}://{authority}{tail}"
     return _PASSWORD_PARAM.sub(r"\1***", url)
+
+
+def has_password(url: str) -> bool:
+    """Does ``url`` carry a password (userinfo or ``password=``)? Such a URL is never stored."""
+    return _password_of(url) is not None
 
 
 def _password_of(url: str) -> str | None:
@@ -211,10 +217,14 @@ class _Keys:
         return f"{self._in}{worker}"
 
 
-def _client(url: str, *, socket_timeout: float) -> aioredis.Redis:
+def _client(url: str) -> aioredis.Redis:
     # Retries are ours (bounded, logged, redacted), not redis-py's silent ones.
+    # No socket_timeout: with one, redis-py sends every command through
+    # asyncio.wait_for, which on Python 3.11 swallows a cancellation that
+    # races with the send completing (the task then runs on, "cancelled");
+    # our callers bound each round trip with asyncio.timeout instead.
     return aioredis.Redis.from_url(
-        url, socket_connect_timeout=5.0, socket_timeout=socket_timeout,
+        url, socket_connect_timeout=5.0, socket_timeout=None,
         retry=Retry(NoBackoff(), 0), health_check_interval=0)
 
 
@@ -249,7 +259,7 @@ class FleetMonitor:
         self._scripts: dict[str, Any] = {}
         self._stop_base = 0      # stop requests older than our connect do not stop us
         self._broken = False
-        self.stats: dict[str, int] = {"reconnects": 0}
+        self.stats: dict[str, int] = {"reconnects": 0, "calls": 0}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.where}, crawl={self.crawl_id}, {self.workers} workers)"
@@ -258,8 +268,10 @@ class FleetMonitor:
         """Reach Redis, one attempt (clear TransportError if it is down); check the fleet size."""
         self._open()
         try:
-            workers, stop = await self._redis.pipeline(transaction=False).hget(  # type: ignore[union-attr]
-                self.keys.fleet, "workers").get(self.keys.stop).execute()
+            async with asyncio.timeout(OP_TIMEOUT):
+                workers, stop = await self._redis.pipeline(  # type: ignore[union-attr]
+                    transaction=False).hget(self.keys.fleet, "workers").get(
+                    self.keys.stop).execute()
         except BaseException as exc:
             await self._drop()
             raise self._join_error(exc) from None
@@ -271,7 +283,7 @@ class FleetMonitor:
 
     def _open(self) -> None:
         try:
-            self._redis = _client(self._url, socket_timeout=SOCKET_TIMEOUT)
+            self._redis = _client(self._url)
         except ValueError as exc:
             raise TransportError(f"bad Redis URL {self.where}: "
                                  f"{_reason(exc, self._password)}") from None
@@ -312,7 +324,11 @@ class FleetMonitor:
                 if self._broken:
                     await self._after_reconnect()
                     self._broken = False
-                result = await op()
+                self.stats["calls"] += 1  # one round trip (a pipeline or a script is one)
+                # A dead peer that never closes the socket is noticed here (a
+                # TimeoutError is an OSError: transient, the connection is dropped).
+                async with asyncio.timeout(OP_TIMEOUT):
+                    result = await op()
             except (AuthenticationError, AuthorizationError) as exc:
                 raise TransportError(f"Redis at {self.where} refused us during {what}: "
                                      f"{_reason(exc, self._password)}") from None
@@ -456,10 +472,11 @@ class RedisTransport(FleetMonitor):
         self._open()
         k = self.keys
         try:
-            got = await self._scripts["register"](
-                keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
-                args=[self.workers, _canonical_json(self.geometry), PROTOCOL,
-                      f"{time.time():.3f}", self.worker_id, GROUP])
+            async with asyncio.timeout(OP_TIMEOUT):
+                got = await self._scripts["register"](
+                    keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
+                    args=[self.workers, _canonical_json(self.geometry), PROTOCOL,
+                          f"{time.time():.3f}", self.worker_id, GROUP])
         except BaseException as exc:
             await self._drop()
             raise self._join_error(exc) from None
@@ -484,7 +501,7 @@ class RedisTransport(FleetMonitor):
         diff = _first_difference(self.geometry, geometry)
         if diff is not None:
             raise FleetMismatch(
-                f"{who}: filter geometry field '{diff}' differs: the fleet has "
+                f"{who}: geometry field '{diff}' differs: the fleet has "
                 f"{geometry.get(diff)!r}, this worker {self.geometry.get(diff)!r}")
 
     async def _after_reconnect(self) -> None:
@@ -718,10 +735,11 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
         raise ValueError(f"workers must be >= 1, not {workers}")
     where, password = redact(url), _password_of(url)
     keys = _Keys(crawl_id)
-    r = _client(url, socket_timeout=SOCKET_TIMEOUT)
+    r = _client(url)
     try:
         try:
-            old = await r.hget(keys.fleet, "workers")
+            async with asyncio.timeout(OP_TIMEOUT):
+                old = await r.hget(keys.fleet, "workers")
         except _TRANSIENT as exc:
             raise TransportError(f"cannot reach Redis at {where}: "
                                  f"{_reason(exc, password)}") from None

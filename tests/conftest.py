@@ -20,6 +20,9 @@ from crawler.sitegen import RunningSite, SiteSpec, serve_site
 
 REPO = Path(__file__).resolve().parent.parent
 
+# the redis_server / redis_factory fixtures (a real redis-server on a free loopback port)
+pytest_plugins = ["tests.redisserver"]
+
 
 # -- crawl settings for tests -------------------------------------------------------------
 

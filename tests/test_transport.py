@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import random
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 
+from crawler import transport as transport_mod
 from crawler.owner import owner_of
 from crawler.transport import (
     FleetMismatch,
@@ -392,6 +395,40 @@ async def test_gives_up_after_retry_for(redis_server: RedisServer) -> None:
         await asyncio.wait_for(a.forward(items_for(not_owned_by(0, 2), 1)), 10)
     await a.close()
     await b.close()
+
+
+async def test_a_cancelled_call_really_ends(redis_server: RedisServer) -> None:
+    """A task cancelled inside a Redis call ends. (With a socket timeout, redis-py sends
+    through asyncio.wait_for, which on Python 3.11 can swallow the cancellation: the
+    engine's receive task then ran on after its crawl had ended.)"""
+    (t,) = await join(redis_server.url, 2, ids=[0])
+    rng = random.Random(5)
+
+    async def poll() -> None:
+        while True:
+            await t.stop_requested()
+
+    for _ in range(100):
+        tasks = [asyncio.create_task(poll()) for _ in range(3)]
+        await asyncio.sleep(rng.random() * 0.005)
+        for task in tasks:
+            task.cancel()
+        done, _ = await asyncio.wait(tasks, timeout=2)
+        assert len(done) == 3 and all(task.cancelled() for task in tasks)
+    await t.close()
+
+
+async def test_a_peer_that_never_answers_is_noticed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each round trip has a deadline (a silent peer must not hang a worker forever)."""
+    monkeypatch.setattr(transport_mod, "OP_TIMEOUT", 0.3)
+    with socket.socket() as silent:  # accepts connections (backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        t = RedisTransport(f"redis://127.0.0.1:{port}/0", crawl_id="t", workers=2, worker_id=0,
+                           geometry=GEOMETRY)
+        with pytest.raises(TransportError, match="cannot reach Redis"):
+            await asyncio.wait_for(t.connect(), timeout=10)
 
 
 # -- termination and stop -------------------------------------------------------------------

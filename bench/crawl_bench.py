@@ -1,0 +1,547 @@
+"""Crawl macro-benchmark: bloomcrawl vs. a bare aiohttp loop on a local generated site.
+
+Why: the dedup micro-benchmarks say the URL-seen test is cheap; this checks that
+the whole crawler (robots.txt, politeness bookkeeping, frontier, ledger group
+commits, pages.jsonl, snapshots) keeps up with the fastest crawl loop one can
+write with the same client and parser. Target (issue 3): >= 80% of its pages/s.
+
+Setup, all in one run, on one machine:
+
+* **The site**: ``crawler.sitegen`` (default 10 hosts x 2,000 pages, seed 1:
+  21,968 URLs to fetch). Hosts are 127.0.0.2..11 on one port (distinct ports on
+  127.0.0.1 when those addresses cannot be bound). It is served by a SEPARATE
+  process, started once: every response is ``Site.render`` output, rendered once
+  and replayed by a minimal keep-alive HTTP/1.1 server (``--server raw``,
+  default), so serving costs ~20 us of CPU a request and the client is what is
+  measured. ``--server aiohttp`` serves with ``sitegen.serve_site`` instead
+  (several times more server CPU per request). The machine has 2 cores: the
+  server and the crawler compete for them (and other work on the box
+  competes too: the load average is recorded per run).
+* **bare** (the speed limit), its own subprocess: one ``aiohttp.ClientSession``,
+  ``--concurrency`` worker tasks, one ``asyncio.Queue``, fetch (no redirects
+  followed: a Location is a link), ``crawler.links.extract_links``, the same
+  ``dedup.Canonicalizer.resolve_many``, the seed hosts as scope, a Python
+  ``set`` for seen; no politeness, no robots.txt (``/private/`` links are
+  skipped by a string test so both crawls fetch the same URL set), no
+  persistence.
+* **ours**: ``python -m crawler crawl SEEDS --state NEW_TMP_DIR --concurrency 64
+  --delay 0 --per-host 64 --allow-private --quiet`` with every other setting
+  at its default (robots.txt obeyed, 10M-URL / 64-shard filter, SQLite ledger,
+  group commit, pages.jsonl, final snapshot).
+
+Figures per run: pages = HTTP responses for site URLs (robots.txt excluded), each
+checked equal to ``Site.reachable()``; *wall* pages/s = pages / (process start to
+exit), imports and the final snapshot included; *steady* pages/s = the middle
+80% of completions over the time they took; CPU ms/page = the process's user +
+system time per page; peak RSS = the process's ru_maxrss (``os.wait4``); server
+CPU = the server's CPU time during the run. Runs alternate bare/ours (the order
+flips each repetition); the medians are the result.
+
+``--profile`` also runs ours once under cProfile and prints the top functions.
+
+    .venv/bin/python bench/crawl_bench.py [--hosts 10 --pages 2000] [--runs 3] [--profile]
+    .venv/bin/python bench/crawl_bench.py --quick     # 4 x 300 pages, 1 run each
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import pstats
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from run import emit
+
+from crawler.sitegen import Site, SiteSpec
+from dedup import Canonicalizer
+
+ROOT = Path(__file__).resolve().parent.parent
+THIS = Path(__file__).resolve()
+HOST_IPS = [f"127.0.0.{i}" for i in range(2, 256)]
+PRIVATE = "/private/"  # robots.txt's only rule on a sitegen host
+RUN_TIMEOUT = 600.0
+# ``python -m crawler`` with the process's peak RSS (VmHWM) on stderr at exit. Not
+# ru_maxrss: Linux carries the parent's high-water mark into a forked child's
+# ru_maxrss across exec, so a child would report at least the driver's RSS.
+_HWM_MARK = "@@VmHWM_kB "
+_RUN_CRAWLER = (
+    "import atexit, runpy, sys\n"
+    "def _hwm():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    f"            sys.stderr.write('{_HWM_MARK}' + line.split()[1] + '\\n')\n"
+    "atexit.register(_hwm)\n"
+    "sys.argv = ['crawler', *sys.argv[1:]]\n"
+    "runpy.run_module('crawler', run_name='__main__', alter_sys=True)\n"
+)
+
+
+# -- the server process ------------------------------------------------------------------
+
+
+def _reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def _raw_response(resp: Any) -> bytes:
+    """An aiohttp ``web.Response`` (as ``Site.render`` builds it) as HTTP/1.1 bytes."""
+    body = resp.body or b""
+    head = [f"HTTP/1.1 {resp.status} {_reason(resp.status)}"]
+    if body or resp.status < 300 or resp.status >= 400:
+        ctype = resp.content_type
+        if resp.charset:
+            ctype += f"; charset={resp.charset}"
+        head.append(f"Content-Type: {ctype}")
+    if "Location" in resp.headers:
+        head.append(f"Location: {resp.headers['Location']}")
+    head.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+class _Replay(asyncio.Protocol):
+    """Keep-alive HTTP/1.1 for GETs without bodies: each request answered from a cache."""
+
+    def __init__(self, site: Site, h: int, cache: dict[tuple[int, bytes], bytes]) -> None:
+        self.site, self.h, self.cache = site, h, cache
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head, self.buf = self.buf[:end], self.buf[end + 4:]
+            target = head.split(b"\r\n", 1)[0].split(b" ")[1]
+            path = target.split(b"?", 1)[0]
+            out = self.cache.get((self.h, path))
+            if out is None:
+                out = self.cache[(self.h, path)] = _raw_response(
+                    self.site.render(self.h, path.decode("latin-1")))
+            assert self.transport is not None
+            self.transport.write(out)
+
+
+def _bind(n: int) -> list[socket.socket]:
+    """n listening sockets: one port on 127.0.0.2.. (one address per host), else n ports."""
+    for _ in range(20):
+        socks: list[socket.socket] = []
+        try:
+            for ip in HOST_IPS[:n]:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind((ip, socks[0].getsockname()[1] if len(socks) > 1 else 0))
+            return socks
+        except OSError:
+            for s in socks:
+                s.close()
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    return socks
+
+
+async def _serve(spec: SiteSpec, kind: str) -> None:
+    loop = asyncio.get_running_loop()
+    if kind == "aiohttp":
+        from crawler.sitegen import serve_site
+
+        try:
+            serving = serve_site(spec, ips=HOST_IPS[:spec.hosts])
+            running = await serving.__aenter__()
+        except OSError:
+            serving = serve_site(spec)
+            running = await serving.__aenter__()
+        origins = running.origins
+        print(json.dumps({"origins": origins}), flush=True)
+        await loop.run_in_executor(None, sys.stdin.read)  # until the driver closes stdin
+        await serving.__aexit__(None, None, None)
+        return
+    socks = _bind(spec.hosts)
+    origins = [f"http://{s.getsockname()[0]}:{s.getsockname()[1]}" for s in socks]
+    site = Site(spec, origins)
+    cache: dict[tuple[int, bytes], bytes] = {}
+    index = {o: h for h, o in enumerate(origins)}
+    reach = site.reachable(obey_robots=False)
+    for url in reach.fetched:  # render everything up front: runs see the same server
+        origin = "/".join(url.split("/", 3)[:3])
+        h = index.get(origin)
+        if h is not None:
+            path = url[len(origin):]
+            cache[(h, path.encode())] = _raw_response(site.render(h, path))
+    for h in range(spec.hosts):
+        cache[(h, b"/robots.txt")] = _raw_response(site.render(h, "/robots.txt"))
+    servers = []
+    for h, s in enumerate(socks):
+        s.listen(1024)
+        servers.append(await loop.create_server(
+            lambda h=h: _Replay(site, h, cache), sock=s, backlog=1024))
+    print(json.dumps({"origins": origins, "cached": len(cache)}), flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)
+    for srv in servers:
+        srv.close()
+
+
+# -- the bare loop (its own process) ---------------------------------------------------------
+
+
+async def _bare(seeds: list[str], concurrency: int) -> dict[str, Any]:
+    import aiohttp
+
+    from crawler.links import extract_links
+
+    canon = Canonicalizer()
+    scope = {u.split("/", 3)[2] for u in seeds}
+    seen: set[str] = set()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for s in seeds:
+        url, key = canon.resolve(s)
+        if key not in seen:
+            seen.add(key)
+            queue.put_nowait(url)
+    done: list[float] = []
+    errors = 0
+    clock = time.time
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal errors
+        while True:
+            url = await queue.get()
+            try:
+                try:
+                    async with session.get(url, allow_redirects=False) as resp:
+                        body = await resp.read()
+                        status = resp.status
+                        location = resp.headers.get("Location")
+                        ctype = resp.content_type
+                        charset = resp.charset
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    errors += 1
+                    continue
+                done.append(clock())
+                if 300 <= status < 400 and location:
+                    base, hrefs = url, [location]
+                elif ctype == "text/html" and status == 200:
+                    base, hrefs = extract_links(body, url, charset=charset)
+                else:
+                    continue
+                for pair in canon.resolve_many(hrefs, base):
+                    if pair is None:
+                        continue
+                    fetch, key = pair
+                    if key in seen:
+                        continue
+                    auth = fetch.split("/", 3)[2]
+                    if auth not in scope or fetch[len(auth) + 7:].startswith(PRIVATE):
+                        continue
+                    seen.add(key)
+                    queue.put_nowait(fetch)
+            finally:
+                queue.task_done()
+
+    t0 = clock()
+    connector = aiohttp.TCPConnector(limit=100)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+        await queue.join()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {"t0": t0, "done": done, "errors": errors, "seen": len(seen)}
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+def _vm_hwm_kb() -> int:
+    """This process's peak resident set size (kB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _steady(times: Sequence[float]) -> float:
+    """Pages/s over the middle 80% of completions (startup and tail excluded)."""
+    ts = sorted(times)
+    if len(ts) < 20:
+        return float("nan")
+    a, b = len(ts) // 10, len(ts) - len(ts) // 10 - 1
+    return (b - a) / max(1e-9, ts[b] - ts[a])
+
+
+def _run(cmd: list[str], server_pid: int, tmp: Path) -> tuple[int, float, dict[str, float], float]:
+    """(returncode, wall seconds, CPU and peak RSS of that child, server CPU seconds)."""
+    cpu0 = _proc_cpu(server_pid)
+    errfile = tmp / "stderr.txt"
+    with open(errfile, "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, ru = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = errfile.read_text(errors="replace")
+    hwm = [int(line.split()[1]) for line in text.splitlines() if line.startswith(_HWM_MARK)]
+    if proc.returncode != 0:
+        sys.stderr.write(f"{' '.join(cmd[-12:])} exited {proc.returncode}:\n{text[-3000:]}\n")
+    usage = {"cpu": ru.ru_utime + ru.ru_stime, "maxrss_mb": hwm[-1] / 1024 if hwm else 0.0}
+    return proc.returncode, wall, usage, _proc_cpu(server_pid) - cpu0
+
+
+def _ours_cmd(seeds: Path, state: Path, concurrency: int, py: Sequence[str]) -> list[str]:
+    return [*py, "crawl", str(seeds), "--state", str(state),
+            "--concurrency", str(concurrency), "--delay", "0", "--per-host", str(concurrency),
+            "--allow-private", "--quiet"]
+
+
+def _iso(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
+             want: frozenset[str]) -> dict[str, Any]:
+    state = tmp / f"state-{time.monotonic_ns()}"
+    load = os.getloadavg()[0]
+    rc, wall, usage, server_cpu = _run(
+        _ours_cmd(seeds, state, concurrency, [sys.executable, "-c", _RUN_CRAWLER]),
+        server_pid, tmp)
+    records = []
+    with open(state / "pages.jsonl", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh]
+    fetched = [r for r in records if r["status"] is not None]
+    key = Canonicalizer().resolve
+    got = {key(r["url"])[1] for r in fetched}
+    result = _figures("ours", rc, wall, usage, server_cpu, load,
+                      [_iso(r["fetched_at"]) for r in fetched])
+    result["check"] = "ok" if got == want and len(fetched) == len(want) else \
+        f"MISMATCH: missing {len(want - got)}, extra {len(got - want)}, " \
+        f"repeats {len(fetched) - len(got)}"
+    result["robots_skipped"] = sum(1 for r in records if r["error"] == "robots.txt")
+    result["state_mb"] = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) / 2**20
+    shutil.rmtree(state, ignore_errors=True)
+    return result
+
+
+def run_bare(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
+             want: frozenset[str]) -> dict[str, Any]:
+    out = tmp / f"bare-{time.monotonic_ns()}.json"
+    load = os.getloadavg()[0]
+    cmd = [sys.executable, str(THIS), "--_role", "bare", "--_seeds", str(seeds),
+           "--_out", str(out), "--concurrency", str(concurrency)]
+    rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp)
+    data = json.loads(out.read_text())
+    out.unlink()
+    result = _figures("bare", rc, wall, usage, server_cpu, load, data["done"])
+    n = len(data["done"])
+    result["check"] = "ok" if n == len(want) and data["seen"] == len(want) and \
+        not data["errors"] else f"MISMATCH: {n} responses, {data['seen']} seen, " \
+        f"{data['errors']} errors, want {len(want)}"
+    return result
+
+
+def _figures(name: str, rc: int, wall: float, usage: dict[str, float], server_cpu: float,
+             load: float, times: list[float]) -> dict[str, Any]:
+    n = len(times)
+    return {"crawler": name, "returncode": rc, "pages": n, "wall_s": wall,
+            "pages_per_s": n / wall, "steady_pages_per_s": _steady(times),
+            "cpu_s": usage["cpu"], "cpu_ms_per_page": 1000 * usage["cpu"] / max(1, n),
+            "peak_rss_mb": usage["maxrss_mb"], "server_cpu_s": server_cpu, "load1": load}
+
+
+def profile_ours(seeds: Path, tmp: Path, concurrency: int, top: int) -> list[list[Any]]:
+    """Run ours once under cProfile; rows of the top functions by own time."""
+    state = tmp / "state-profile"
+    prof = tmp / "ours.prof"
+    cmd = _ours_cmd(seeds, state, concurrency,
+                    [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "crawler"])
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=RUN_TIMEOUT)
+    st = pstats.Stats(str(prof), stream=io.StringIO())
+    total = st.total_tt  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, func), (_, nc, tt, ct, _) in sorted(
+            st.stats.items(), key=lambda kv: -kv[1][2])[:top]:  # type: ignore[attr-defined]
+        where = file.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "")
+        where = where.split("site-packages/", 1)[-1]
+        rows.append([f"{where}:{line}({func})", nc, round(tt, 3), round(100 * tt / total, 1),
+                     round(ct, 3)])
+    shutil.rmtree(state, ignore_errors=True)
+    return rows
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def server_process(spec: SiteSpec, kind: str):  # type: ignore[no-untyped-def]
+    cmd = [sys.executable, str(THIS), "--_role", "server", "--hosts", str(spec.hosts),
+           "--pages", str(spec.pages), "--seed", str(spec.seed), "--server", kind]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the site server did not start")
+        yield proc, json.loads(line)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _median_row(name: str, runs: list[dict[str, Any]]) -> list[Any]:
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    return [name, len(runs), med("pages"), med("pages_per_s"), med("steady_pages_per_s"),
+            med("cpu_ms_per_page"), med("peak_rss_mb"), med("server_cpu_s")]
+
+
+def drive(args: argparse.Namespace) -> dict[str, Any]:
+    spec = SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed)
+    with server_process(spec, args.server) as (server, info), \
+            tempfile.TemporaryDirectory(prefix="crawl-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        origins = info["origins"]
+        site = Site(spec, origins)
+        reach = site.reachable()
+        want = reach.fetched
+        seeds = tmp / "seeds.txt"
+        seeds.write_text("".join(o + "/\n" for o in origins))
+        print(f"site: {spec.hosts} hosts x {spec.pages} pages at {origins[0]} .. "
+              f"{origins[-1]} ({args.server} server, pid {server.pid}); {len(want)} URLs "
+              f"to fetch, {len(reach.robots_blocked)} disallowed by robots.txt", flush=True)
+        runs: list[dict[str, Any]] = []
+        for i in range(args.runs):
+            order = ("bare", "ours") if i % 2 == 0 else ("ours", "bare")
+            for who in order:
+                if who == "bare":
+                    r = run_bare(seeds, tmp, args.concurrency, server.pid, want)
+                else:
+                    r = run_ours(seeds, tmp, args.concurrency, server.pid, want)
+                r["run"] = i + 1
+                runs.append(r)
+                print(f"  run {i + 1} {who}: {r['pages']} pages in {r['wall_s']:.2f} s = "
+                      f"{r['pages_per_s']:.0f}/s (steady {r['steady_pages_per_s']:.0f}/s), "
+                      f"{r['cpu_ms_per_page']:.3f} CPU ms/page, RSS {r['peak_rss_mb']:.0f} MB,"
+                      f" server CPU {r['server_cpu_s']:.1f} s, load {r['load1']:.2f}, "
+                      f"check {r['check']}", flush=True)
+        prof_rows = profile_ours(seeds, tmp, args.concurrency, args.top) if args.profile \
+            else []
+    bare = [r for r in runs if r["crawler"] == "bare"]
+    ours = [r for r in runs if r["crawler"] == "ours"]
+    ratio = statistics.median(r["pages_per_s"] for r in ours) / \
+        statistics.median(r["pages_per_s"] for r in bare)
+    steady_ratio = statistics.median(r["steady_pages_per_s"] for r in ours) / \
+        statistics.median(r["steady_pages_per_s"] for r in bare)
+    cols = ["crawler", "runs", "pages", "pages/s (wall)", "pages/s (steady)", "CPU ms/page",
+            "peak RSS MB", "server CPU s"]
+    notes = [f"Site: sitegen {spec.hosts} hosts x {spec.pages} pages (seed {spec.seed}), "
+             f"{len(want)} URLs fetched by each crawl, {args.server} server in its own "
+             f"process; concurrency {args.concurrency}, ours with --delay 0 --per-host "
+             f"{args.concurrency}, robots.txt obeyed. 2 shared cores: server and crawler "
+             "compete.",
+             f"ours / bare: {100 * ratio:.0f}% of the bare loop's pages/s (wall), "
+             f"{100 * steady_ratio:.0f}% steady-state (target >= 80%)."]
+    tables = [
+        {"title": "Crawl macro-benchmark (medians)", "columns": cols,
+         "rows": [_median_row("bare aiohttp loop + set", bare),
+                  _median_row("bloomcrawl", ours)], "notes": notes},
+        {"title": "All runs", "columns": ["run", "crawler", "pages", "wall s", "pages/s (wall)",
+                                          "pages/s (steady)", "CPU ms/page", "peak RSS MB",
+                                          "server CPU s", "load1", "check"],
+         "rows": [[r["run"], r["crawler"], r["pages"], r["wall_s"], r["pages_per_s"],
+                   r["steady_pages_per_s"], r["cpu_ms_per_page"], r["peak_rss_mb"],
+                   r["server_cpu_s"], r["load1"], r["check"]] for r in runs]},
+    ]
+    if prof_rows:
+        tables.append({"title": f"cProfile of ours, top {args.top} by own time",
+                       "columns": ["function", "calls", "own s", "own %", "cumulative s"],
+                       "rows": prof_rows,
+                       "notes": ["cProfile slows the run ~2x; shares, not absolute times."]})
+    result = {"spec": {"hosts": spec.hosts, "pages": spec.pages, "seed": spec.seed},
+              "urls": len(want), "server": args.server, "concurrency": args.concurrency,
+              "ratio_wall": ratio, "ratio_steady": steady_ratio, "runs": runs}
+    emit(tables, **result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=10)
+    ap.add_argument("--pages", type=int, default=2000, help="pages per host")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3, help="repetitions of each crawler")
+    ap.add_argument("--server", choices=("raw", "aiohttp"), default="raw")
+    ap.add_argument("--profile", action="store_true", help="also profile ours (cProfile)")
+    ap.add_argument("--top", type=int, default=25, help="profile rows")
+    ap.add_argument("--quick", action="store_true", help="4 hosts x 300 pages, 1 run each")
+    ap.add_argument("--_role", choices=("server", "bare"), help=argparse.SUPPRESS)
+    ap.add_argument("--_seeds", help=argparse.SUPPRESS)
+    ap.add_argument("--_out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._role == "server":
+        asyncio.run(_serve(SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed),
+                           args.server))
+        return 0
+    if args._role == "bare":
+        seeds = Path(args._seeds).read_text().split()
+        data = asyncio.run(_bare(seeds, args.concurrency))
+        Path(args._out).write_text(json.dumps(data))
+        sys.stderr.write(f"{_HWM_MARK}{_vm_hwm_kb()}\n")
+        return 0
+    if args.quick:
+        args.hosts, args.pages, args.runs = 4, 300, 1
+    result = drive(args)
+    summary = {k: v for k, v in result.items() if k != "runs"}
+    summary["runs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                       for r in result["runs"]]
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,13 +62,15 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run import emit
 
-from crawler.sitegen import Site, SiteSpec
 from dedup import Canonicalizer
+
+if TYPE_CHECKING:  # imported where used: the bare loop's process does not need aiohttp.web
+    from crawler.sitegen import Site, SiteSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
@@ -165,6 +167,8 @@ def _bind(n: int) -> list[socket.socket]:
 
 
 async def _serve(spec: SiteSpec, kind: str) -> None:
+    from crawler.sitegen import Site
+
     loop = asyncio.get_running_loop()
     if kind == "aiohttp":
         from crawler.sitegen import serve_site
@@ -440,6 +444,8 @@ def _median_row(name: str, runs: list[dict[str, Any]]) -> list[Any]:
 
 
 def drive(args: argparse.Namespace) -> dict[str, Any]:
+    from crawler.sitegen import Site, SiteSpec
+
     spec = SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed)
     with server_process(spec, args.server) as (server, info), \
             tempfile.TemporaryDirectory(prefix="crawl-bench-") as tmpdir:
@@ -524,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--_out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._role == "server":
+        from crawler.sitegen import SiteSpec
+
         asyncio.run(_serve(SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed),
                            args.server))
         return 0

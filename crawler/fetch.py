@@ -385,21 +385,6 @@ class Fetcher:
             hop.error = f"too large (>{limit} bytes)"
             resp.close()
             return
-        if length is not None and length <= limit and hdrs.CONTENT_ENCODING not in resp.headers:
-            # An uncompressed body framed by Content-Length within the cap (the common
-            # case): one read, no chunk loop. aiohttp stops at the declared length, so
-            # the cap holds (a compressed body may inflate past it: streamed below).
-            try:
-                body = await resp.read()
-            except BaseException:
-                hop.nbytes = resp.content.total_bytes  # what arrived before the failure
-                raise
-            hop.nbytes = len(body)
-            if html_only and ctype is None and not _looks_like_html(body[:512]):
-                hop.error = "not html"
-                return
-            hop.body = body
-            return
         buf = bytearray()
         async for chunk in resp.content.iter_chunked(_CHUNK):
             buf += chunk

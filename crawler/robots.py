@@ -70,22 +70,42 @@ class RobotsCache:
         self._clock = clock
         self._rules: OrderedDict[str, _Rules] = OrderedDict()
         self._pending: dict[str, asyncio.Future[_Rules]] = {}
+        self._origins: dict[str, str | None] = {}  # "scheme://authority" -> origin_of
+
+    def _split(self, url: str) -> tuple[str | None, str]:
+        """(origin, the rest of the URL from its path on), the origin parsed once per
+        ``scheme://authority``: every URL of a host would otherwise be parsed twice."""
+        start = url.find("://")
+        end = len(url)
+        if start >= 0:
+            for sep in "/?#":
+                i = url.find(sep, start + 3)
+                if 0 <= i < end:
+                    end = i
+        prefix = url[:end]
+        try:
+            origin = self._origins[prefix]
+        except KeyError:
+            if len(self._origins) >= self.max_entries:
+                self._origins.clear()
+            origin = self._origins[prefix] = origin_of(prefix)
+        return origin, url[end:]
 
     async def allowed(self, url: str) -> bool:
         """True when robots.txt of the URL's origin lets our agent fetch it."""
-        origin = origin_of(url)
+        origin, rest = self._split(url)
         if origin is None:
             return False
         rules = await self._get(origin)
         if rules.parser is None:
             return rules.allow_all
-        if URL(url, encoded=url.isascii()).raw_path == "/robots.txt":
+        if rest.partition("?")[0].partition("#")[0] == "/robots.txt":
             return True
         return rules.parser.can_fetch(url, self.agent)
 
     def crawl_delay(self, url: str) -> float | None:
         """Crawl-delay (or Request-rate as a delay) for our agent, capped; None if unknown."""
-        origin = origin_of(url)
+        origin = self._split(url)[0]
         rules = self._rules.get(origin) if origin else None
         if rules is None or rules.parser is None:
             return None

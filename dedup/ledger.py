@@ -93,6 +93,10 @@ class Ledger:
             # lose the last commits but never corrupts (and the filter only ever
             # errs towards "maybe seen", which the ledger then answers).
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # The fingerprint index takes random inserts, so every group commit
+            # dirties pages all over it; checkpointing every 1000 WAL pages (the
+            # default) copies and fsyncs the same pages back many times over.
+            self._db.execute("PRAGMA wal_autocheckpoint=10000")
             self._db.executescript(_SCHEMA)
         self._db.execute("PRAGMA busy_timeout=5000")
 

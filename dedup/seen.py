@@ -59,34 +59,35 @@ def host_of(url: str) -> str:
 
 
 class _ConfirmCache:
-    """Fingerprints recently confirmed present in the ledger (two-generation LRU).
+    """Keys recently admitted or confirmed present in the ledger (two-generation LRU).
 
     Navigation links repeat on every page; remembering that they are in the
-    ledger keeps the "maybe seen" path off SQLite. Two sets swapped when the
-    young one fills give O(1) inserts and evictions with LRU-like retention.
+    ledger keeps them off the fingerprint, the filter and SQLite. Two sets
+    swapped when the young one fills give O(1) inserts and evictions with
+    LRU-like retention.
     """
 
     def __init__(self, size: int) -> None:
         self._half = max(1, size // 2)
-        self._young: set[bytes] = set()
-        self._old: set[bytes] = set()
+        self._young: set[str] = set()
+        self._old: set[str] = set()
 
-    def __contains__(self, fp: bytes) -> bool:
-        if fp in self._young:
+    def __contains__(self, key: str) -> bool:
+        if key in self._young:
             return True
-        if fp in self._old:
-            self.add(fp)
+        if key in self._old:
+            self.add(key)
             return True
         return False
 
-    def add(self, fp: bytes) -> None:
-        self._young.add(fp)
+    def add(self, key: str) -> None:
+        self._young.add(key)
         if len(self._young) >= self._half:
             self._old, self._young = self._young, set()
 
-    def discard(self, fp: bytes) -> None:
-        self._young.discard(fp)
-        self._old.discard(fp)
+    def discard(self, key: str) -> None:
+        self._young.discard(key)
+        self._old.discard(key)
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -255,13 +256,25 @@ class UrlSeen:
 
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
-        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger query, one commit."""
+        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger query, one commit.
+
+        Keys confirmed or admitted lately are answered from memory before any
+        hashing: navigation repeats on every page, so most of a page's links
+        never reach the fingerprint, the filter or the ledger.
+        """
         counters = self.counters
         counters["links"] += len(pairs)
+        confirmed = self._confirmed
         first_url: dict[str, str] = {}  # a key seen twice in one batch keeps its first URL
+        hits = 0
         for url, key in pairs:
-            first_url.setdefault(key, url)
+            if key in confirmed:
+                hits += 1
+            elif key not in first_url:
+                first_url[key] = url
+        counters["confirm_cache_hits"] += hits
         if not first_url:
+            counters["repeats"] += len(pairs)
             return []
         keys = list(first_url)
         fps_blob = fingerprint_many(keys, self.seed)
@@ -273,15 +286,12 @@ class UrlSeen:
         maybe_idx = np.flatnonzero(maybe).tolist()
         counters["bloom_maybe"] += len(maybe_idx)
         counters["bloom_definitely_new"] += len(keys) - len(maybe_idx)
-        confirmed = self._confirmed
-        ask = [i for i in maybe_idx if fps[i] not in confirmed]
-        counters["confirm_cache_hits"] += len(maybe_idx) - len(ask)
-        if ask:
+        if maybe_idx:
             counters["ledger_queries"] += 1
-            present = self.ledger.find([fps[i] for i in ask])
-            for i in ask:
+            present = self.ledger.find([fps[i] for i in maybe_idx])
+            for i in maybe_idx:
                 if fps[i] in present:
-                    confirmed.add(fps[i])
+                    confirmed.add(keys[i])
                 else:
                     new_mask[i] = True
                     counters["false_positives"] += 1
@@ -303,7 +313,7 @@ class UrlSeen:
         if self.ledger.autocommit:
             self._applied_hwm = self._pending_hwm
         for i in new_idx:
-            confirmed.add(fps[i])
+            confirmed.add(keys[i])
         return [NewUrl(seq, url, keys[i], host, depth)
                 for seq, i, (_, url, host, _, _) in zip(seqs, new_idx, rows, strict=True)]
 
@@ -328,11 +338,11 @@ class UrlSeen:
         fps = []
         for url in urls:
             try:
-                fps.append(self._fp_of(url))
+                _, key = self.canonicalizer.resolve(url)
             except UrlRejected:
                 continue
-        for fp in fps:
-            self._confirmed.discard(fp)
+            self._confirmed.discard(key)
+            fps.append(fingerprint(key, self.seed))
         return self.ledger.forget(fps)
 
     def stats(self) -> dict[str, Any]:

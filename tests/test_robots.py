@@ -229,3 +229,19 @@ def test_origin_of() -> None:
 async def test_non_http_urls_are_not_allowed() -> None:
     async with cache() as robots:
         assert not await robots.allowed("ftp://example.com/file")
+
+
+async def test_each_origin_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crawler.robots
+
+    parsed: list[str] = []
+    real = crawler.robots.origin_of
+    monkeypatch.setattr(crawler.robots, "origin_of", lambda u: parsed.append(u) or real(u))
+    body = "User-agent: *\nDisallow: /private\n"
+    async with robots_site(body) as site, cache() as robots:
+        for i in range(20):
+            assert await robots.allowed(site.url(f"/p/{i}?q#f"))
+            assert robots.crawl_delay(site.url(f"/p/{i}")) is None
+        assert not await robots.allowed(site.url("/private/1"))
+        assert await robots.allowed(site.url("/robots.txt?x=1#y"))
+    assert parsed == [site.base]

@@ -290,3 +290,20 @@ def test_rebuild_refuses_a_directory_in_use_and_touches_nothing(tmp_path):
         with pytest.raises(StateLocked):
             UrlSeen.rebuild(d)
         assert {p.name: p.read_bytes() for p in (d / "shards").iterdir()} == before
+
+
+def test_recently_seen_keys_are_answered_before_hashing(seen, monkeypatch):
+    import dedup.seen
+
+    seen.filter_new(urls(50))
+    hashed: list[str] = []
+    real = dedup.seen.fingerprint_many
+
+    def counting(keys, seed=0):
+        hashed.extend(keys)
+        return real(keys, seed)
+
+    monkeypatch.setattr(dedup.seen, "fingerprint_many", counting)
+    assert seen.filter_new(urls(60)) == urls(10, start=50)
+    assert sorted(hashed) == sorted(urls(10, start=50))  # the 50 repeats never hashed
+    assert seen.stats()["confirm_cache_hits"] == 50

@@ -48,6 +48,7 @@ BENCHES = [
     Bench("canon_parsers", "canon_parsers.py",
           quick=("--links", "10000", "--repeat", "1", "--pages", "400")),
     Bench("html_parsers", "html_parsers.py", quick=("--pages", "20", "--repeat", "1")),
+    Bench("crawl", "crawl_bench.py"),
 ]
 
 

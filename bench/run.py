@@ -49,6 +49,7 @@ BENCHES = [
           quick=("--links", "10000", "--repeat", "1", "--pages", "400")),
     Bench("html_parsers", "html_parsers.py", quick=("--pages", "20", "--repeat", "1")),
     Bench("crawl", "crawl_bench.py"),
+    Bench("dist", "dist_bench.py"),
 ]
 
 

@@ -55,6 +55,7 @@ from crawler.owner import owner_function, owner_of
 from crawler.scope import Scope, authority_of
 from crawler.settings import Settings
 from dedup import CanonRules, Ledger
+from dedup.atomic import atomic_write
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.transport import RedisTransport
@@ -168,13 +169,8 @@ def write_fleet_file(root: Path, crawl_id: str, workers: int, redis: str) -> Non
     data = {"crawl_id": crawl_id, "workers": workers,
             "redis": redis if redis == LOCAL else redact(redis),
             "redis_auth": redis != LOCAL and has_password(redis)}
-    tmp = root / f".{FLEET_FILE}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / FLEET_FILE)
+    text = json.dumps(data, sort_keys=True) + "\n"
+    atomic_write(root / FLEET_FILE, lambda fh: fh.write(text.encode()))
 
 
 def read_fleet_dir(root: str | Path) -> FleetDir:
@@ -499,12 +495,7 @@ def _pages_lines(path: Path) -> list[bytes]:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def _read_json(path: Path, default: Any) -> Any:

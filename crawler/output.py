@@ -22,6 +22,8 @@ from typing import Any
 
 import aiofiles
 
+from dedup.atomic import atomic_write
+
 __all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read_pages",
            "repair_tail", "write_json_atomic"]
 
@@ -39,17 +41,8 @@ def iso_time(ts: float) -> str:
 
 def write_json_atomic(path: str | Path, value: Any) -> None:
     """Replace ``path`` with ``value`` as JSON: temp file, fsync, rename (never half-written)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(value, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    data = json.dumps(value, separators=(",", ":")).encode()
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def read_json(path: str | Path, default: Any) -> Any:

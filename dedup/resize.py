@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dedup.atomic import fsync_dir
 from dedup.ledger import Ledger
 from dedup.seen import UrlSeen
 from dedup.shards import ShardedBloom
@@ -129,15 +130,7 @@ def _publish(tmp: Path, out: Path) -> None:
     if out.exists():
         out.rmdir()  # empty, checked by _claim_output
     os.rename(tmp, out)
-    _fsync_dir(out.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(out.parent)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -148,7 +141,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
 
 
 def _copy_ledger(src: Path, dst: Path) -> None:

@@ -224,10 +224,11 @@ def main() -> None:
         notes.append(
             f"{n:,} pages, {n_links:,} links; {new:,} new = {new / n_links:.1%} "
             f"(so {1 - new / n_links:.1%} repeats or rejected). Group-commit run: "
-            f"{stats['rejected']:,} rejected, {stats['bloom_definitely_new']:,} definitely new "
-            f"by Bloom, {stats['bloom_maybe']:,} maybe-seen of which "
-            f"{stats['confirm_cache_hits']:,} confirm-cache hits, {stats['ledger_queries']:,} "
-            f"ledger queries, {stats['false_positives']} Bloom false positives; "
+            f"{stats['rejected']:,} rejected, {stats['confirm_cache_hits']:,} answered by the "
+            "confirm cache before hashing (keys confirmed or admitted lately), then "
+            f"{stats['bloom_definitely_new']:,} definitely new by Bloom and "
+            f"{stats['bloom_maybe']:,} maybe-seen, {stats['ledger_queries']:,} ledger "
+            f"queries, {stats['false_positives']} Bloom false positives; "
             f"canonicalization cache {cache['hits']:,} hits / {cache['misses']:,} misses.")
 
         sw = Stopwatch()

@@ -235,9 +235,9 @@ def run_single(tmp: Path, seeds: Path, config: Path, env: dict[str, str],
     elapsed = crawl_cmd(["crawl", str(seeds), "--state", str(state), "--config", str(config),
                          "--quiet"], env)
     pages = pages_in([state])
-    return {"run": "1 process, no Redis", "workers": 1, "pages": pages,
-            "seconds": round(elapsed, 2), "pages_per_s": round(pages / elapsed, 1),
-            "forwarded": 0, "forwarded_per_s": 0.0, "round_trips_per_page": 0.0}
+    return {"run": "1 process, no Redis", "workers": 1, "records": pages,
+            "seconds": round(elapsed, 2), "forwarded": 0, "forwarded_per_s": 0.0,
+            "redis_calls": 0}
 
 
 def run_fleet(tmp: Path, seeds: Path, config: Path, env: dict[str, str], workers: int,
@@ -259,10 +259,10 @@ def run_fleet(tmp: Path, seeds: Path, config: Path, env: dict[str, str], workers
     pages = pages_in([state / f"worker-{i}" for i in range(workers)])
     forwarded = sum(int(s.get("forwarded", 0)) for s in per.values())
     calls = sum(int(s.get("redis_calls", 0)) for s in per.values())
-    return {"run": f"fleet of {workers}", "workers": workers, "pages": pages,
-            "seconds": round(elapsed, 2), "pages_per_s": round(pages / elapsed, 1),
+    return {"run": f"fleet of {workers}", "workers": workers, "records": pages,
+            "seconds": round(elapsed, 2),
             "forwarded": forwarded, "forwarded_per_s": round(forwarded / elapsed, 1),
-            "round_trips_per_page": round(calls / max(1, pages), 2),
+            "redis_calls": calls,
             "pages_by_worker": [int(per[i].get("session_pages", 0)) for i in sorted(per)]}
 
 
@@ -312,14 +312,19 @@ def main() -> int:
                 m1 = machine_cpu()
                 crawler_cpu = children_cpu() - cpu0[0]
                 cores = os.cpu_count() or 1
+                counts = site.counts()
+                # pages = fetches the server answered (robots.txt excluded); pages.jsonl
+                # also holds a record for each URL robots.txt disallowed
+                pages = result["pages"] = counts["requests"]
+                result["pages_per_s"] = round(pages / result["seconds"], 1)
+                result["round_trips_per_page"] = round(result["redis_calls"] / pages, 2)
                 result["machine_busy_cores"] = round(cores * (m1[0] - m0[0])
                                                      / max(1, m1[1] - m0[1]), 2)
                 result.update(
                     cpu_crawler_s=round(crawler_cpu, 1),
                     cpu_site_s=round(cpu_of(site.proc.pid) - cpu0[1], 1),
                     cpu_redis_s=round(cpu_of(redis.proc.pid) - cpu0[2], 1),
-                    crawler_ms_per_page=round(1000 * crawler_cpu / result["pages"], 2))
-                counts = site.counts()
+                    crawler_ms_per_page=round(1000 * crawler_cpu / pages, 2))
                 ok = counts["distinct"] == site.reachable and counts["repeated"] == 0
                 checks.append({"run": result["run"], **counts, "exact": ok})
                 if not ok:

@@ -56,7 +56,7 @@ from crawler.fleet import (
     write_fleet_file,
 )
 from crawler.output import PAGES_FILE
-from crawler.progress import Progress, format_stats
+from crawler.progress import Progress, format_filter_stats, format_stats
 from crawler.scope import Scope, SeedError, normalize_domain, read_seeds
 from crawler.settings import ConfigError, Settings, load_settings
 from dedup import (
@@ -454,7 +454,10 @@ def _require_state_dir(path: str) -> Path:
 
 
 def add_stats(sub: Any) -> None:
-    p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)")
+    p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)",
+                       description="Figures of a state directory (also while its crawl "
+                       "runs), or of a directory of shard files such as `merge -o OUT` "
+                       "writes (the filter's figures only: there is no ledger).")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_stats)
@@ -476,12 +479,25 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     return out
 
 
+def shard_dir_stats(directory: str | Path) -> dict[str, Any]:
+    """Figures of a directory of shard files alone (what ``merge -o OUT`` writes from
+    several workers: the fleet's seen-set), so that it can be inspected too."""
+    d = Path(directory)
+    bloom = ShardedBloom.load(d)
+    head = read_header(ShardedBloom.shard_path(d, 0))
+    return {"shard_dir": str(d), "crawl_id": head.crawl_id, "hwm": head.hwm, **bloom.info()}
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    stats = state_stats(args.dir)
-    if args.json:
-        print(json.dumps(stats, sort_keys=True))
+    d = Path(args.dir)
+    if (d.is_dir() and not (d / "ledger.sqlite").exists()
+            and ShardedBloom.shard_path(d, 0).exists()):
+        stats = shard_dir_stats(d)
+        text = format_filter_stats(stats)
     else:
-        print(format_stats(stats))
+        stats = state_stats(args.dir)
+        text = format_stats(stats)
+    print(json.dumps(stats, sort_keys=True) if args.json else text)
     return 0
 
 

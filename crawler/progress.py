@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["Progress", "format_stats", "format_status", "format_summary"]
+__all__ = ["Progress", "format_filter_stats", "format_stats", "format_status", "format_summary"]
 
 
 def _si(n: float) -> str:
@@ -76,6 +76,18 @@ def format_stats(s: dict[str, Any]) -> str:
         lines.append(f"  damaged shard files (rebuilt from the ledger in memory): "
                      f"{s['damaged_shards']}")
     return "\n".join(lines)
+
+
+def format_filter_stats(s: dict[str, Any]) -> str:
+    """``bloomcrawl stats DIR`` for a directory of shard files only (no ledger)."""
+    crawl = f"crawl {s['crawl_id']}" if s["crawl_id"] else "no crawl id"
+    return "\n".join([
+        f"shard files of {crawl} in {s['shard_dir']} (no ledger: the filter alone)",
+        f"  filter: fill {_pct(s['fill'])} (shards {_pct(s['fill_min'])} to "
+        f"{_pct(s['fill_max'])}), ~{s['estimated_count']} URLs (capacity {s['capacity']}), "
+        f"expected FPR {s['expected_fpr']:.2e} (target {s['error_rate']}), "
+        f"{s['layers']} layer(s), {s['shards']} shards, {s['bytes']} bytes",
+    ])
 
 
 class Progress:

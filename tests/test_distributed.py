@@ -226,6 +226,15 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
         assert merged == expected, f"shard {i}"
         assert header.crawl_id == CRAWL_ID
 
+    # the fleet's seen-set can be inspected although it has no ledger
+    assert main(["stats", "--json", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["crawl_id"] == CRAWL_ID and stats["shards"] == g.shards
+    assert stats["count"] == len(keys)
+    assert abs(stats["estimated_count"] - len(keys)) <= 0.05 * len(keys)
+    assert main(["stats", str(out)]) == 0
+    assert "no ledger" in capsys.readouterr().out
+
     full = tmp_path / "union"  # --state: a whole state dir (filters OR'ed, ledgers joined)
     assert main(["merge", "--state", "-o", str(full), *map(str, fleet.dirs)]) == 0
     assert "0 present in several inputs" in capsys.readouterr().out

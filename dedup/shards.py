@@ -1,14 +1,16 @@
 """A Bloom filter split into S shards by fingerprint, the unit of snapshot and merge.
 
 Shard i holds the keys whose :func:`~dedup.fingerprint.shard_of` is i. Each shard
-is a full :class:`~dedup.bloom.BloomFilter` (sized ``ceil(capacity / S)``) that
-can be saved, loaded, merged or rebuilt on its own, so a 1 GB filter is
-snapshotted one small shard at a time. The shards' bits share one 2-D array per
-layer, so a batch op over all shards is still a single vectorized pass.
+is a full :class:`~dedup.bloom.BloomFilter` (sized by :func:`shard_capacity`:
+its share of the capacity plus headroom) that can be saved, loaded, merged or
+rebuilt on its own, so a 1 GB filter is snapshotted one small shard at a time.
+The shards' bits share one 2-D array per layer, so a batch op over all shards is
+still a single vectorized pass.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Iterable
@@ -35,6 +37,39 @@ from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves, 
 from dedup.snapshot import SnapshotError, read_header, read_snapshot, write_snapshot
 
 MAX_SHARDS = 65536
+HEADROOM_SIGMAS = 4
+
+
+def shard_capacity(capacity: int, shards: int) -> int:
+    """Keys each of ``shards`` shards is sized for: its share of ``capacity`` plus
+    four standard deviations.
+
+    Keys fall into shards binomially (σ ≈ √(capacity/S)). Sized at exactly its
+    share, about half the shards pass it before the filter holds ``capacity``
+    keys, and each grows a second layer twice its size: measured 2.30 bytes/key
+    at 10M keys in 64 shards instead of 1.26. Four σ cost +1% of memory at that
+    size (+3% at 1M keys) and make a second layer at planned capacity rare
+    (about 0.2% for 64 shards).
+    """
+    if shards == 1:
+        return capacity
+    share = capacity / shards
+    return math.ceil(share + HEADROOM_SIGMAS * math.sqrt(share))
+
+
+def _capacity_of(shard_cap: int, shards: int) -> int:
+    """The largest capacity whose shards are sized ``shard_cap``: the planned capacity
+    of a filter known only from its shard files (they record the shard's size)."""
+    if shards == 1:
+        return shard_cap
+    z = HEADROOM_SIGMAS
+    root = (-z + math.sqrt(z * z + 4 * shard_cap)) / 2  # share + z·√share = shard_cap
+    c = max(1, int(shards * root * root))
+    while shard_capacity(c + 1, shards) <= shard_cap:
+        c += 1
+    while c > 1 and shard_capacity(c, shards) > shard_cap:
+        c -= 1
+    return c
 _SHARD_FILE = re.compile(r"shard-(\d{5,})\.bloom")
 
 
@@ -70,10 +105,13 @@ class ShardedBloom:
             raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
         self.nshards = int(shards)
         self.capacity = int(capacity)
-        self.shard_capacity = -(-self.capacity // self.nshards)
+        self.shard_capacity = shard_capacity(self.capacity, self.nshards)
+        self._build(error_rate, seed, growth)
+
+    def _build(self, error_rate: float, seed: int, growth: int) -> None:
         self._stack = _Stack(self.nshards, self.shard_capacity, error_rate, seed, growth)
         self.shards: list[BloomFilter] = _ShardList(
-            self, (BloomFilter._view(self._stack, i) for i in range(shards)))
+            self, (BloomFilter._view(self._stack, i) for i in range(self.nshards)))
         self._warn = True
 
     @property
@@ -244,9 +282,21 @@ class ShardedBloom:
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
+    @classmethod
+    def _sized(cls, shards: int, shard_cap: int, error_rate: float, seed: int,
+               growth: int) -> ShardedBloom:
+        """An empty filter whose shards hold ``shard_cap`` keys each (as its files say)."""
+        out = cls.__new__(cls)
+        out.nshards = shards
+        out.capacity = _capacity_of(shard_cap, shards)
+        out.shard_capacity = shard_cap
+        out._build(error_rate, seed, growth)
+        return out
+
     def copy(self) -> ShardedBloom:
-        out = ShardedBloom(self.nshards, self.capacity, self.error_rate, seed=self.seed,
-                           growth=self.growth)
+        out = ShardedBloom._sized(self.nshards, self.shard_capacity, self.error_rate,
+                                  self.seed, self.growth)
+        out.capacity = self.capacity
         for j, arena in enumerate(self._stack.arenas):
             if out._stack.arena(j) is None:
                 raise ValueError("cannot copy: layer limit")
@@ -288,8 +338,8 @@ class ShardedBloom:
             missing = sorted(set(expected) - set(found))
             raise SnapshotError(f"{directory}: {first.name} says {head.shard_count} shards, "
                                 f"but missing {missing[:5]} extra {extra[:5]}")
-        out = cls(head.shard_count, head.capacity * head.shard_count, head.error_rate,
-                  seed=head.seed, growth=head.growth)
+        out = cls._sized(head.shard_count, head.capacity, head.error_rate, head.seed,
+                         head.growth)
         want = {"shard_count": head.shard_count, "hash_algo": HASH_ALGO, "seed": head.seed,
                 "capacity": head.capacity, "error_rate": head.error_rate,
                 "growth": head.growth, "crawl_id": head.crawl_id}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import dedup.bloom as bloom_mod
 from dedup.bloom import BloomFilter
 from dedup.fingerprint import fingerprint_many, halves, shard_of
-from dedup.shards import ShardedBloom
+from dedup.shards import ShardedBloom, shard_capacity
 from dedup.snapshot import GeometryMismatch, SnapshotError
 
 keys_st = st.lists(st.text(max_size=30), max_size=300)
@@ -32,9 +32,21 @@ def test_geometry_and_attributes():
     sb = ShardedBloom(16, 1000, 0.01, seed=11, growth=3)
     assert sb.nshards == 16 and len(sb.shards) == 16
     assert all(isinstance(bf, BloomFilter) for bf in sb.shards)
-    assert sb.shard_capacity == 63 == sb.shards[0].capacity  # ceil(1000 / 16)
+    assert sb.shard_capacity == 95 == sb.shards[0].capacity  # ceil(62.5 + 4 * sqrt(62.5))
     assert all((bf.seed, bf.growth, bf.error_rate) == (11, 3, 0.01) for bf in sb.shards)
-    assert sb.m == BloomFilter(63, 0.01).m
+    assert sb.m == BloomFilter(95, 0.01).m
+
+
+def test_shards_have_headroom_so_none_grows_at_planned_capacity():
+    """Keys spread binomially: sized at exactly capacity/S, about half the shards
+    would grow a second layer before the filter is full."""
+    assert shard_capacity(10_000_000, 64) == 157_832  # 156,250 + 4 * 395.3
+    assert shard_capacity(1000, 1) == 1000
+    sb = ShardedBloom(64, 200_000)
+    sb.add_many(urls(200_000))
+    assert sb.layers == 1  # no shard grew
+    # the headroom, 4 sigma of a 3,125-key share, costs 7% more bits than one filter
+    assert sb.info()["bytes"] <= 1.08 * BloomFilter(200_000).info()["bytes"]
 
 
 @pytest.mark.parametrize("shards", [0, 65537, 2.0])
@@ -50,7 +62,7 @@ def test_each_shard_holds_exactly_its_keys_with_the_same_bits_as_a_lone_filter()
     where = route(keys, 8)
     for i, bf in enumerate(sb.shards):
         mine = [k for k, s in zip(keys, where, strict=True) if s == i]
-        lone = BloomFilter(500, 0.01)
+        lone = BloomFilter(shard_capacity(4000, 8), 0.01)
         lone.add_many(mine)
         assert bf == lone  # bit for bit: the shared-storage path equals the plain one
         assert bf.count == len(mine)
@@ -114,14 +126,14 @@ def test_info():
     sb = ShardedBloom(8, 8000, 0.01)
     sb.add_many(urls(6000))
     info = sb.info()
-    assert info["shards"] == 8
+    assert info["shards"] == 8 and info["shard_capacity"] == shard_capacity(8000, 8)
     assert info["count"] == sb.count == sum(bf.count for bf in sb.shards) > 5950
     assert info["fill_min"] <= info["fill"] <= info["fill_max"]
     assert info["bits"] == 8 * sb.m and info["bytes"] == sb.m
     assert info["estimated_count"] == len(sb) == pytest.approx(6000, rel=0.03)
     assert info["expected_fpr"] == pytest.approx(
         np.mean([bf.info()["expected_fpr"] for bf in sb.shards]))
-    assert info["capacity"] == 8000 and info["shard_capacity"] == 1000
+    assert info["capacity"] == 8000 and info["shard_capacity"] == shard_capacity(8000, 8)
 
 
 # -- merge and equality ----------------------------------------------------------------------------
@@ -162,7 +174,7 @@ def test_assigning_a_shard_installs_its_bits():
     sb = ShardedBloom(4, 400)
     keys = urls(400)
     mine = [k for k, s in zip(keys, route(keys, 4), strict=True) if s == 2]
-    lone = BloomFilter(100)
+    lone = BloomFilter(shard_capacity(400, 4))
     lone.add_many(mine)
     sb.shards[2] = lone
     assert sb.shards[2] is lone and sb.shards[2].count == len(mine)
@@ -176,7 +188,7 @@ def test_assigning_a_smaller_shard_drops_the_old_layers():
     keys = urls(400)
     sb.add_many(keys)
     assert sb.shards[1].layers >= 3
-    sb.shards[1] = BloomFilter(10)
+    sb.shards[1] = BloomFilter(shard_capacity(20, 2))
     assert sb.shards[1].layers == 1 and sb.shards[1].count == 0
     theirs = [k for k, s in zip(keys, route(keys, 2), strict=True) if s == 1]
     assert sb.contains_many(theirs).mean() < 0.05

@@ -218,7 +218,12 @@ class Canonicalizer:
             elif c == "/" or c == "\\":
                 c = link[1:2]
                 ctx = scheme_ctx if c == "/" or c == "\\" else origin_ctx
-            elif c == "?" or c == "#" or not c:
+            elif c == "#":
+                # any fragment-only link is the page itself once the fragment is
+                # dropped: one cache entry per page for all of them
+                ctx = base_ctx
+                link = ""
+            elif c == "?" or not c:
                 ctx = base_ctx
             elif ":" not in link:
                 ctx = dir_ctx

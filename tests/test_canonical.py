@@ -454,6 +454,8 @@ RESOLUTION_CONTEXT_CASES = [
     ("?q=1", ["http://h.test/a/p", "http://h.test/a/r", "http://h.test/a/p?old"]),
     ("", ["http://h.test/a/p?x=1", "http://h.test/a/p?x=2", "http://h.test/a/p"]),
     ("#f", ["http://h.test/a/p?x=1", "http://h.test/a/p?x=2"]),
+    ("#", ["http://h.test/a/p?x=1", "http://h.test/a/p#old", "http://h.test/b/p"]),
+    (" #\tf g", ["http://h.test/a/p?x=1", "http://h.test/a/p?x=2"]),
     ("http:x", ["http://h.test/a/p", "http://h.test/b/p", "https://h.test/a/p"]),
     ("HTTP:?q", ["http://h.test/a/p", "http://h.test/a/r"]),
     ("http:/\\c.test/x", ["http://h.test/a", "https://h.test/a"]),
@@ -477,6 +479,14 @@ def test_cache_never_mixes_resolution_contexts(link, pages):
             want = _uncached(link, page)
             assert canon.resolve_many([link], page) == [want], page
     assert canon.cache_info()["hits"] >= len(pages)
+
+
+def test_fragment_only_links_of_a_page_share_one_entry():
+    canon = Canonicalizer()
+    page = "http://h.test/a/p?x=1#here"
+    got = canon.resolve_many(["#top", "#", "", "#c3", " #x"], page)
+    assert got == [("http://h.test/a/p?x=1",) * 2] * 5
+    assert canon.cache_info()["misses"] == 1
 
 
 def test_cache_shares_entries_where_the_context_allows():

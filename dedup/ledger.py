@@ -24,6 +24,8 @@ from typing import Any
 
 # SQLite >= 3.32 allows 32766 host parameters; stay well below it.
 _CHUNK = 30_000
+# Rows per multi-row INSERT (6 parameters each).
+_INSERT_ROWS = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -122,15 +124,27 @@ class Ledger:
         if not rows:
             return range(0)
         now = time.time()
-        with self._transaction():
-            self._db.executemany(
-                "INSERT INTO urls (fp, url, host, depth, state, discovered_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(fp, url, host, depth, int(state), now) for fp, url, host, depth, state in rows],
-            )
-            last = self._db.execute(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'urls'").fetchone()[0]
+        flat = [v for fp, url, host, depth, state in rows
+                for v in (fp, url, host, depth, int(state), now)]
+        if len(rows) <= _INSERT_ROWS:
+            # One multi-row INSERT is atomic by itself (a failing statement is
+            # backed out whole): no savepoint, and its last rowid is the last seq.
+            # That halves the cost of a page's ~10 rows against executemany in a
+            # savepoint plus a sqlite_sequence query.
+            self._begin()
+            last = self._insert_rows(flat, len(rows))
+        else:
+            with self._transaction():
+                step = _INSERT_ROWS * 6
+                for i in range(0, len(flat), step):
+                    last = self._insert_rows(flat[i:i + step], len(flat[i:i + step]) // 6)
         return range(last - len(rows) + 1, last + 1)
+
+    def _insert_rows(self, flat: list[Any], n: int) -> int:
+        cur = self._db.execute(
+            "INSERT INTO urls (fp, url, host, depth, state, discovered_at) VALUES "
+            + ",".join(["(?,?,?,?,?,?)"] * n), flat)
+        return int(cur.lastrowid)  # type: ignore[arg-type]
 
     def hwm(self) -> int:
         """Highest ``seq`` ever handed out (deleted rows included)."""
@@ -257,9 +271,13 @@ class Ledger:
 
     # -- plumbing --------------------------------------------------------------
 
-    def _transaction(self) -> _Transaction:
+    def _begin(self) -> None:
+        """In group-commit mode, open the transaction the next ``commit()`` ends."""
         if not self.autocommit and not self._db.in_transaction:
             self._db.execute("BEGIN IMMEDIATE")
+
+    def _transaction(self) -> _Transaction:
+        self._begin()
         return _Transaction(self._db)
 
     def commit(self) -> None:

@@ -60,6 +60,18 @@ def test_duplicate_fingerprint_is_refused_and_rolled_back(ledger):
     assert ledger.find([fp(2)]) == set()
 
 
+@pytest.mark.parametrize("autocommit", [True, False])
+@pytest.mark.parametrize("n", [3, 2500])  # one INSERT statement, or several in a savepoint
+def test_a_failing_batch_leaves_nothing_and_keeps_earlier_rows(tmp_path, autocommit, n):
+    with Ledger(tmp_path / "l.sqlite", autocommit=autocommit) as led:
+        assert list(add(led, [-1])) == [1]
+        assert list(add(led, range(n))) == list(range(2, n + 2))  # consecutive past 1000
+        with pytest.raises(Exception, match="UNIQUE"):
+            add(led, [*range(n, 2 * n), n - 1])  # the last row is a duplicate
+        led.commit()
+        assert len(led) == n + 1 and led.find([fp(n)]) == set()
+        assert list(add(led, [n])) == [n + 2]  # no seq lost to the failed batch
+
 def test_mark_queued_and_counts(ledger):
     seqs = add(ledger, range(6), host="a.test")
     add(ledger, range(6, 9), host="b.test", depth=2)

@@ -188,7 +188,7 @@ def instrument(sw: Stopwatch) -> Callable[[UrlSeen], None]:
         b.contains_hashes = sw.wrap("Bloom contains_hashes", b.contains_hashes)  # type: ignore[method-assign]
         b.add_hashes = sw.wrap("Bloom add_hashes", b.add_hashes)  # type: ignore[method-assign]
         led.find = sw.wrap("ledger find (SELECT ... IN)", led.find)  # type: ignore[method-assign]
-        led.insert = sw.wrap("ledger insert (executemany)", led.insert)  # type: ignore[method-assign]
+        led.insert = sw.wrap("ledger insert (Ledger.insert)", led.insert)  # type: ignore[method-assign]
         led.commit = sw.wrap(f"ledger commit (every {COMMIT_EVERY} pages)", led.commit)  # type: ignore[method-assign]
     return before
 

@@ -68,7 +68,7 @@ from dedup import (
     UrlRejected,
     UrlSeen,
 )
-from dedup.atomic import atomic_write
+from dedup.atomic import atomic_write_bytes
 from dedup.shards import ShardedBloom
 from dedup.snapshot import CRAWL_ID_BYTES, merge_files, read_header
 
@@ -649,7 +649,7 @@ def _merge_states(args: argparse.Namespace) -> int:
     with Ledger(out / "ledger.sqlite") as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(_complete_lines(d / PAGES_FILE) for d in ins)
-    atomic_write(out / PAGES_FILE, lambda fh: fh.write(pages))
+    atomic_write_bytes(out / PAGES_FILE, pages)
     print(f"merged {len(ins)} state directories into {out}: {result.rows} URLs "
           f"({result.duplicates} present in several inputs)")
     return 0

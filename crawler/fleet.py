@@ -50,12 +50,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawler.engine import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
-from crawler.output import PAGES_FILE
+from crawler.output import PAGES_FILE, read_json, write_json_atomic
 from crawler.owner import owner_function, owner_of
 from crawler.scope import Scope, authority_of
 from crawler.settings import Settings
 from dedup import CanonRules, Ledger
-from dedup.atomic import atomic_write
+from dedup.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.transport import RedisTransport
@@ -170,7 +170,7 @@ def write_fleet_file(root: Path, crawl_id: str, workers: int, redis: str) -> Non
             "redis": redis if redis == LOCAL else redact(redis),
             "redis_auth": redis != LOCAL and has_password(redis)}
     text = json.dumps(data, sort_keys=True) + "\n"
-    atomic_write(root / FLEET_FILE, lambda fh: fh.write(text.encode()))
+    atomic_write_bytes(root / FLEET_FILE, text.encode())
 
 
 def read_fleet_dir(root: str | Path) -> FleetDir:
@@ -494,17 +494,6 @@ def _pages_lines(path: Path) -> list[bytes]:
     return [ln + b"\n" for ln in lines[:-1]]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda fh: fh.write(data))
-
-
-def _read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return default
-
-
 def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
                  progress: Callable[[str], None] = lambda _m: None) -> list[Path]:
     """Resize a stopped fleet's directory into ``out`` (W -> W/2 or W -> 2W).
@@ -607,12 +596,12 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
     if to * 2 == w:
         for i in range(to):
             pages = b"".join(ln for j in (i, i + to) for ln in _pages_lines(dirs[j] / PAGES_FILE))
-            _write_atomic(worker_dir(out, i) / PAGES_FILE, pages)
+            atomic_write_bytes(worker_dir(out, i) / PAGES_FILE, pages)
             counts: dict[str, int] = {}
             for j in (i, i + to):
-                for host, n in _read_json(dirs[j] / HOST_COUNTS_FILE, {}).items():
+                for host, n in read_json(dirs[j] / HOST_COUNTS_FILE, {}).items():
                     counts[host] = counts.get(host, 0) + n
-            _write_atomic(worker_dir(out, i) / HOST_COUNTS_FILE, json.dumps(counts).encode())
+            write_json_atomic(worker_dir(out, i) / HOST_COUNTS_FILE, counts)
         return
     for i, d in enumerate(dirs):
         parts: dict[int, list[bytes]] = {i: [], i + w: []}
@@ -624,9 +613,8 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
                                  f"does not own its host among {w} workers")
             part.append(ln)
         split_counts: dict[int, dict[str, int]] = {i: {}, i + w: {}}
-        for host, n in _read_json(d / HOST_COUNTS_FILE, {}).items():
+        for host, n in read_json(d / HOST_COUNTS_FILE, {}).items():
             split_counts[owner_of(host, to)][host] = n
         for k in (i, i + w):
-            _write_atomic(worker_dir(out, k) / PAGES_FILE, b"".join(parts[k]))
-            _write_atomic(worker_dir(out, k) / HOST_COUNTS_FILE,
-                          json.dumps(split_counts[k]).encode())
+            atomic_write_bytes(worker_dir(out, k) / PAGES_FILE, b"".join(parts[k]))
+            write_json_atomic(worker_dir(out, k) / HOST_COUNTS_FILE, split_counts[k])

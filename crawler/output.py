@@ -22,7 +22,7 @@ from typing import Any
 
 import aiofiles
 
-from dedup.atomic import atomic_write
+from dedup.atomic import atomic_write_bytes
 
 __all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read_pages",
            "repair_tail", "write_json_atomic"]
@@ -42,7 +42,7 @@ def iso_time(ts: float) -> str:
 def write_json_atomic(path: str | Path, value: Any) -> None:
     """Replace ``path`` with ``value`` as JSON: temp file, fsync, rename (never half-written)."""
     data = json.dumps(value, separators=(",", ":")).encode()
-    atomic_write(path, lambda fh: fh.write(data))
+    atomic_write_bytes(path, data)
 
 
 def read_json(path: str | Path, default: Any) -> Any:

@@ -32,6 +32,11 @@ def atomic_write(path: str | os.PathLike[str], body: Callable[[IO[bytes]], Any])
     fsync_dir(path.parent)
 
 
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data``, crash-safely (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(data))
+
+
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename or a new entry in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)

@@ -61,9 +61,9 @@ if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.transport import RedisTransport
 
 __all__ = ["FLEET_FILE", "LOCAL", "REDIS_ENV", "FleetDir", "FleetError", "LocalRedis",
-           "derive_crawl_id", "fleet_geometry", "read_fleet_dir", "redis_binary",
-           "resize_fleet", "settings_geometry", "stored_redis", "supervise", "transport_for",
-           "worker_dir", "worker_meta", "write_fleet_file"]
+           "derive_crawl_id", "fleet_geometry", "free_port", "ping", "read_fleet_dir",
+           "redis_binary", "resize_fleet", "settings_geometry", "stored_redis", "supervise",
+           "transport_for", "worker_dir", "worker_meta", "write_fleet_file"]
 
 FLEET_FILE = "fleet.json"
 LOCAL = "local"
@@ -226,18 +226,31 @@ def redis_binary() -> str | None:
         "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on right now (a start may still lose the race)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _ping(port: int) -> bool:
-    """One RESP PING without a client library."""
+def ping(port: int, password: str | None = None) -> bool:
+    """Whether a redis-server on 127.0.0.1:``port`` answers: AUTH (if any), then PING,
+    in RESP without a client library (so it also works before redis-py could connect)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            cmd = b""
+            if password is not None:
+                pw = password.encode()
+                cmd += b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw)
+            s.sendall(cmd + b"*1\r\n$4\r\nPING\r\n")
+            buf = b""
+            deadline = time.monotonic() + 0.5
+            while b"PONG" not in buf and time.monotonic() < deadline:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                buf += chunk
+            return b"+PONG" in buf
     except OSError:
         return False
 
@@ -264,7 +277,7 @@ class LocalRedis:
     def start(self) -> LocalRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         for _attempt in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             self.proc = subprocess.Popen(
                 [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                  "--dir", str(self.dir), "--save", "", "--appendonly", "yes",
@@ -273,7 +286,7 @@ class LocalRedis:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             deadline = time.monotonic() + self.START_TIMEOUT
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _ping(self.port):
+                if ping(self.port):
                     return self
                 time.sleep(0.02)
             self.stop()  # lost the race for the port, or it failed: try another

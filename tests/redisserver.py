@@ -20,9 +20,7 @@ registers it as a plugin, which would otherwise warn).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -30,39 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from crawler.fleet import free_port, ping, redis_binary
+
 START_TIMEOUT = 10.0
-
-
-def redis_binary() -> str | None:
-    return shutil.which("redis-server") or (
-        "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ping(port: int, password: str | None) -> bool:
-    """One RESP round trip without a client library: AUTH (if any) then PING."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            cmd = b""
-            if password is not None:
-                pw = password.encode()
-                cmd += b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw)
-            s.sendall(cmd + b"*1\r\n$4\r\nPING\r\n")
-            buf = b""
-            deadline = time.monotonic() + 0.5
-            while b"PONG" not in buf and time.monotonic() < deadline:
-                chunk = s.recv(256)
-                if not chunk:
-                    break
-                buf += chunk
-            return b"+PONG" in buf
-    except OSError:
-        return False
 
 
 class RedisServer:
@@ -109,7 +77,7 @@ class RedisServer:
                                          stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _ping(self.port, self.password):
+                if ping(self.port, self.password):
                     self._started = True
                     return self
                 time.sleep(0.02)

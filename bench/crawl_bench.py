@@ -147,23 +147,12 @@ class _Replay(asyncio.Protocol):
 
 def _bind(n: int) -> list[socket.socket]:
     """n listening sockets: one port on 127.0.0.2.. (one address per host), else n ports."""
-    for _ in range(20):
-        socks: list[socket.socket] = []
-        try:
-            for ip in HOST_IPS[:n]:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind((ip, socks[0].getsockname()[1] if len(socks) > 1 else 0))
-            return socks
-        except OSError:
-            for s in socks:
-                s.close()
-    socks = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    return socks
+    from crawler.sitegen import bind_hosts
+
+    try:
+        return bind_hosts(HOST_IPS[:n], n)
+    except OSError:
+        return bind_hosts(None, n)
 
 
 async def _serve(spec: SiteSpec, kind: str) -> None:

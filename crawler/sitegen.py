@@ -37,7 +37,7 @@ from functools import lru_cache
 
 from aiohttp import web
 
-__all__ = ["HostLog", "Reachable", "RunningSite", "Site", "SiteSpec", "serve_site"]
+__all__ = ["HostLog", "Reachable", "RunningSite", "Site", "SiteSpec", "bind_hosts", "serve_site"]
 
 OUT_OF_SCOPE = "http://127.0.0.9:9/elsewhere"
 _LOREM = ["bloom", "filters", "answer", "membership", "queries", "in", "constant", "space",
@@ -357,7 +357,9 @@ class RunningSite:
         return out
 
 
-def _bind(ips: list[str] | None, n: int) -> list[socket.socket]:
+def bind_hosts(ips: list[str] | None, n: int) -> list[socket.socket]:
+    """n listening sockets: one shared port on each of ``ips`` (one address per host),
+    or n ports on 127.0.0.1 without ``ips``. OSError if no port is free on every address."""
     if not ips:
         socks = []
         for _ in range(n):
@@ -390,7 +392,7 @@ async def serve_site(spec: SiteSpec, *, ips: list[str] | None = None,
     ``ips``: one address per host on a shared port (default: distinct ports on
     127.0.0.1). ``setup(h, app)`` may add routes to host h's app before it starts.
     """
-    socks = _bind(ips, spec.hosts)
+    socks = bind_hosts(ips, spec.hosts)
     origins = [f"http://{s.getsockname()[0]}:{s.getsockname()[1]}" for s in socks]
     site = Site(spec, origins)
     logs = [HostLog() for _ in range(spec.hosts)]

@@ -400,7 +400,36 @@ def _chunks(keys: Iterable[str | bytes], size: int) -> Iterator[Sequence[str | b
         yield batch
 
 
-class BloomFilter:
+class _StackGeometry:
+    """The geometry a filter reads off its storage: the same for a BloomFilter and for
+    a ShardedBloom (whose shards share one _Stack)."""
+
+    _stack: _Stack
+
+    @property
+    def error_rate(self) -> float:
+        return self._stack.error_rate
+
+    @property
+    def seed(self) -> int:
+        return self._stack.seed
+
+    @property
+    def growth(self) -> int:
+        return self._stack.growth
+
+    @property
+    def m(self) -> int:
+        """Bits of layer 0 (of each shard, for a ShardedBloom)."""
+        return self._stack.arenas[0].m
+
+    @property
+    def k(self) -> int:
+        """Hash count of layer 0."""
+        return self._stack.arenas[0].k
+
+
+class BloomFilter(_StackGeometry):
     """A Bloom filter over string/bytes keys with vectorized batch operations.
 
     ``add_many``/``contains_many`` hash a whole batch (one MurmurHash3 per key) and
@@ -437,28 +466,6 @@ class BloomFilter:
     @property
     def capacity(self) -> int:
         return self._stack.capacity
-
-    @property
-    def error_rate(self) -> float:
-        return self._stack.error_rate
-
-    @property
-    def seed(self) -> int:
-        return self._stack.seed
-
-    @property
-    def growth(self) -> int:
-        return self._stack.growth
-
-    @property
-    def m(self) -> int:
-        """Bits of layer 0."""
-        return self._stack.arenas[0].m
-
-    @property
-    def k(self) -> int:
-        """Hash count of layer 0."""
-        return self._stack.arenas[0].k
 
     @property
     def layers(self) -> int:

@@ -29,6 +29,7 @@ from dedup.bloom import (
     _chunks,
     _is_int,
     _Stack,
+    _StackGeometry,
     check_geometry,
     estimate_count,
     log,
@@ -94,7 +95,7 @@ class _ShardList(list[BloomFilter]):
     __delitem__ = __iadd__ = __imul__ = _fixed
 
 
-class ShardedBloom:
+class ShardedBloom(_StackGeometry):
     """S Bloom filters of identical geometry behind the surface of one."""
 
     def __init__(self, shards: int = 64, capacity: int = 10_000_000, error_rate: float = 0.01,
@@ -113,27 +114,6 @@ class ShardedBloom:
         self.shards: list[BloomFilter] = _ShardList(
             self, (BloomFilter._view(self._stack, i) for i in range(self.nshards)))
         self._warn = True
-
-    @property
-    def error_rate(self) -> float:
-        return self._stack.error_rate
-
-    @property
-    def seed(self) -> int:
-        return self._stack.seed
-
-    @property
-    def growth(self) -> int:
-        return self._stack.growth
-
-    @property
-    def m(self) -> int:
-        """Bits of layer 0 of each shard."""
-        return self._stack.arenas[0].m
-
-    @property
-    def k(self) -> int:
-        return self._stack.arenas[0].k
 
     @property
     def layers(self) -> int:

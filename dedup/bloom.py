@@ -400,11 +400,44 @@ def _chunks(keys: Iterable[str | bytes], size: int) -> Iterator[Sequence[str | b
         yield batch
 
 
-class _StackGeometry:
-    """The geometry a filter reads off its storage: the same for a BloomFilter and for
-    a ShardedBloom (whose shards share one _Stack)."""
+class _StackFilter:
+    """What a BloomFilter and a ShardedBloom (whose shards share one _Stack) have in
+    common: the geometry read off their storage, and the batch API built on each
+    class's own ``_add``, ``_contains`` and ``_check_capacity``."""
 
     _stack: _Stack
+
+    def _add(self, h: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _contains(self, h: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_capacity(self) -> None:
+        raise NotImplementedError
+
+    def add_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        """Insert a batch; True where a key was definitely new. A key repeated in the
+        batch is new only at its first occurrence."""
+        parts = [self._add(halves(fingerprint_many(c, self.seed))) for c in _chunks(keys, CHUNK)]
+        self._check_capacity()
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        """For each key: True if it may be in the filter, False if definitely not."""
+        parts = [self._contains(halves(fingerprint_many(c, self.seed)))
+                 for c in _chunks(keys, CHUNK)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def add_hashes(self, h: np.ndarray) -> np.ndarray:
+        """:meth:`add_many` for an ``(n, 2)`` uint64 array from :func:`halves` (no rehash)."""
+        out = self._add(_as_hashes(h))
+        self._check_capacity()
+        return out
+
+    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
+        """:meth:`contains_many` for an ``(n, 2)`` uint64 array from :func:`halves`."""
+        return self._contains(_as_hashes(h))
 
     @property
     def error_rate(self) -> float:
@@ -429,7 +462,7 @@ class _StackGeometry:
         return self._stack.arenas[0].k
 
 
-class BloomFilter(_StackGeometry):
+class BloomFilter(_StackFilter):
     """A Bloom filter over string/bytes keys with vectorized batch operations.
 
     ``add_many``/``contains_many`` hash a whole batch (one MurmurHash3 per key) and
@@ -513,29 +546,6 @@ class BloomFilter(_StackGeometry):
             return False
         h1, h2 = _split(fingerprint(key, self.seed))
         return self._stack.contains_one(h1, h2, self._row)
-
-    def add_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
-        """Insert a batch; True where a key was definitely new. A key repeated in the
-        batch is new only at its first occurrence."""
-        parts = [self._add(halves(fingerprint_many(c, self.seed))) for c in _chunks(keys, CHUNK)]
-        self._check_capacity()
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-    def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
-        """For each key: True if it may be in the filter, False if definitely not."""
-        parts = [self._contains(halves(fingerprint_many(c, self.seed)))
-                 for c in _chunks(keys, CHUNK)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-    def add_hashes(self, h: np.ndarray) -> np.ndarray:
-        """:meth:`add_many` for an ``(n, 2)`` uint64 array from :func:`halves` (no rehash)."""
-        out = self._add(_as_hashes(h))
-        self._check_capacity()
-        return out
-
-    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
-        """:meth:`contains_many` for an ``(n, 2)`` uint64 array from :func:`halves`."""
-        return self._contains(_as_hashes(h))
 
     def _rows(self, n: int) -> np.ndarray | None:
         return None if self._stack.rows == 1 else np.full(n, self._row, dtype=np.intp)

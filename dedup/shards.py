@@ -21,20 +21,17 @@ from typing import Any
 import numpy as np
 
 from dedup.bloom import (
-    CHUNK,
     SMALL,
     WARN_FILL,
     BloomFilter,
-    _as_hashes,
-    _chunks,
     _is_int,
     _Stack,
-    _StackGeometry,
+    _StackFilter,
     check_geometry,
     estimate_count,
     log,
 )
-from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves, shard_of
+from dedup.fingerprint import HASH_ALGO, fingerprint, shard_of
 from dedup.snapshot import SnapshotError, read_header, read_snapshot, write_snapshot
 
 MAX_SHARDS = 65536
@@ -95,7 +92,7 @@ class _ShardList(list[BloomFilter]):
     __delitem__ = __iadd__ = __imul__ = _fixed
 
 
-class ShardedBloom(_StackGeometry):
+class ShardedBloom(_StackFilter):
     """S Bloom filters of identical geometry behind the surface of one."""
 
     def __init__(self, shards: int = 64, capacity: int = 10_000_000, error_rate: float = 0.01,
@@ -173,24 +170,6 @@ class ShardedBloom(_StackGeometry):
             return False
         h1, h2, row = self._row_of(fingerprint(key, self.seed))
         return self._stack.contains_one(h1, h2, row)
-
-    def add_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
-        parts = [self._add(halves(fingerprint_many(c, self.seed))) for c in _chunks(keys, CHUNK)]
-        self._check_capacity()
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-    def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
-        parts = [self._contains(halves(fingerprint_many(c, self.seed)))
-                 for c in _chunks(keys, CHUNK)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-    def add_hashes(self, h: np.ndarray) -> np.ndarray:
-        out = self._add(_as_hashes(h))
-        self._check_capacity()
-        return out
-
-    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
-        return self._contains(_as_hashes(h))
 
     def _add(self, h: np.ndarray) -> np.ndarray:
         stack, s = self._stack, self.nshards

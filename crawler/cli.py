@@ -71,6 +71,7 @@ from dedup import (
 from dedup.atomic import atomic_write_bytes
 from dedup.shards import ShardedBloom
 from dedup.snapshot import CRAWL_ID_BYTES, merge_files, read_header
+from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path, shards_dir
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -285,7 +286,7 @@ def add_resume(sub: Any) -> None:
 
 def _is_fleet_dir(path: Path) -> bool:
     return (path / FLEET_FILE).is_file() or (
-        not (path / "ledger.sqlite").exists() and (path / "worker-0" / "ledger.sqlite").exists())
+        not is_state_dir(path) and is_state_dir(path / "worker-0"))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -448,8 +449,8 @@ def _require_state_dir(path: str) -> Path:
     d = Path(path)
     if not d.is_dir():
         raise CrawlError(f"state directory {d}: not found")
-    if not (d / "ledger.sqlite").exists():
-        raise CrawlError(f"{d} is not a bloomcrawl state directory (no ledger.sqlite)")
+    if not is_state_dir(d):
+        raise CrawlError(f"{d} is not a bloomcrawl state directory (no {LEDGER_FILE})")
     return d
 
 
@@ -490,7 +491,7 @@ def shard_dir_stats(directory: str | Path) -> dict[str, Any]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     d = Path(args.dir)
-    if (d.is_dir() and not (d / "ledger.sqlite").exists()
+    if (d.is_dir() and not is_state_dir(d)
             and ShardedBloom.shard_path(d, 0).exists()):
         stats = shard_dir_stats(d)
         text = format_filter_stats(stats)
@@ -575,9 +576,9 @@ def add_merge(sub: Any) -> None:
 
 def _catch_up(state_dir: Path) -> None:
     """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
-    with Ledger(state_dir / "ledger.sqlite", readonly=True) as ledger:
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
         hwm = ledger.hwm()
-    files = sorted((state_dir / "shards").glob("shard-*.bloom"))
+    files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
     if files and all(read_header(f).hwm >= hwm for f in files):
         return
     try:
@@ -592,7 +593,7 @@ def _shard_files(path: Path) -> list[Path]:
         return [path]
     if not path.is_dir():
         raise CrawlError(f"merge input {path}: not found")
-    folder = path / "shards" if (path / "shards").is_dir() else path
+    folder = shards_dir(path) if shards_dir(path).is_dir() else path
     files = sorted(folder.glob("shard-*.bloom"))
     if not files:
         raise CrawlError(f"merge input {path}: no shard files (shard-*.bloom)")
@@ -603,7 +604,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.state:
         return _merge_states(args)
     for raw in args.inputs:
-        if (Path(raw) / "ledger.sqlite").is_file():
+        if is_state_dir(raw):
             _catch_up(Path(raw))
     groups: dict[int, list[Path]] = {}
     counts: dict[int, Path] = {}
@@ -627,8 +628,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 raise CrawlError(f"merge input {d}: lacks shard(s) "
                                  f"{sorted(want - have)[:10]} that other inputs have")
     out = Path(args.output)
-    if (out / "ledger.sqlite").exists():
-        out = out / "shards"
+    if is_state_dir(out):
+        out = shards_dir(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -646,7 +647,7 @@ def _merge_states(args: argparse.Namespace) -> int:
     ins = [_require_state_dir(raw) for raw in args.inputs]
     out = Path(args.output)
     result = merge_states(out, ins)
-    with Ledger(out / "ledger.sqlite") as ledger:
+    with Ledger(ledger_path(out)) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(_complete_lines(d / PAGES_FILE) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)

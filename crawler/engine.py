@@ -77,6 +77,8 @@ from crawler.robots import RobotsCache
 from crawler.scope import Scope, authority_of, hostname_of, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, State, UrlSeen
+from dedup.recent import RecentKeys
+from dedup.statedir import LEDGER_FILE, is_state_dir
 
 if TYPE_CHECKING:
     from crawler.transport import Delivery, RedisTransport
@@ -118,7 +120,7 @@ def _open_seen(state_dir: Path, settings: Settings, *, create: bool,
 def check_new_state_dir(state_dir: str | Path) -> None:
     """Refuse a directory that holds a crawl or anything else (before touching Redis)."""
     state_dir = Path(state_dir)
-    if (state_dir / "ledger.sqlite").exists():
+    if is_state_dir(state_dir):
         raise CrawlError(f"{state_dir} already holds a crawl; continue it with "
                          f"'bloomcrawl resume {state_dir}' or choose another --state directory")
     if state_dir.exists():
@@ -179,8 +181,8 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     state_dir = Path(state_dir)
     if not state_dir.is_dir():
         raise CrawlError(f"state directory {state_dir}: not found")
-    if not (state_dir / "ledger.sqlite").exists():
-        raise CrawlError(f"{state_dir} is not a bloomcrawl state directory (no ledger.sqlite)")
+    if not is_state_dir(state_dir):
+        raise CrawlError(f"{state_dir} is not a bloomcrawl state directory (no {LEDGER_FILE})")
     seen = UrlSeen(state_dir, create=False, autocommit=False)
     try:
         frozen = seen.ledger.meta_get(CONFIG_KEY)
@@ -342,7 +344,7 @@ class Engine:
         self._receiving = False  # a delivery taken from the stream and not yet acked
         self._wake: asyncio.Event | None = None
         self._fleet_stop: asyncio.Task[None] | None = None
-        self._forward_cache = _RecentKeys(settings.distributed.forward_cache_size)
+        self._forward_cache = RecentKeys(settings.distributed.forward_cache_size)
         self._sending: dict[str, asyncio.Future[None]] = {}  # key -> the batch carrying it
         self._outbox: list[tuple[str, str, str, int]] = []  # the batch being filled
         self._outbox_done: asyncio.Future[None] | None = None
@@ -891,29 +893,6 @@ class Engine:
         if final:
             out["totals"] = self._totals()
         return out
-
-
-class _RecentKeys:
-    """Keys forwarded lately (two generations: O(1) inserts, LRU-like eviction).
-
-    Links to another host's pages repeat on many pages; the owner would drop
-    the repeats, but each would still cost stream space and its seen-test.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._half = size // 2
-        self._young: set[str] = set()
-        self._old: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._young or key in self._old
-
-    def add(self, key: str) -> None:
-        if self._half <= 0:
-            return
-        self._young.add(key)
-        if len(self._young) >= self._half:
-            self._old, self._young = self._young, set()
 
 
 def _failed(res: FetchResult) -> bool:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -56,6 +55,7 @@ from crawler.scope import Scope, authority_of
 from crawler.settings import Settings
 from dedup import CanonRules, Ledger
 from dedup.atomic import atomic_write_bytes
+from dedup.statedir import in_use, is_state_dir, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.transport import RedisTransport
@@ -179,7 +179,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     root = Path(root)
     if not root.is_dir():
         raise FleetError(f"fleet directory {root}: not found")
-    dirs = sorted((p for p in root.glob("worker-*") if (p / "ledger.sqlite").is_file()),
+    dirs = sorted((p for p in root.glob("worker-*") if is_state_dir(p)),
                   key=lambda p: _worker_index(p))
     if not dirs:
         raise FleetError(f"{root} is not a fleet directory (no worker-I state directories)")
@@ -187,7 +187,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     for i, d in enumerate(dirs):
         if _worker_index(d) != i:
             raise FleetError(f"{root}: worker-{i} is missing (found {d.name})")
-        with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
+        with Ledger(ledger_path(d), readonly=True) as ledger:
             meta = ledger.meta_get(FLEET_KEY)
         if meta is None:
             raise FleetError(f"{d} is not a fleet worker's state (it was crawled without "
@@ -564,7 +564,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
         raise
     _carry_outputs(dirs, out, w, to)
     for i in range(to):
-        with Ledger(worker_dir(out, i) / "ledger.sqlite") as ledger:
+        with Ledger(ledger_path(worker_dir(out, i))) as ledger:
             meta = dict(ledger.meta_get(FLEET_KEY))
             meta.update(workers=to, worker_id=i)
             if redis_url is not None and src.redis != LOCAL:
@@ -586,21 +586,13 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
 
 def _refuse_if_running(state_dir: Path) -> None:
     """A worker holds its state dir's lock (``dedup.seen``) while it runs."""
-    try:
-        fd = os.open(state_dir / "lock", os.O_RDWR)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if in_use(state_dir):
         raise FleetError(f"{state_dir} is in use by a running worker; stop the fleet "
-                         "before resizing it") from None
-    finally:
-        os.close(fd)  # closing releases the lock
+                         "before resizing it")
 
 
 def _totals(state_dir: Path) -> dict[str, int]:
-    with Ledger(state_dir / "ledger.sqlite", readonly=True) as ledger:
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
         return dict(ledger.meta_get(TOTALS_KEY) or {})
 
 

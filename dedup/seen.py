@@ -2,9 +2,11 @@
 
 ``UrlSeen`` owns a state directory::
 
-    DIR/ledger.sqlite        every admitted URL (the truth, and the durable frontier)
-    DIR/shards/shard-NNNNN.bloom   one snapshot per filter shard
-    DIR/lock                 held while a process writes the directory
+    ledger        every admitted URL (the truth, and the durable frontier)
+    shards/       one snapshot per filter shard
+    lock          held while a process writes the directory
+
+(file names and the lock: :mod:`dedup.statedir`).
 
 Order of writes: a batch of new URLs is committed to the ledger first, then its
 bits are set, then the "applied" high-water mark moves. A snapshot records the
@@ -14,7 +16,6 @@ shard's mark, so a crash at any point leaves no false negative.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import uuid
@@ -26,20 +27,19 @@ from typing import Any
 import numpy as np
 
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
-from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves, shard_of
 from dedup.ledger import Ledger, State
+from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
 from dedup.snapshot import GeometryMismatch, SnapshotError, read_snapshot, write_snapshot
+from dedup.statedir import StateLocked, ledger_path, lock, require_state_dir, shards_dir
+
+__all__ = ["NewUrl", "StateLocked", "UrlSeen", "host_of"]
 
 log = logging.getLogger("dedup.seen")
 
-HASH_ALGO = "murmur3_x64_128"
 DEFAULT_GEOMETRY = {"capacity": 10_000_000, "error_rate": 0.01, "shards": 64, "seed": 0,
                     "growth": 2}
-
-
-class StateLocked(RuntimeError):
-    """Another process is writing this state directory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,41 +56,6 @@ class NewUrl:
 def host_of(url: str) -> str:
     """``host[:port]`` of a normalized absolute URL, without userinfo."""
     return url.split("/", 3)[2].rpartition("@")[2]
-
-
-class _ConfirmCache:
-    """Keys recently admitted or confirmed present in the ledger (two-generation LRU).
-
-    Navigation links repeat on every page; remembering that they are in the
-    ledger keeps them off the fingerprint, the filter and SQLite. Two sets
-    swapped when the young one fills give O(1) inserts and evictions with
-    LRU-like retention.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._half = max(1, size // 2)
-        self._young: set[str] = set()
-        self._old: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        if key in self._young:
-            return True
-        if key in self._old:
-            self.add(key)
-            return True
-        return False
-
-    def add(self, key: str) -> None:
-        self._young.add(key)
-        if len(self._young) >= self._half:
-            self._old, self._young = self._young, set()
-
-    def discard(self, key: str) -> None:
-        self._young.discard(key)
-        self._old.discard(key)
-
-    def __len__(self) -> int:
-        return len(self._young) + len(self._old)
 
 
 class UrlSeen:
@@ -112,17 +77,16 @@ class UrlSeen:
                  autocommit: bool = True) -> None:
         self.state_dir = Path(state_dir)
         self.readonly = readonly
-        ledger_path = self.state_dir / "ledger.sqlite"
-        if not ledger_path.exists() and (not create or readonly):
-            raise FileNotFoundError(f"{self.state_dir}: not a bloomcrawl state directory "
-                                    "(no ledger.sqlite)")
+        if not create or readonly:
+            require_state_dir(self.state_dir)
         self._lock_fd: int | None = None
         if not readonly:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            (self.state_dir / "shards").mkdir(exist_ok=True)
-            self._lock_fd = _lock(self.state_dir)
+            shards_dir(self.state_dir).mkdir(exist_ok=True)
+            self._lock_fd = lock(self.state_dir)
         try:
-            self.ledger = Ledger(ledger_path, readonly=readonly, autocommit=autocommit)
+            self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
+                                 autocommit=autocommit)
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
@@ -142,7 +106,7 @@ class UrlSeen:
         self.nshards: int = g["shards"]
         self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
-        self._confirmed = _ConfirmCache(confirm_cache_size)
+        self._confirmed = RecentKeys(confirm_cache_size)
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
@@ -199,7 +163,7 @@ class UrlSeen:
                             error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
 
     def shard_path(self, i: int) -> Path:
-        return ShardedBloom.shard_path(self.state_dir / "shards", i)
+        return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
 
     def _load_shards(self) -> int:
         """Install valid shard snapshots, then replay the ledger past each one's mark."""
@@ -399,11 +363,6 @@ class UrlSeen:
             raise
         return seen
 
-    def filter_info(self) -> dict[str, Any]:
-        """The filter's health (fill, estimated count, expected FPR, layers) without the
-        ledger scan that ``stats()`` does: cheap enough for a live progress line."""
-        return self.bloom.info()
-
     def close(self) -> None:
         """Commit pending rows and release the directory (no snapshot is implied)."""
         self.ledger.close()
@@ -419,16 +378,6 @@ class UrlSeen:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _lock(state_dir: Path) -> int:
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StateLocked(f"{state_dir}: in use by another bloomcrawl process") from None
-    return fd
 
 
 def _validate_geometry(g: dict[str, Any]) -> None:

@@ -69,8 +69,8 @@ from dedup import (
     UrlSeen,
 )
 from dedup.atomic import atomic_write_bytes
-from dedup.shards import ShardedBloom
-from dedup.snapshot import CRAWL_ID_BYTES, merge_files, read_header
+from dedup.shards import ShardedBloom, merge_files
+from dedup.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path, shards_dir
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -313,7 +313,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 async def _resume_worker(seen: UrlSeen, settings: Settings, scope: Scope, meta: dict[str, Any],
                          url: str, quiet: bool) -> None:
     transport = transport_for(url, meta, settings,
-                              fleet_geometry(seen.geometry, seen.rules, scope))
+                              fleet_geometry(seen.geometry.to_dict(), seen.rules, scope))
     await transport.connect()
     try:
         now = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], url)

@@ -55,6 +55,7 @@ from crawler.scope import Scope, authority_of
 from crawler.settings import Settings
 from dedup import CanonRules, Ledger
 from dedup.atomic import atomic_write_bytes
+from dedup.geometry import Geometry
 from dedup.statedir import in_use, is_state_dir, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
@@ -108,11 +109,9 @@ def fleet_geometry(geometry: dict[str, Any], rules: CanonRules, scope: Scope) ->
 
 def settings_geometry(settings: Settings) -> dict[str, Any]:
     """The filter geometry a new state dir will record (``UrlSeen`` does the same)."""
-    from dedup.seen import HASH_ALGO
-
     d = settings.dedup
-    return {"capacity": d.capacity, "error_rate": d.error_rate, "shards": d.shards,
-            "seed": d.seed, "growth": d.growth, "hash": HASH_ALGO}
+    return Geometry(capacity=d.capacity, error_rate=d.error_rate, shards=d.shards,
+                    seed=d.seed, growth=d.growth).to_dict()
 
 
 def worker_meta(crawl_id: str, workers: int, worker_id: int, redis_url: str) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from redis.exceptions import (
 )
 
 from crawler.owner import owner_of
+from dedup.geometry import first_difference
 
 log = logging.getLogger("crawler.transport")
 
@@ -122,13 +123,6 @@ def _password_of(url: str) -> str | None:
 
 def _canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    for key in sorted(set(ours) | set(theirs)):
-        if ours.get(key) != theirs.get(key):
-            return key
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,7 +492,7 @@ class RedisTransport(FleetMonitor):
         if workers != self.workers:
             raise FleetMismatch(f"{who} has {workers} workers; this worker was started with "
                                 f"--workers {self.workers} (resize with `bloomcrawl resize`)")
-        diff = _first_difference(self.geometry, geometry)
+        diff = first_difference(self.geometry, geometry)
         if diff is not None:
             raise FleetMismatch(
                 f"{who}: geometry field '{diff}' differs: the fleet has "

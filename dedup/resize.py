@@ -47,10 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from dedup.atomic import fsync_dir
+from dedup.bloom import read_snapshot, write_snapshot
+from dedup.errors import GeometryMismatch
+from dedup.geometry import require_same
 from dedup.ledger import Ledger
 from dedup.seen import UrlSeen
-from dedup.shards import ShardedBloom
-from dedup.snapshot import GeometryMismatch, merge_files, read_snapshot, write_snapshot
+from dedup.shards import ShardedBloom, merge_files
 from dedup.statedir import ledger_path, require_state_dir, shards_dir
 
 PathArg = str | os.PathLike[str]
@@ -90,16 +92,11 @@ def check_compatible(state_dirs: Sequence[PathArg]) -> dict[str, Any]:
         raise GeometryMismatch(f"{dirs[0]}: the ledger records no filter geometry")
     for d in dirs[1:]:
         other = _identity(d)
-        if other["crawl_id"] != first["crawl_id"]:
-            raise GeometryMismatch(f"{d}: crawl_id differs: {other['crawl_id']!r}, but "
-                                   f"{dirs[0]} has {first['crawl_id']!r}")
-        if other["canon_rules"] != first["canon_rules"]:
-            raise GeometryMismatch(f"{d}: canonicalization rules differ from {dirs[0]}'s")
-        g1, g2 = first["geometry"], other["geometry"] or {}
-        for key in sorted(set(g1) | set(g2)):
-            if g1.get(key) != g2.get(key):
-                raise GeometryMismatch(f"{d}: {key} differs: {g2.get(key)!r}, but {dirs[0]} "
-                                       f"has {g1.get(key)!r}")
+        # crawl id, then rules, then the geometry: the first difference is the one to fix
+        require_same({"crawl_id": other["crawl_id"], "canon_rules": other["canon_rules"],
+                      **(other["geometry"] or {})},
+                     {"crawl_id": first["crawl_id"], "canon_rules": first["canon_rules"],
+                      **first["geometry"]}, f"{d} (vs {dirs[0]}): ")
     return first
 
 

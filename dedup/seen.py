@@ -26,21 +26,19 @@ from typing import Any
 
 import numpy as np
 
+from dedup.bloom import read_snapshot, write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
-from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves, shard_of
+from dedup.errors import GeometryMismatch, SnapshotError
+from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.geometry import Geometry, require_same
 from dedup.ledger import Ledger, State
 from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
-from dedup.snapshot import GeometryMismatch, SnapshotError, read_snapshot, write_snapshot
 from dedup.statedir import StateLocked, ledger_path, lock, require_state_dir, shards_dir
 
 __all__ = ["NewUrl", "StateLocked", "UrlSeen", "host_of"]
 
 log = logging.getLogger("dedup.seen")
-
-DEFAULT_GEOMETRY = {"capacity": 10_000_000, "error_rate": 0.01, "shards": 64, "seed": 0,
-                    "growth": 2}
-
 
 @dataclass(frozen=True, slots=True)
 class NewUrl:
@@ -101,9 +99,8 @@ class UrlSeen:
         self.geometry = self._settle_geometry(asked)
         self.rules = self._settle_rules(rules)
         self.crawl_id = self._settle_crawl_id(crawl_id)
-        g = self.geometry
-        self.seed: int = g["seed"]
-        self.nshards: int = g["shards"]
+        self.seed: int = self.geometry.seed
+        self.nshards: int = self.geometry.shards
         self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
         self._confirmed = RecentKeys(confirm_cache_size)
@@ -116,20 +113,17 @@ class UrlSeen:
 
     # -- opening -----------------------------------------------------------------
 
-    def _settle_geometry(self, asked: dict[str, Any]) -> dict[str, Any]:
+    def _settle_geometry(self, asked: dict[str, Any]) -> Geometry:
+        asked = {k: v for k, v in asked.items() if v is not None}
         stored = self.ledger.meta_get("geometry")
         if stored is None:
-            geometry = {k: (DEFAULT_GEOMETRY[k] if v is None else v) for k, v in asked.items()}
-            geometry["hash"] = HASH_ALGO
-            _validate_geometry(geometry)
+            geometry = Geometry(**asked)
             if not self.readonly:
-                self.ledger.meta_set("geometry", geometry)
+                self.ledger.meta_set("geometry", geometry.to_dict())
             return geometry
-        for key, value in asked.items():
-            if value is not None and value != stored.get(key):
-                raise GeometryMismatch(f"{self.state_dir}: {key} differs: this crawl was "
-                                       f"created with {stored.get(key)!r}, asked for {value!r}")
-        return stored
+        require_same(asked, {k: stored.get(k) for k in asked},
+                     f"{self.state_dir}: asked for != created with: ")
+        return Geometry.from_dict(stored)
 
     def _settle_rules(self, rules: CanonRules | None) -> CanonRules:
         stored = self.ledger.meta_get("canon_rules")
@@ -159,8 +153,8 @@ class UrlSeen:
 
     def _empty_filter(self) -> ShardedBloom:
         g = self.geometry
-        return ShardedBloom(shards=g["shards"], capacity=g["capacity"],
-                            error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
+        return ShardedBloom(shards=g.shards, capacity=g.capacity, error_rate=g.error_rate,
+                            seed=g.seed, growth=g.growth)
 
     def shard_path(self, i: int) -> Path:
         return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
@@ -316,7 +310,7 @@ class UrlSeen:
         out.update({
             "fill": info["fill"], "estimated_count": info["estimated_count"],
             "expected_fpr": info["expected_fpr"], "layers": info["layers"],
-            "capacity": self.geometry["capacity"], "error_rate": self.geometry["error_rate"],
+            "capacity": self.geometry.capacity, "error_rate": self.geometry.error_rate,
             "shards": self.nshards, "bytes": info["bytes"], "crawl_id": self.crawl_id,
             "damaged_shards": list(self.damaged_shards),
         })
@@ -378,17 +372,6 @@ class UrlSeen:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _validate_geometry(g: dict[str, Any]) -> None:
-    if not (isinstance(g["capacity"], int) and g["capacity"] >= 1):
-        raise ValueError(f"capacity must be a positive integer, not {g['capacity']!r}")
-    if not 0 < g["error_rate"] < 1:
-        raise ValueError(f"error_rate must be between 0 and 1, not {g['error_rate']!r}")
-    if not (isinstance(g["shards"], int) and 1 <= g["shards"] <= 65536):
-        raise ValueError(f"shards must be 1..65536, not {g['shards']!r}")
-    if not (isinstance(g["growth"], int) and g["growth"] >= 1):
-        raise ValueError(f"growth must be an integer >= 1, not {g['growth']!r}")
 
 
 def _rules_to_json(rules: CanonRules) -> dict[str, Any]:

@@ -16,15 +16,16 @@ import os
 from os import PathLike
 from pathlib import Path
 
+from dedup.errors import StateLocked
+
 LEDGER_FILE = "ledger.sqlite"
 SHARDS_DIR = "shards"
 LOCK_FILE = "lock"
 
 PathArg = str | PathLike[str]
 
-
-class StateLocked(RuntimeError):
-    """Another process is writing this state directory."""
+__all__ = ["LEDGER_FILE", "LOCK_FILE", "SHARDS_DIR", "StateLocked", "in_use", "is_state_dir",
+           "ledger_path", "lock", "require_state_dir", "shards_dir"]
 
 
 def ledger_path(state_dir: PathArg) -> Path:

@@ -28,8 +28,9 @@ from crawler.scope import Scope, authority_of
 from crawler.sitegen import RunningSite, SiteSpec, serve_site
 from crawler.transport import FleetMonitor, RedisTransport
 from dedup import Ledger, UrlSeen
+from dedup.bloom import read_snapshot
 from dedup.shards import ShardedBloom
-from dedup.snapshot import read_header, read_snapshot
+from dedup.snapshot import read_header
 from tests.conftest import config_toml, fast_settings, run_cli, start_cli, write_seeds
 from tests.redisserver import RedisServer, free_port, require_redis_binary
 

@@ -34,9 +34,9 @@ from dedup.geometry import Geometry, require_same
 from dedup.ledger import Ledger, State
 from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
-from dedup.statedir import StateLocked, ledger_path, lock, require_state_dir, shards_dir
+from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
 
-__all__ = ["NewUrl", "StateLocked", "UrlSeen", "host_of"]
+__all__ = ["NewUrl", "UrlSeen", "host_of"]
 
 log = logging.getLogger("dedup.seen")
 

@@ -48,9 +48,9 @@ sys.path.insert(0, str(HERE))
 
 from run import emit  # noqa: E402
 
-from crawler.fleet import LocalRedis  # noqa: E402
-from crawler.owner import owner_of  # noqa: E402
-from crawler.transport import FleetMonitor  # noqa: E402
+from crawler.fleet.localredis import LocalRedis  # noqa: E402
+from crawler.fleet.monitor import FleetMonitor  # noqa: E402
+from crawler.fleet.owner import owner_of  # noqa: E402
 
 CONFIG = """
 [crawl]

@@ -37,24 +37,24 @@ from crawler.engine import (
     open_crawl,
     run_crawl,
 )
-from crawler.fleet import (
+from crawler.fleet.identity import (
     FLEET_FILE,
     LOCAL,
     REDIS_ENV,
     FleetError,
-    LocalRedis,
     derive_crawl_id,
     fleet_geometry,
     read_fleet_dir,
-    resize_fleet,
     settings_geometry,
     stored_redis,
-    supervise,
     transport_for,
     worker_dir,
     worker_meta,
     write_fleet_file,
 )
+from crawler.fleet.localredis import LocalRedis
+from crawler.fleet.resize import resize_fleet
+from crawler.fleet.supervisor import supervise
 from crawler.output import PAGES_FILE
 from crawler.progress import Progress, format_filter_stats, format_stats
 from crawler.scope import Scope, SeedError, normalize_domain, read_seeds
@@ -741,7 +741,7 @@ _USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The error types shown as one line; the Redis ones only if Redis was used (imported)."""
-    transport = sys.modules.get("crawler.transport")
+    transport = sys.modules.get("crawler.fleet.monitor")
     return _USER_ERRORS + ((transport.TransportError,) if transport is not None else ())
 
 

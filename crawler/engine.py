@@ -79,7 +79,8 @@ from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, State, UrlSeen
 
 if TYPE_CHECKING:
-    from crawler.transport import Delivery, RedisTransport
+    from crawler.fleet.protocol import Delivery
+    from crawler.fleet.transport import RedisTransport
 
 __all__ = ["CONFIG_KEY", "FLEET_KEY", "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "Engine",
            "check_new_state_dir", "create_crawl", "open_crawl", "run_crawl"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.fleet import free_port, ping, redis_binary
+from crawler.fleet.localredis import free_port, ping, redis_binary
 
 START_TIMEOUT = 10.0
 

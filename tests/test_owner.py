@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.owner import owner_function, owner_of
+from crawler.fleet.owner import owner_function, owner_of
 
 
 def murmur3_x86_32(data: bytes, seed: int = 0) -> int:
@@ -72,7 +72,7 @@ def test_owner_ignores_case() -> None:
 
 def test_owner_is_the_same_in_another_process_with_another_hash_seed() -> None:
     hosts = [f"host{i}.example:{8000 + i}" for i in range(50)]
-    code = ("import sys; from crawler.owner import owner_of; "
+    code = ("import sys; from crawler.fleet.owner import owner_of; "
             "print(','.join(str(owner_of(h, 7)) for h in sys.argv[1:]))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code, *hosts], capture_output=True, text=True,

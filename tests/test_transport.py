@@ -16,16 +16,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 
-from crawler import transport as transport_mod
-from crawler.owner import owner_of
-from crawler.transport import (
-    FleetMismatch,
-    FleetMonitor,
-    RedisTransport,
-    TransportError,
-    redact,
-    reshard,
-)
+from crawler.fleet import transport as transport_mod
+from crawler.fleet.monitor import FleetMismatch, FleetMonitor, TransportError
+from crawler.fleet.owner import owner_of
+from crawler.fleet.redis_url import redact
+from crawler.fleet.transport import RedisTransport, reshard
 from tests import redisserver
 from tests.redisserver import RedisServer, free_port
 

@@ -36,391 +36,36 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgpack
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    ResponseError,
-)
-from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-)
-from redis.exceptions import (
-    TimeoutError as RedisTimeoutError,
-)
 
-from crawler.owner import owner_of
+from crawler.fleet.monitor import (
+    MAX_BLOCK_MS,
+    OP_TIMEOUT,
+    TRANSIENT,
+    FleetMismatch,
+    FleetMonitor,
+    TransportError,
+    client,
+    reason,
+)
+from crawler.fleet.owner import owner_of
+from crawler.fleet.protocol import (
+    GROUP,
+    PROTOCOL,
+    Delivery,
+    Item,
+    Keys,
+    canonical_json,
+    decode,
+    first_difference,
+)
+from crawler.fleet.redis_url import password_of, redact
 
 log = logging.getLogger("crawler.transport")
-
-PROTOCOL = "msgpack-1"
-SOCKET_TIMEOUT = 30.0    # seconds; a dead peer that never closes the socket is noticed
-MAX_BLOCK_MS = 20_000    # a blocking read must end well within SOCKET_TIMEOUT
-OP_TIMEOUT = SOCKET_TIMEOUT + MAX_BLOCK_MS / 1000  # one round trip, a blocking read included
-GROUP = "owner"
-Item = tuple[str, str, str, int]  # (url, key, host, depth)
-T = TypeVar("T")
-
-_PASSWORD_PARAM = re.compile(r"(?i)([?&]password=)[^&#]*")
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
-
-
-class TransportError(RuntimeError):
-    """Redis is unreachable, refused us, or lost the fleet's data. One line, no password."""
-
-
-class FleetMismatch(TransportError):
-    """This worker does not fit the fleet registered under the crawl id."""
-
-
-def redact(url: str) -> str:
-    """``url`` with any password (in the userinfo or a ``password=`` query) replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    if sep:
-        end = len(rest)
-        for c in "/?#":
-            pos = rest.find(c)
-            if pos != -1:
-                end = min(end, pos)
-        authority, tail = rest[:end], rest[end:]
-        if "@" in authority:
-            userinfo, _, hostport = authority.rpartition("@")
-            user, colon, _ = userinfo.partition(":")
-            # redis://secret@host is a bare password to redis-py: hide it too.
-            authority = f"{user}:***@{hostport}" if colon else f"***@{hostport}"
-        url = f"{scheme}://{authority}{tail}"
-    return _PASSWORD_PARAM.sub(r"\1***", url)
-
-
-def has_password(url: str) -> bool:
-    """Does ``url`` carry a password (userinfo or ``password=``)? Such a URL is never stored."""
-    return _password_of(url) is not None
-
-
-def _password_of(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    secrets = [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    if parts.password:
-        secrets.append(parts.password)
-    elif parts.username and "@" in parts.netloc:
-        secrets.append(parts.username)
-    return secrets[0] if secrets else None
-
-
-def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    for key in sorted(set(ours) | set(theirs)):
-        if ours.get(key) != theirs.get(key):
-            return key
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One stream entry handed to the owner: ack it once its URLs are in the ledger."""
-
-    id: str
-    items: list[Item] = field(default_factory=list)
-    sender: int = -1
-
-
-# -- server-side scripts: each runs atomically ------------------------------------
-
-_REGISTER = """
--- KEYS: fleet, idle, gen, stop, stream   ARGV: workers, geometry, protocol, created, id, group
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'workers', ARGV[1], 'geometry', ARGV[2],
-             'protocol', ARGV[3], 'created', ARGV[4])
-end
-local got = redis.call('HMGET', KEYS[1], 'workers', 'geometry', 'protocol')
-local gen = 0
-if got[1] == ARGV[1] and got[2] == ARGV[2] and got[3] == ARGV[3] then
-  redis.call('HSET', KEYS[2], ARGV[5], '0')
-  gen = redis.call('HINCRBY', KEYS[3], ARGV[5], 1)
-  -- from id 0, not $: links forwarded before this worker first joined are its too
-  redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[6], '0', 'MKSTREAM')
-end
-return {got[1], got[2], got[3], redis.call('GET', KEYS[4]) or '0', gen}
-"""
-
-_ACK = """
--- KEYS: stream, counters, idle, gen   ARGV: group, worker id, entry ids...
-local acked = 0
-for i = 3, #ARGV do
-  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
-    if entry[1] then
-      local f = entry[1][2]
-      for j = 1, #f, 2 do
-        if f[j] == 'n' then acked = acked + tonumber(f[j + 1]) end
-      end
-    end
-    redis.call('XDEL', KEYS[1], ARGV[i])
-  end
-end
-if acked > 0 then redis.call('HINCRBY', KEYS[2], 'acked', acked) end
-redis.call('HSET', KEYS[3], ARGV[2], '0')
-return {acked, redis.call('HINCRBY', KEYS[4], ARGV[2], 1)}
-"""
-
-_SET_IDLE = """
--- KEYS: idle, gen   ARGV: worker id, generation the caller saw
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
-  redis.call('HSET', KEYS[1], ARGV[1], '1')
-  return 1
-end
-return 0
-"""
-
-_STATUS = """
--- KEYS: fleet, idle, counters, streams...   ARGV: workers
-local w = tonumber(ARGV[1])
-local idle = 0
-for i = 0, w - 1 do
-  if redis.call('HGET', KEYS[2], tostring(i)) == '1' then idle = idle + 1 end
-end
-local backlog = 0
-for j = 4, #KEYS do backlog = backlog + redis.call('XLEN', KEYS[j]) end
-local c = redis.call('HMGET', KEYS[3], 'forwarded', 'acked')
-return {redis.call('HGET', KEYS[1], 'workers') or '', idle, backlog,
-        tonumber(c[1] or '0'), tonumber(c[2] or '0')}
-"""
-
-
-class _Keys:
-    def __init__(self, crawl_id: str) -> None:
-        if not crawl_id or any(c in crawl_id for c in "{}\r\n "):
-            raise ValueError(f"crawl id must be non-empty without braces or spaces: {crawl_id!r}")
-        p = f"bloomcrawl:{{{crawl_id}}}:"
-        self.fleet, self.idle, self.gen = p + "fleet", p + "idle", p + "gen"
-        self.counters, self.stop, self.stats, self.dead = (
-            p + "counters", p + "stop", p + "stats", p + "dead")
-        self._in = p + "in:"
-
-    def stream(self, worker: int) -> str:
-        return f"{self._in}{worker}"
-
-
-def _client(url: str) -> aioredis.Redis:
-    # Retries are ours (bounded, logged, redacted), not redis-py's silent ones.
-    # No socket_timeout: with one, redis-py sends every command through
-    # asyncio.wait_for, which on Python 3.11 swallows a cancellation that
-    # races with the send completing (the task then runs on, "cancelled");
-    # our callers bound each round trip with asyncio.timeout instead.
-    return aioredis.Redis.from_url(
-        url, socket_connect_timeout=5.0, socket_timeout=None,
-        retry=Retry(NoBackoff(), 0), health_check_interval=0)
-
-
-def _reason(exc: BaseException, password: str | None) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text.replace(password, "***") if password else text
-
-
-class FleetMonitor:
-    """A view of a fleet that does not join it: its status, its progress, and its stop.
-
-    The ``fleet`` command uses one for the combined progress line and Ctrl-C;
-    ``RedisTransport`` (a worker) builds on it. Every Redis call goes through
-    ``_call``: a lost connection is retried with exponential backoff for up to
-    ``retry_for`` seconds, then TransportError.
-    """
-
-    def __init__(self, url: str, *, crawl_id: str, workers: int, retry_for: float = 60.0,
-                 backoff: tuple[float, float] = (0.05, 2.0)) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, not {workers}")
-        self._url = url
-        self._password = _password_of(url)
-        self.where = redact(url)
-        self.crawl_id = crawl_id
-        self.workers = workers
-        self.retry_for = retry_for
-        self.backoff = backoff
-        self.keys = _Keys(crawl_id)
-        self._streams = [self.keys.stream(i) for i in range(workers)]
-        self._redis: aioredis.Redis | None = None
-        self._scripts: dict[str, Any] = {}
-        self._stop_base = 0      # stop requests older than our connect do not stop us
-        self._broken = False
-        self.stats: dict[str, int] = {"reconnects": 0, "calls": 0}
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.where}, crawl={self.crawl_id}, {self.workers} workers)"
-
-    async def connect(self) -> None:
-        """Reach Redis, one attempt (clear TransportError if it is down); check the fleet size."""
-        self._open()
-        try:
-            async with asyncio.timeout(OP_TIMEOUT):
-                workers, stop = await self._redis.pipeline(  # type: ignore[union-attr]
-                    transaction=False).hget(self.keys.fleet, "workers").get(
-                    self.keys.stop).execute()
-        except BaseException as exc:
-            await self._drop()
-            raise self._join_error(exc) from None
-        if workers is not None and int(workers) != self.workers:
-            await self._drop()
-            raise FleetMismatch(f"fleet {self.crawl_id} at {self.where} has {int(workers)} "
-                                f"workers, not {self.workers}")
-        self._stop_base = int(stop or 0)
-
-    def _open(self) -> None:
-        try:
-            self._redis = _client(self._url)
-        except ValueError as exc:
-            raise TransportError(f"bad Redis URL {self.where}: "
-                                 f"{_reason(exc, self._password)}") from None
-        for name, src in (("register", _REGISTER), ("ack", _ACK), ("idle", _SET_IDLE),
-                          ("status", _STATUS)):
-            self._scripts[name] = self._redis.register_script(src)
-
-    def _join_error(self, exc: BaseException) -> BaseException:
-        why = _reason(exc, self._password)
-        if isinstance(exc, AuthenticationError):
-            return TransportError(f"Redis at {self.where} refused the credentials: {why}")
-        if isinstance(exc, AuthorizationError):
-            return TransportError(f"Redis at {self.where} denied access: {why}")
-        if isinstance(exc, _TRANSIENT):
-            return TransportError(f"cannot reach Redis at {self.where}: {why}")
-        if isinstance(exc, ResponseError):
-            return TransportError(f"Redis at {self.where} failed: {why}")
-        return exc
-
-    async def _drop(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
-
-    async def close(self) -> None:
-        """Disconnect. A worker's idle flag stays as it last set it."""
-        await self._drop()
-
-    # -- retries -------------------------------------------------------------------
-
-    async def _call(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
-        if self._redis is None:
-            raise TransportError("not connected to Redis (call connect() first)")
-        delay, cap = self.backoff
-        deadline: float | None = None
-        while True:
-            try:
-                if self._broken:
-                    await self._after_reconnect()
-                    self._broken = False
-                self.stats["calls"] += 1  # one round trip (a pipeline or a script is one)
-                # A dead peer that never closes the socket is noticed here (a
-                # TimeoutError is an OSError: transient, the connection is dropped).
-                async with asyncio.timeout(OP_TIMEOUT):
-                    result = await op()
-            except (AuthenticationError, AuthorizationError) as exc:
-                raise TransportError(f"Redis at {self.where} refused us during {what}: "
-                                     f"{_reason(exc, self._password)}") from None
-            except ResponseError as exc:
-                raise TransportError(f"Redis at {self.where} rejected {what}: "
-                                     f"{_reason(exc, self._password)}") from None
-            except _TRANSIENT as exc:
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.retry_for
-                    log.warning("Redis at %s: connection lost during %s (%s); retrying for "
-                                "up to %.0f s", self.where, what,
-                                _reason(exc, self._password), self.retry_for)
-                if now >= deadline:
-                    raise TransportError(
-                        f"Redis at {self.where} unreachable for {self.retry_for:.0f} s "
-                        f"during {what}: {_reason(exc, self._password)}") from None
-                self._broken = True
-                await asyncio.sleep(min(delay, max(0.0, deadline - now)))
-                delay = min(delay * 2, cap)
-                continue
-            if deadline is not None:
-                self.stats["reconnects"] += 1
-                log.info("Redis at %s: reconnected, %s resumed", self.where, what)
-            return result
-
-    async def _after_reconnect(self) -> None:
-        """Hook run on the first successful call after a lost connection."""
-
-    # -- the fleet -------------------------------------------------------------------
-
-    async def fleet_status(self) -> dict[str, int]:
-        """One atomic reading: ``registered`` (0 before any worker joined), ``idle``
-        workers, stream ``backlog`` (URL batches not yet acked), ``forwarded`` and
-        ``acked`` URL counters, and ``done`` (see ``fleet_done``)."""
-        k = self.keys
-        workers, idle, backlog, forwarded, acked = await self._call(
-            "status", lambda: self._scripts["status"](
-                keys=[k.fleet, k.idle, k.counters, *self._streams], args=[self.workers]))
-        if workers and int(workers) != self.workers:
-            raise FleetMismatch(f"fleet {self.crawl_id} at {self.where} now has {int(workers)} "
-                                f"workers, not {self.workers}")
-        done = bool(workers) and idle == self.workers and backlog == 0 and forwarded == acked
-        return {"registered": int(bool(workers)), "workers": self.workers, "idle": int(idle),
-                "backlog": int(backlog), "forwarded": int(forwarded), "acked": int(acked),
-                "done": int(done)}
-
-    async def fleet_done(self) -> bool:
-        """True when the whole fleet has finished: nothing can ever create work again.
-
-        Read in one Lua script, so it is a single instant of Redis state:
-        every worker's flag is "idle", every stream is empty, and
-        ``forwarded == acked``. Why one such instant is enough (no two-phase
-        barrier needed):
-
-        - Work reaches a worker only through its stream (its seeds and its
-          resumed frontier are in place before it first reports idle: joining
-          marks it busy). An entry stays in the stream until the ack script
-          deletes it, and that same script marks the worker busy. So a link
-          is always visible either as backlog or as a busy flag — there is
-          no instant where it is in neither.
-        - A worker sets itself idle only with nothing queued, in flight,
-          un-acked or being forwarded, and only if no ack happened since it
-          decided (generation check), so a late "idle" cannot hide an ack's
-          "busy".
-        - A forward completes (XADD acknowledged by Redis) before its sender
-          can report idle, so an in-flight forward keeps its sender busy until
-          its entries are backlog — which keeps the answer false.
-
-        Hence "all idle and no backlog" at one instant means no worker has
-        work and no link is anywhere in between; nothing can create work
-        later, so the answer is stable and every worker can stop on it. A
-        crashed worker keeps its last flag: busy if it had work, so the fleet
-        waits for its resume. The counters check is redundant with the
-        backlog check by design: a disagreement means lost state and keeps
-        the crawl running rather than ending it early.
-        """
-        return bool((await self.fleet_status())["done"])
-
-    async def request_stop(self) -> None:
-        """Ask every worker of the fleet to stop (each polls ``stop_requested``)."""
-        await self._call("stop", lambda: self._redis.incr(self.keys.stop))  # type: ignore[union-attr]
-
-    async def stop_requested(self) -> bool:
-        """Was a stop requested since this connected? (A resumed worker ignores older ones.)"""
-        got = await self._call("stop", lambda: self._redis.get(self.keys.stop))  # type: ignore[union-attr]
-        return int(got or 0) > self._stop_base
-
-    async def fleet_stats(self) -> dict[int, dict[str, Any]]:
-        """Every worker's last ``publish_stats``, by worker id."""
-        got = await self._call("stats", lambda: self._redis.hgetall(self.keys.stats))  # type: ignore[union-attr]
-        return {int(k): json.loads(v) for k, v in got.items()}
 
 
 class RedisTransport(FleetMonitor):
@@ -443,7 +88,7 @@ class RedisTransport(FleetMonitor):
         if batch < 1:
             raise ValueError(f"batch must be >= 1, not {batch}")
         self.worker_id = worker_id
-        self.geometry = json.loads(_canonical_json(geometry))
+        self.geometry = json.loads(canonical_json(geometry))
         self.batch = batch
         self.consumer = consumer or f"worker-{worker_id}"
         self.read_count = read_count
@@ -475,7 +120,7 @@ class RedisTransport(FleetMonitor):
             async with asyncio.timeout(OP_TIMEOUT):
                 got = await self._scripts["register"](
                     keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
-                    args=[self.workers, _canonical_json(self.geometry), PROTOCOL,
+                    args=[self.workers, canonical_json(self.geometry), PROTOCOL,
                           f"{time.time():.3f}", self.worker_id, GROUP])
         except BaseException as exc:
             await self._drop()
@@ -498,7 +143,7 @@ class RedisTransport(FleetMonitor):
         if workers != self.workers:
             raise FleetMismatch(f"{who} has {workers} workers; this worker was started with "
                                 f"--workers {self.workers} (resize with `bloomcrawl resize`)")
-        diff = _first_difference(self.geometry, geometry)
+        diff = first_difference(self.geometry, geometry)
         if diff is not None:
             raise FleetMismatch(
                 f"{who}: geometry field '{diff}' differs: the fleet has "
@@ -625,7 +270,7 @@ class RedisTransport(FleetMonitor):
                 bad.append((entry_id, None))
                 continue
             try:
-                out.append(Delivery(entry_id, _decode(fields[b"d"]), int(fields.get(b"w", -1))))
+                out.append(Delivery(entry_id, decode(fields[b"d"]), int(fields.get(b"w", -1))))
             except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
                 log.error("worker %d: undecodable stream entry %s moved to %s: %s",
                           self.worker_id, entry_id, self.keys.dead, exc)
@@ -700,23 +345,10 @@ class RedisTransport(FleetMonitor):
 
     async def publish_stats(self, stats: dict[str, Any]) -> None:
         """Store this worker's progress (JSON) for the fleet's combined progress line."""
-        payload = _canonical_json({**stats, "at": round(time.time(), 3)})
+        payload = canonical_json({**stats, "at": round(time.time(), 3)})
         await self._call("stats", lambda: self._redis.hset(  # type: ignore[union-attr]
             self.keys.stats, str(self.worker_id), payload))
 
-
-def _decode(payload: bytes) -> list[Item]:
-    rows = msgpack.unpackb(payload, raw=False, use_list=True)
-    if not isinstance(rows, list):
-        raise ValueError("payload is not a list")
-    items: list[Item] = []
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)
-                and isinstance(row[1], str) and isinstance(row[2], str)
-                and isinstance(row[3], int)):
-            raise ValueError(f"bad item {row!r:.80}")
-        items.append((row[0], row[1], row[2], row[3]))
-    return items
 
 
 async def reshard(url: str, crawl_id: str, workers: int) -> int:
@@ -733,16 +365,16 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
-    where, password = redact(url), _password_of(url)
-    keys = _Keys(crawl_id)
-    r = _client(url)
+    where, password = redact(url), password_of(url)
+    keys = Keys(crawl_id)
+    r = client(url)
     try:
         try:
             async with asyncio.timeout(OP_TIMEOUT):
                 old = await r.hget(keys.fleet, "workers")
-        except _TRANSIENT as exc:
+        except TRANSIENT as exc:
             raise TransportError(f"cannot reach Redis at {where}: "
-                                 f"{_reason(exc, password)}") from None
+                                 f"{reason(exc, password)}") from None
         if old is None:
             return 0  # nothing registered: nothing in flight
         old_workers = int(old)
@@ -751,7 +383,7 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
         for i in range(max(old_workers, workers)):
             for _id, fields in await r.xrange(keys.stream(i)):
                 try:
-                    for item in _decode(fields[b"d"]):
+                    for item in decode(fields[b"d"]):
                         by_owner.setdefault(owner_of(item[2], workers), []).append(item)
                 except (KeyError, ValueError, TypeError, msgpack.UnpackException):
                     dead.append(fields)

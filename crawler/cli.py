@@ -28,15 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from crawler.engine import (
-    FLEET_KEY,
-    TOTALS_KEY,
-    CrawlError,
-    check_new_state_dir,
-    create_crawl,
-    open_crawl,
-    run_crawl,
-)
+from crawler.engine import run_crawl
 from crawler.fleet.identity import (
     FLEET_FILE,
     LOCAL,
@@ -59,6 +51,14 @@ from crawler.output import PAGES_FILE
 from crawler.progress import Progress, format_filter_stats, format_stats
 from crawler.scope import Scope, SeedError, normalize_domain, read_seeds
 from crawler.settings import ConfigError, Settings, load_settings
+from crawler.state import (
+    FLEET_KEY,
+    TOTALS_KEY,
+    CrawlError,
+    check_new_state_dir,
+    create_crawl,
+    open_crawl,
+)
 from dedup import (
     Canonicalizer,
     GeometryMismatch,

@@ -17,11 +17,12 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from crawler.engine import create_crawl, run_crawl
+from crawler.engine import run_crawl
 from crawler.output import PAGES_FILE, read_pages
 from crawler.progress import Progress
 from crawler.settings import Settings
 from crawler.sitegen import SiteSpec, serve_site
+from crawler.state import create_crawl
 
 HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 

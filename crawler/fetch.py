@@ -82,10 +82,24 @@ class FetchResult:
     error: str | None  # None on success; short reason ("timeout", "http 500", ...)
     attempts: int
     elapsed: float
+    # The transfer broke (a timeout, a refused or reset connection), whatever the
+    # status line said: set from the exception's type, never read off ``error``.
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def failed(self) -> bool:
+        """No usable answer: nothing came back, the server failed, or the transfer did.
+
+        A 4xx, a non-HTML type and an over-cap body are answers (the page counts
+        as fetched, with the reason in ``error``); a 5xx, a 429, a timeout or a
+        reset are not.
+        """
+        status = self.status
+        return status is None or status >= 500 or status == 429 or self.interrupted
 
 
 def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
@@ -137,34 +151,38 @@ def _content_length(value: str | None) -> int | None:
     return int(value.strip())
 
 
-def _describe(exc: BaseException) -> tuple[str, bool]:
-    """(short error text, retryable) for a failed request."""
+def _describe(exc: BaseException) -> tuple[str, bool, bool]:
+    """(short error text, retryable, interrupted) for a failed request, by exception type.
+
+    ``interrupted``: the transfer itself broke (a timeout, a refused or reset
+    connection), so whatever status line came first is not an answer.
+    """
     if isinstance(exc, asyncio.TimeoutError):
-        return "timeout", True
+        return "timeout", True, True
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         cause = exc.os_error
         if isinstance(cause, PrivateAddressError):
-            return str(cause), False
-        return "dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN
+            return str(cause), False, False
+        return "dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN, False
     if isinstance(exc, aiohttp.ClientSSLError):
-        return "tls error", False
+        return "tls error", False, False
     if isinstance(exc, aiohttp.ClientConnectorError):
         if exc.os_error.errno == errno.ECONNREFUSED:
-            return "connection refused", True
-        return f"connect error: {exc.os_error.strerror or exc.os_error}", True
+            return "connection refused", True, True
+        return f"connect error: {exc.os_error.strerror or exc.os_error}", True, False
     if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError | BrokenPipeError):
-        return "connection reset", True
+        return "connection reset", True, True
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return "connection reset (incomplete body)", True
+        return "connection reset (incomplete body)", True, True
     if isinstance(exc, aiohttp.InvalidURL | ValueError):
-        return "invalid url", False
+        return "invalid url", False, False
     if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
-        return "bad http response", False
+        return "bad http response", False, False
     if isinstance(exc, OSError):
         if exc.errno in (errno.ECONNRESET, errno.EPIPE):
-            return "connection reset", True
-        return f"os error: {exc.strerror or type(exc).__name__}", True
-    return f"client error: {type(exc).__name__}", False
+            return "connection reset", True, True
+        return f"os error: {exc.strerror or type(exc).__name__}", True, False
+    return f"client error: {type(exc).__name__}", False, False
 
 
 def _request_url(url: str) -> URL | str:
@@ -187,8 +205,8 @@ class _Hop:
     """What one attempt learned, filled in as the response arrives."""
 
     __slots__ = (
-        "body", "charset", "content_type", "error", "location", "nbytes", "retry",
-        "retry_after", "status",
+        "body", "charset", "content_type", "error", "interrupted", "location", "nbytes",
+        "retry", "retry_after", "status",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -201,6 +219,7 @@ class _Hop:
         self.retry_after: float | None = None
         self.error: str | None = None
         self.retry = False
+        self.interrupted = False
 
 
 class Fetcher:
@@ -333,6 +352,7 @@ class Fetcher:
             error=hop.error,
             attempts=attempts,
             elapsed=loop.time() - start,
+            interrupted=hop.interrupted,
         )
 
     async def _once(self, url: URL, *, html_only: bool, limit: int) -> _Hop:
@@ -341,7 +361,7 @@ class Fetcher:
             async with self._get_session().get(url, allow_redirects=False) as resp:
                 await self._read(resp, hop, html_only=html_only, limit=limit)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
-            hop.error, hop.retry = _describe(e)
+            hop.error, hop.retry, hop.interrupted = _describe(e)
             hop.body = None
         return hop
 

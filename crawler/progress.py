@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-__all__ = ["Progress", "format_filter_stats", "format_stats", "format_status", "format_summary"]
+from crawler.state import COUNTER_KEYS
+
+__all__ = ["Progress", "SessionCounts", "crawl_status", "format_filter_stats", "format_stats",
+           "format_status", "format_summary"]
 
 
 def _si(n: float) -> str:
@@ -139,3 +143,44 @@ class Progress:
         self.clear()
         self.stream.write(format_summary(summary) + "\n")
         self.stream.flush()
+
+
+@dataclass(slots=True)
+class SessionCounts:
+    """What this run of a crawl did (the ledger's counts cover every run)."""
+
+    pages: int = 0  # fetched this run (successes and failures)
+    failed: int = 0
+    skipped: int = 0
+    queued_new: int = 0  # URLs queued this run
+
+
+def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
+                 in_flight: int, hosts: int, counters: dict[str, int], info: dict[str, Any],
+                 shards: int, state_dir: str) -> dict[str, Any]:
+    """Live figures (cheap: no ledger scan) for the status line and the summary.
+
+    ``base`` is the ledger's counts when the run started; ``counters`` the
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown).
+    """
+    marked = session.pages + session.skipped
+    out: dict[str, Any] = {
+        "outcome": outcome,
+        "elapsed": elapsed,
+        "session_pages": session.pages,
+        "rate": session.pages / elapsed if elapsed else 0.0,
+        "fetched": base["fetched"] + base["failed"] + session.pages,
+        "errors": base["failed"] + session.failed,
+        "skipped": base["skipped"] + session.skipped,
+        "queued": max(0, base["queued"] + session.queued_new - marked),
+        "in_flight": in_flight,
+        "hosts": hosts,
+        "fill": info["fill"],
+        "estimated_count": info["estimated_count"],
+        "expected_fpr": info["expected_fpr"],
+        "layers": info["layers"],
+        "shards": shards,
+        "state_dir": state_dir,
+    }
+    out.update({k: counters.get(k, 0) for k in COUNTER_KEYS})
+    return out

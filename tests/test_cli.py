@@ -8,8 +8,9 @@ import json
 import pytest
 
 from crawler.cli import main
-from crawler.engine import create_crawl, run_crawl
+from crawler.engine import run_crawl
 from crawler.progress import Progress
+from crawler.state import create_crawl
 from dedup import UrlSeen
 from dedup.shards import ShardedBloom
 from tests.conftest import config_toml, fast_settings, run_cli, write_seeds

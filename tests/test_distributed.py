@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawler.cli import main
-from crawler.engine import FLEET_KEY, create_crawl
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
 from crawler.fleet.monitor import FleetMonitor
 from crawler.fleet.owner import owner_of
@@ -28,6 +27,7 @@ from crawler.fleet.transport import RedisTransport
 from crawler.output import read_pages
 from crawler.scope import Scope, authority_of
 from crawler.sitegen import RunningSite, SiteSpec, serve_site
+from crawler.state import FLEET_KEY, create_crawl
 from dedup import Ledger, UrlSeen
 from dedup.shards import ShardedBloom
 from dedup.snapshot import read_header, read_snapshot

@@ -8,9 +8,10 @@ from collections import Counter
 
 import pytest
 
-from crawler.engine import Engine, create_crawl, run_crawl
+from crawler.engine import Engine, run_crawl
 from crawler.output import read_pages
 from crawler.sitegen import OUT_OF_SCOPE, SiteSpec
+from crawler.state import create_crawl
 from dedup import State
 from tests.conftest import fast_settings, write_seeds
 from tests.faultserver import fault_server
@@ -236,7 +237,7 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
         seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
         engine = Engine(seen, settings, scope)
         task = asyncio.ensure_future(engine.run())
-        while engine.pages < 10:
+        while engine.session.pages < 10:
             await asyncio.sleep(0.01)
         engine.stop()
         summary = await task

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawler.engine import FLEET_KEY
 from crawler.fleet.redis_url import has_password, redact
 from crawler.scope import Scope
 from crawler.settings import Settings
+from crawler.state import FLEET_KEY
 from dedup import CanonRules, Ledger
 from dedup.atomic import atomic_write_bytes
 

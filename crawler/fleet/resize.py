@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawler.engine import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
 from crawler.fleet.owner import owner_function, owner_of
 from crawler.output import PAGES_FILE, read_json, write_json_atomic
 from crawler.scope import authority_of
+from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
 from dedup import Ledger
 from dedup.atomic import atomic_write_bytes
 

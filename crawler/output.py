@@ -129,14 +129,24 @@ class PageLog:
         await self.close()
 
 
+def complete_lines(path: str | Path, *, missing_ok: bool = False) -> list[bytes]:
+    """The complete lines of a JSON-lines file, each with its newline.
+
+    A torn last line (a crash mid-append) is left out: that page is fetched
+    again on resume. ``missing_ok``: a file that does not exist has no lines.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+    return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
+
+
 def read_pages(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record of a pages.jsonl file (a partial last line is ignored)."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                out.append(json.loads(line))
-    return out
+    return [json.loads(line) for line in complete_lines(path)]
 
 
 class WarcWriter:

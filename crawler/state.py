@@ -20,7 +20,8 @@ from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, UrlSeen
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "SCOPE_KEY",
-           "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl", "open_crawl"]
+           "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl", "open_crawl",
+           "require_state_dir"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
@@ -126,3 +127,13 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
         seen.close()
         raise
     return seen, settings, Scope.from_dict(scope)
+
+
+def require_state_dir(path: str | Path) -> Path:
+    """``path`` if it is a crawl's (or any ``UrlSeen``) state directory, else CrawlError."""
+    d = Path(path)
+    if not d.is_dir():
+        raise CrawlError(f"state directory {d}: not found")
+    if not (d / "ledger.sqlite").exists():
+        raise CrawlError(f"{d} is not a bloomcrawl state directory (no ledger.sqlite)")
+    return d

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from crawler.cli import main
+from crawler.cli.main import main
 from crawler.engine import run_crawl
 from crawler.progress import Progress
 from crawler.state import create_crawl

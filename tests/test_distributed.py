@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawler.cli import main
+from crawler.cli.main import main
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
 from crawler.fleet.monitor import FleetMonitor
 from crawler.fleet.owner import owner_of

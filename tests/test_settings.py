@@ -7,7 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from crawler.cli import build_parser, crawl_settings
+from crawler.cli.args import crawl_settings
+from crawler.cli.main import build_parser
 from crawler.settings import ConfigError, Settings, load_settings, settings_from_dict
 from tests.conftest import REPO
 

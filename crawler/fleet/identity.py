@@ -175,6 +175,12 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     return FleetDir(root, str(metas[0]["crawl_id"]), w, redis, auth)
 
 
+def is_fleet_dir(path: Path) -> bool:
+    """A fleet directory (``fleet.json``, or worker-I state dirs and no ledger of its own)."""
+    return (path / FLEET_FILE).is_file() or (
+        not (path / "ledger.sqlite").exists() and (path / "worker-0" / "ledger.sqlite").exists())
+
+
 def _worker_index(path: Path) -> int:
     try:
         return int(path.name.split("-", 1)[1])

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawler.fleet.owner import owner_function, owner_of
-from crawler.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.output import PAGES_FILE, complete_lines, read_json, write_json_atomic
 from crawler.scope import authority_of
 from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
 from dedup import Ledger
@@ -37,16 +37,6 @@ from crawler.fleet.localredis import LocalRedis
 from crawler.fleet.redis_url import has_password, redact
 
 # -- resize ------------------------------------------------------------------------------------
-
-
-def _pages_lines(path: Path) -> list[bytes]:
-    """Complete lines of a pages.jsonl (a torn last line is dropped: that page is refetched)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    lines = data.split(b"\n")
-    return [ln + b"\n" for ln in lines[:-1]]
 
 
 def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
@@ -150,7 +140,8 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
     """pages.jsonl and host_counts.json follow their hosts to the new owners."""
     if to * 2 == w:
         for i in range(to):
-            pages = b"".join(ln for j in (i, i + to) for ln in _pages_lines(dirs[j] / PAGES_FILE))
+            pages = b"".join(ln for j in (i, i + to)
+                             for ln in complete_lines(dirs[j] / PAGES_FILE, missing_ok=True))
             atomic_write_bytes(worker_dir(out, i) / PAGES_FILE, pages)
             counts: dict[str, int] = {}
             for j in (i, i + to):
@@ -160,7 +151,7 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
         return
     for i, d in enumerate(dirs):
         parts: dict[int, list[bytes]] = {i: [], i + w: []}
-        for ln in _pages_lines(d / PAGES_FILE):
+        for ln in complete_lines(d / PAGES_FILE, missing_ok=True):
             url = json.loads(ln)["url"]
             part = parts.get(owner_of(authority_of(url), to))
             if part is None:

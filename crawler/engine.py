@@ -61,11 +61,12 @@ from crawler.output import PAGES_FILE, PageLog, WarcWriter, read_json
 from crawler.politeness import Politeness
 from crawler.progress import Progress, SessionCounts, crawl_status
 from crawler.robots import RobotsCache
-from crawler.scope import Scope, authority_of, hostname_of
+from crawler.scope import Scope, hostname_of
 from crawler.settings import Settings
 from crawler.signals import stop_on_signals
 from crawler.state import HOST_COUNTS_FILE
 from dedup import State, UrlSeen
+from dedup.seen import host_of
 
 if TYPE_CHECKING:
     from crawler.fleet.transport import RedisTransport
@@ -337,7 +338,7 @@ class Engine:
         for pair in pairs:
             if pair is None:
                 continue
-            host = authority_of(pair[0])
+            host = host_of(pair[0])
             if not allows(host):
                 continue
             if local is not None and not local(host):

@@ -91,7 +91,6 @@ class PageLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._fh: Any = None
-        self.lines = 0
 
     async def open(self) -> PageLog:
         repair_tail(self.path)
@@ -115,7 +114,6 @@ class PageLog:
         while view:
             n = await self._fh.write(view)
             view = view[n:]
-        self.lines += len(records)
 
     async def close(self) -> None:
         if self._fh is not None:

@@ -14,11 +14,20 @@ from typing import Any, TextIO
 
 from crawler.state import COUNTER_KEYS
 
-__all__ = ["Progress", "SessionCounts", "crawl_status", "format_filter_stats", "format_stats",
-           "format_status", "format_summary"]
+__all__ = [
+    "Progress",
+    "SessionCounts",
+    "crawl_status",
+    "format_filter_stats",
+    "format_stats",
+    "format_status",
+    "format_summary",
+    "si",
+]
 
 
-def _si(n: float) -> str:
+def si(n: float) -> str:
+    """A count in at most five characters: 950, 12.3k, 4.5M."""
     n = float(n)
     for unit in ("", "k", "M", "G"):
         if abs(n) < 1000 or unit == "G":
@@ -34,11 +43,11 @@ def _pct(x: float) -> str:
 def format_status(s: dict[str, Any]) -> str:
     """One line: rate, counts, dedup answers, filter fill."""
     return (
-        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {_si(s['fetched'])} "
-        f"queued {_si(s['queued'])} in-flight {s.get('in_flight', 0)} "
-        f"hosts {_si(s.get('hosts', 0))} errors {_si(s['errors'])} | "
-        f"dedup new {_si(s['new'])} repeats {_si(s['repeats'])} "
-        f"bloom-fp {_si(s['false_positives'])} | fill {_pct(s['fill'])}"
+        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {si(s['fetched'])} "
+        f"queued {si(s['queued'])} in-flight {s.get('in_flight', 0)} "
+        f"hosts {si(s.get('hosts', 0))} errors {si(s['errors'])} | "
+        f"dedup new {si(s['new'])} repeats {si(s['repeats'])} "
+        f"bloom-fp {si(s['false_positives'])} | fill {_pct(s['fill'])}"
     )
 
 
@@ -110,13 +119,20 @@ class Progress:
         self._width = 0
 
     def update(self, status: dict[str, Any], *, now: float | None = None) -> None:
+        """The crawl's status line, at most once per interval."""
+        self.show(format_status(status), now=now)
+
+    def show(self, line: str, *, now: float | None = None) -> None:
+        """Any status line (a fleet's, say), at most once per interval."""
         if not self.enabled:
             return
         now = time.monotonic() if now is None else now
         if now - self._last < self.interval * 0.95:
             return
         self._last = now
-        line = format_status(status)
+        self._draw(line)
+
+    def _draw(self, line: str) -> None:
         if self.tty:
             pad = max(0, self._width - len(line))
             self.stream.write("\r" + line + " " * pad)

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from crawler.output import write_json_atomic
-from crawler.scope import Scope, authority_of, read_seeds
+from crawler.scope import Scope, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, UrlSeen
+from dedup.seen import host_of
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "SCOPE_KEY",
            "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl", "open_crawl",
@@ -81,7 +82,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
     scope = Scope.for_seeds([url for url, _ in seeds], settings.crawl.allow_domains)
     if owns is not None:
-        seeds = [(url, key) for url, key in seeds if owns(authority_of(url))]
+        seeds = [(url, key) for url, key in seeds if owns(host_of(url))]
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         probe = state_dir / ".write-test"

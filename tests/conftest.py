@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from crawler.demo.serve import RunningSite, serve_site
+from crawler.demo.site import SiteSpec
 from crawler.settings import Settings
-from crawler.sitegen import RunningSite, SiteSpec, serve_site
 
 REPO = Path(__file__).resolve().parent.parent
 

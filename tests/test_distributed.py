@@ -20,15 +20,17 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawler.cli.main import main
+from crawler.demo.serve import RunningSite, serve_site
+from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
 from crawler.fleet.monitor import FleetMonitor
 from crawler.fleet.owner import owner_of
 from crawler.fleet.transport import RedisTransport
 from crawler.output import read_pages
-from crawler.scope import Scope, authority_of
-from crawler.sitegen import RunningSite, SiteSpec, serve_site
+from crawler.scope import Scope
 from crawler.state import FLEET_KEY, create_crawl
 from dedup import Ledger, UrlSeen
+from dedup.seen import host_of
 from dedup.shards import ShardedBloom
 from dedup.snapshot import read_header, read_snapshot
 from tests.conftest import config_toml, fast_settings, run_cli, start_cli, write_seeds
@@ -53,7 +55,7 @@ async def owned_site(spec: SiteSpec, workers: int) -> AsyncIterator[RunningSite]
     """Serve ``spec`` on ports such that every worker owns at least one host."""
     for _ in range(50):
         async with serve_site(spec) as running:
-            if {owner_of(authority_of(o + "/"), workers) for o in running.origins} == \
+            if {owner_of(host_of(o + "/"), workers) for o in running.origins} == \
                     set(range(workers)):
                 yield running
                 return
@@ -123,7 +125,7 @@ def check_exact(dirs: list[Path], running: RunningSite, *, max_refetches: int = 
             for row in seen.ledger.rows():  # its ledger holds its own hosts only
                 assert owner_of(row[2], workers) == i, row[1]
             for r in read_pages(d / "pages.jsonl"):
-                assert owner_of(authority_of(r["url"]), workers) == i, r["url"]
+                assert owner_of(host_of(r["url"]), workers) == i, r["url"]
                 keys[seen.canonicalizer.resolve(r["url"])[1]] += 1
     assert set(keys) == want.fetched | want.robots_blocked  # nothing lost, nothing extra
     assert sum(n - 1 for n in keys.values()) <= max_refetches
@@ -191,15 +193,15 @@ def test_three_workers_fetch_the_reachable_set_once_each_page_by_its_owner(crawl
 def test_each_link_is_forwarded_once_per_sender(crawled3):
     """A link to another owner's host goes out once per sender, however many pages hold it."""
     running = crawled3.running
-    index = {authority_of(o + "/"): h for h, o in enumerate(running.origins)}
+    index = {host_of(o + "/"): h for h, o in enumerate(running.origins)}
     occurrences = 0
     per_sender: dict[int, set[str]] = {}
     for i, r in fleet_records(crawled3.fleet.dirs):
         if r["status"] != 200 or not (r["content_type"] or "").startswith("text/html"):
             continue
-        page = running.site.links(index[authority_of(r["url"])], urlsplit(r["url"]).path)
-        remote = [key for _, key in page if key is not None and authority_of(key) in index
-                  and owner_of(authority_of(key), 3) != i]
+        page = running.site.links(index[host_of(r["url"])], urlsplit(r["url"]).path)
+        remote = [key for _, key in page if key is not None and host_of(key) in index
+                  and owner_of(host_of(key), 3) != i]
         occurrences += len(remote)
         per_sender.setdefault(i, set()).update(remote)
     distinct = sum(len(keys) for keys in per_sender.values())

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
 from crawler.engine import Engine, run_crawl
 from crawler.output import read_pages
-from crawler.sitegen import OUT_OF_SCOPE, SiteSpec
 from crawler.state import create_crawl
 from dedup import State
 from tests.conftest import fast_settings, write_seeds

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
+from crawler.demo.site import SiteSpec
 from crawler.engine import run_crawl
 from crawler.output import read_pages
 from crawler.politeness import Politeness
-from crawler.sitegen import SiteSpec
 from crawler.state import create_crawl
 from tests.conftest import fast_settings, write_seeds
 

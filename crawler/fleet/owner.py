@@ -25,8 +25,6 @@ from functools import lru_cache, partial
 
 import mmh3
 
-HASH_NAME = "murmur3_x86_32(host.lower(), seed=0) mod W"
-
 
 @lru_cache(maxsize=1 << 16)
 def _host_hash(host: str) -> int:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from crawler.fleet.owner import owner_function, owner_of
 from crawler.output import PAGES_FILE, complete_lines, read_json, write_json_atomic
-from crawler.scope import authority_of
 from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
 from dedup import Ledger
 from dedup.atomic import atomic_write_bytes
+from dedup.seen import host_of
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
@@ -153,7 +153,7 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
         parts: dict[int, list[bytes]] = {i: [], i + w: []}
         for ln in complete_lines(d / PAGES_FILE, missing_ok=True):
             url = json.loads(ln)["url"]
-            part = parts.get(owner_of(authority_of(url), to))
+            part = parts.get(owner_of(host_of(url), to))
             if part is None:
                 raise FleetError(f"{d / PAGES_FILE}: {url} was fetched by worker {i}, which "
                                  f"does not own its host among {w} workers")

@@ -24,16 +24,9 @@ if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
 
 from crawler.fleet.identity import REDIS_ENV, FleetError
+from crawler.progress import Progress, si
 
 # -- the supervisor ----------------------------------------------------------------------------
-
-
-def _si(n: float) -> str:
-    for unit in ("", "k", "M"):
-        if abs(n) < 1000:
-            return f"{n:.0f}{unit}" if not unit else f"{n:.1f}{unit}"
-        n /= 1000
-    return f"{n:.1f}G"
 
 
 def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], workers: int,
@@ -42,39 +35,9 @@ def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], worke
     def total(key: str) -> float:
         return sum(s.get(key, 0) or 0 for s in stats.values())
     return (f"fleet {running}/{workers} running | {total('rate'):6.1f} pages/s | fetched "
-            f"{_si(total('fetched'))} queued {_si(total('queued'))} errors "
-            f"{_si(total('errors'))} | forwarded {_si(status.get('forwarded', 0))} backlog "
+            f"{si(total('fetched'))} queued {si(total('queued'))} errors "
+            f"{si(total('errors'))} | forwarded {si(status.get('forwarded', 0))} backlog "
             f"{status.get('backlog', 0)} | idle {status.get('idle', 0)}/{workers}")
-
-
-class _Line:
-    """A status line on stderr: redrawn in place on a TTY, one line per interval otherwise."""
-
-    def __init__(self, enabled: bool, interval: float, plain_interval: float) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self.interval = interval if self.tty else plain_interval
-        self._width = 0
-        self._last = 0.0
-
-    def show(self, text: str) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self._last < self.interval * 0.95:
-            return
-        self._last = now
-        if self.tty:
-            sys.stderr.write("\r" + text + " " * max(0, self._width - len(text)))
-            self._width = len(text)
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def message(self, text: str) -> None:
-        if self.tty and self._width:
-            sys.stderr.write("\r" + " " * self._width + "\r")
-            self._width = 0
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
 
 
 async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_id: str,
@@ -95,8 +58,8 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     from crawler.fleet.monitor import FleetMonitor
 
     w = len(children)
-    line = _Line(not quiet, settings.output.progress_interval,
-                 settings.output.plain_progress_interval)
+    line = Progress(interval=settings.output.progress_interval,
+                    plain_interval=settings.output.plain_progress_interval, enabled=not quiet)
     monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w)
     await monitor.connect()
     env = dict(os.environ)

@@ -167,9 +167,6 @@ class RedisTransport(FleetMonitor):
 
     # -- sending ---------------------------------------------------------------------
 
-    def owner(self, host: str) -> int:
-        return owner_of(host, self.workers)
-
     def is_local(self, host: str) -> bool:
         return owner_of(host, self.workers) == self.worker_id
 

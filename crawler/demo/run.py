@@ -1,6 +1,6 @@
 """``make demo``: serve a generated multi-host site on 127.0.0.x and crawl it.
 
-The site (``crawler.sitegen``) has thousands of interlinked pages over four
+The site (``crawler.demo.site``) has thousands of interlinked pages over four
 hosts, with navigation repeated on every page, tracking parameters,
 fragments, redirects, a robots.txt rule, a PDF or two and a calendar trap.
 The crawl's state goes to ./demo-state (wiped first); at the end the fetched
@@ -17,11 +17,12 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from crawler.demo.serve import serve_site
+from crawler.demo.site import SiteSpec
 from crawler.engine import run_crawl
 from crawler.output import PAGES_FILE, read_pages
 from crawler.progress import Progress
 from crawler.settings import Settings
-from crawler.sitegen import SiteSpec, serve_site
 from crawler.state import create_crawl
 
 HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
@@ -92,6 +93,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return asyncio.run(demo(Path(args.state).resolve(), args.pages, args.max_depth))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

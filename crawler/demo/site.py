@@ -22,22 +22,23 @@ Hosts are distinct ports on 127.0.0.1, or distinct 127.0.0.x addresses on one
 port (``serve_site(spec, ips=[...])``).
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import re
-import socket
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from aiohttp import web
 
-__all__ = ["HostLog", "Reachable", "RunningSite", "Site", "SiteSpec", "bind_hosts", "serve_site"]
+from dedup.seen import host_of
+
+__all__ = ["OUT_OF_SCOPE", "HostLog", "Reachable", "Site", "SiteSpec"]
 
 OUT_OF_SCOPE = "http://127.0.0.9:9/elsewhere"
 _LOREM = ["bloom", "filters", "answer", "membership", "queries", "in", "constant", "space",
@@ -226,7 +227,7 @@ class Site:
         target keeps the redirecting URL's depth.
         """
         seeds = list(seeds) if seeds is not None else list(self.homes)
-        allowed = set(scope) if scope is not None else {_authority(s) for s in seeds}
+        allowed = set(scope) if scope is not None else {host_of(s) for s in seeds}
         index = {o: h for h, o in enumerate(self.origins)}
         depth: dict[str, int] = {}
         queue: deque[str] = deque()
@@ -256,7 +257,7 @@ class Site:
             else:
                 edges = []
             for key, nd in edges:
-                if key in depth or _authority(key) not in allowed:
+                if key in depth or host_of(key) not in allowed:
                     continue
                 depth[key] = nd
                 if nd == d:
@@ -325,91 +326,9 @@ class Site:
         return app
 
 
+
 def _split(url: str) -> tuple[str, str]:
     scheme, _, rest = url.partition("://")
     auth, slash, path = rest.partition("/")
     return f"{scheme}://{auth}", slash + path
 
-
-def _authority(url: str) -> str:
-    return url.split("/", 3)[2]
-
-
-@dataclass(slots=True)
-class RunningSite:
-    site: Site
-    logs: list[HostLog]
-
-    @property
-    def origins(self) -> list[str]:
-        return self.site.origins
-
-    @property
-    def seeds(self) -> list[str]:
-        return self.site.homes
-
-    def total_pages(self) -> Counter[str]:
-        """Requests per URL (``origin + path``) over all hosts, robots.txt excluded."""
-        out: Counter[str] = Counter()
-        for origin, log in zip(self.site.origins, self.logs, strict=True):
-            for path, n in log.pages().items():
-                out[origin + path] += n
-        return out
-
-
-def bind_hosts(ips: list[str] | None, n: int) -> list[socket.socket]:
-    """n listening sockets: one shared port on each of ``ips`` (one address per host),
-    or n ports on 127.0.0.1 without ``ips``. OSError if no port is free on every address."""
-    if not ips:
-        socks = []
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return socks
-    if len(ips) != n:
-        raise ValueError(f"{n} hosts need {n} addresses, got {len(ips)}")
-    for _ in range(50):  # find one port free on every address
-        socks = []
-        try:
-            for ip in ips:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind((ip, socks[0].getsockname()[1] if len(socks) > 1 else 0))
-            return socks
-        except OSError:
-            for s in socks:
-                s.close()
-    raise OSError("no port free on every address")
-
-
-@contextlib.asynccontextmanager
-async def serve_site(spec: SiteSpec, *, ips: list[str] | None = None,
-                     setup: Callable[[int, web.Application], None] | None = None
-                     ) -> AsyncIterator[RunningSite]:
-    """Serve every host of ``spec`` until the block exits.
-
-    ``ips``: one address per host on a shared port (default: distinct ports on
-    127.0.0.1). ``setup(h, app)`` may add routes to host h's app before it starts.
-    """
-    socks = bind_hosts(ips, spec.hosts)
-    origins = [f"http://{s.getsockname()[0]}:{s.getsockname()[1]}" for s in socks]
-    site = Site(spec, origins)
-    logs = [HostLog() for _ in range(spec.hosts)]
-    runners: list[web.AppRunner] = []
-    try:
-        for h, sock in enumerate(socks):
-            app = site.make_app(h, logs[h])
-            if setup is not None:
-                setup(h, app)
-            runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
-                                   shutdown_timeout=0.5)
-            await runner.setup()
-            runners.append(runner)
-            await web.SockSite(runner, sock).start()
-        yield RunningSite(site, logs)
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-        for s in socks:
-            s.close()

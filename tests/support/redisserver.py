@@ -1,6 +1,6 @@
 """A real ``redis-server`` for tests, on a free 127.0.0.1 port in a temp dir.
 
-Use from a test module with ``pytest_plugins = ["tests.redisserver"]`` (or from
+Use from a test module with ``pytest_plugins = ["tests.support.redisserver"]`` (or from
 the root conftest). Fixtures:
 
 - ``redis_server``: a running, non-persistent server (``RedisServer``); its

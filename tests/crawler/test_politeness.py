@@ -12,7 +12,7 @@ from crawler.engine import run_crawl
 from crawler.output import read_pages
 from crawler.politeness import Politeness
 from crawler.state import create_crawl
-from tests.conftest import fast_settings, write_seeds
+from tests.support.helpers import fast_settings, write_seeds
 
 # -- the budget, with explicit clocks ----------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Fetcher against a real misbehaving aiohttp server on 127.0.0.1 (tests/faultserver.py)."""
+"""Fetcher against a real misbehaving aiohttp server on 127.0.0.1 (tests/support/faultserver.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest_asyncio
 from crawler.fetch import Fetcher, FetchSettings, parse_content_type, parse_retry_after
 from crawler.links import extract_links
 from crawler.netguard import GuardedResolver, PrivateAddressError, is_public_address
-from tests.faultserver import MB, FaultServer, HostMap, fault_server
+from tests.support.faultserver import MB, FaultServer, HostMap, fault_server
 
 FAST = FetchSettings(
     allow_private=True,  # the test server is on loopback

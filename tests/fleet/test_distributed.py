@@ -33,8 +33,8 @@ from dedup import Ledger, UrlSeen
 from dedup.seen import host_of
 from dedup.shards import ShardedBloom
 from dedup.snapshot import read_header, read_snapshot
-from tests.conftest import config_toml, fast_settings, run_cli, start_cli, write_seeds
-from tests.redisserver import RedisServer, free_port, require_redis_binary
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 
 pytestmark = pytest.mark.redis
 

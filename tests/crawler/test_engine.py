@@ -13,8 +13,8 @@ from crawler.engine import Engine, run_crawl
 from crawler.output import read_pages
 from crawler.state import create_crawl
 from dedup import State
-from tests.conftest import fast_settings, write_seeds
-from tests.faultserver import fault_server
+from tests.support.faultserver import fault_server
+from tests.support.helpers import fast_settings, write_seeds
 
 FIELDS = {"url", "final_url", "status", "content_type", "bytes", "depth", "links_found",
           "links_new", "fetched_at", "error"}

@@ -6,7 +6,7 @@ against a real HTTP stack, so there are no HTTP mocks in this project.
 
 Quick use (a server with only the fault routes):
 
-    from tests.faultserver import fault_server
+    from tests.support.faultserver import fault_server
 
     async def test_x():
         async with fault_server() as srv:
@@ -17,7 +17,7 @@ Mounting the faults next to your own routes (e.g. a generated test site):
 
     from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
-    from tests.faultserver import add_fault_routes, serve
+    from tests.support.faultserver import add_fault_routes, serve
 
     app = web.Application()
     app.router.add_get("/site/{n}", my_handler)

@@ -17,7 +17,7 @@ import pytest
 from crawler.demo.site import SiteSpec
 from crawler.output import read_pages, repair_tail
 from dedup import UrlSeen
-from tests.conftest import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 
 CONCURRENCY = 8
 SPEC = SiteSpec(hosts=4, pages=90, seed=21, delay=0.03)

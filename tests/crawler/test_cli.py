@@ -13,7 +13,7 @@ from crawler.progress import Progress
 from crawler.state import create_crawl
 from dedup import UrlSeen
 from dedup.shards import ShardedBloom
-from tests.conftest import config_toml, fast_settings, run_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 
 
 def one_error_line(err: str) -> str:

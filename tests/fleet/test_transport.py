@@ -21,10 +21,9 @@ from crawler.fleet.monitor import FleetMismatch, FleetMonitor, TransportError
 from crawler.fleet.owner import owner_of
 from crawler.fleet.redis_url import redact
 from crawler.fleet.transport import RedisTransport, reshard
-from tests import redisserver
-from tests.redisserver import RedisServer, free_port
+from tests.support import redisserver
+from tests.support.redisserver import RedisServer, free_port
 
-pytest_plugins = ["tests.redisserver"]
 pytestmark = pytest.mark.redis
 
 GEOMETRY = {"capacity": 100_000, "error_rate": 0.01, "shards": 8, "seed": 0, "growth": 2,

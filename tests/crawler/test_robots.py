@@ -13,7 +13,7 @@ from aiohttp import web
 
 from crawler.fetch import Fetcher, FetchSettings
 from crawler.robots import RobotsCache, origin_of
-from tests.faultserver import RequestLog, add_request_log, serve
+from tests.support.faultserver import RequestLog, add_request_log, serve
 
 SETTINGS = FetchSettings(
     allow_private=True, read_timeout=0.5, total_timeout=3.0, retries=0, backoff_base=0.01

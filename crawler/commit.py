@@ -13,8 +13,8 @@ import asyncio
 import time
 from typing import Any
 
-from crawler.fetch import FetchResult
 from crawler.frontier import Frontier, Item
+from crawler.outcome import FetchResult
 from crawler.output import PageLog, WarcWriter, iso_time
 from dedup import State, UrlSeen
 

@@ -24,11 +24,7 @@ pages.jsonl holds one record per URL taken from the frontier: fetched pages
 robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
 skipped). Links over the per-host cap are marked skipped in the ledger without
 a record; out-of-scope and too-deep links are never admitted at all.
-
-Shard snapshots are written one shard per ``asyncio.to_thread`` call,
-periodically (time and new-URL triggers) and at the end; they only make a
-restart faster, since opening the state replays the ledger past each
-snapshot's high-water mark.
+Snapshots (``crawler.checkpoint``) only make a restart faster.
 
 When the crawl ends is decided in one place, ``Engine.end``: the frontier
 closes, every worker returns after its current page, and ``run`` snapshots.

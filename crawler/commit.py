@@ -1,10 +1,19 @@
 """Group commit: a page's output record, then its ledger mark, many pages per commit.
 
-Why groups: a SQLite commit costs a few hundred microseconds of WAL writes, so
-the pages that finish while one group is being written go out together as the
-next. Order within a group (what makes a crash safe, see ``crawler.engine``):
-pages.jsonl lines and WARC records first, then the ledger marks and the URLs
-the pages found, in one commit; a worker's ``commit_page`` returns only then.
+Durability, in this order, so a crash (even kill -9) never loses a URL:
+
+1. the ledger runs in group-commit mode: a page's new URLs go into the open
+   transaction when it is processed, and are committed together with the
+   marks of the pages that found them (one SQLite commit per group of pages,
+   not one per page: a commit costs a few hundred microseconds of WAL writes);
+2. a page's pages.jsonl line is written before its ledger row is marked
+   fetched/failed/skipped and the group is committed (a committer task
+   batches whatever finished meanwhile);
+3. a worker takes its next URL only after its previous page is committed, so
+   at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
+   the ones fetched again after a kill -9, which also rediscover any link whose
+   row was not committed yet. A kill between steps of 2 may also repeat the
+   page's line in pages.jsonl (the same bound applies).
 """
 
 from __future__ import annotations

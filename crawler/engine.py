@@ -4,20 +4,7 @@ Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
 HTML page's links, resolved in one batch, filtered by scope, depth and the
 per-host cap -> ``UrlSeen.admit_resolved`` (one call per page) -> frontier.
 
-Durability, in this order, so a crash (even kill -9) never loses a URL:
-
-1. the ledger runs in group-commit mode: a page's new URLs go into the open
-   transaction when it is processed, and are committed together with the
-   marks of the pages that found them (one SQLite commit per group of pages,
-   not one per page: a commit costs a few hundred microseconds of WAL writes);
-2. a page's pages.jsonl line is written before its ledger row is marked
-   fetched/failed/skipped and the group is committed (a committer task
-   batches whatever finished meanwhile);
-3. a worker takes its next URL only after its previous page is committed, so
-   at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
-   the ones fetched again after a kill -9, which also rediscover any link whose
-   row was not committed yet. A kill between steps of 2 may also repeat the
-   page's line in pages.jsonl (the same bound applies).
+Durability (why a crash, even kill -9, never loses a URL) is ``crawler.commit``'s.
 
 pages.jsonl holds one record per URL taken from the frontier: fetched pages
 (any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
@@ -65,6 +52,7 @@ from dedup import State, UrlSeen
 from dedup.seen import host_of
 
 if TYPE_CHECKING:
+    from crawler.fleet.relay import Relay
     from crawler.fleet.transport import RedisTransport
 
 __all__ = ["Engine", "run_crawl"]
@@ -123,7 +111,7 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
-        self.relay = None
+        self.relay: Relay | None = None
         if transport is not None:
             from crawler.fleet.relay import Relay  # imports the Redis client
 

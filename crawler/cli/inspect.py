@@ -37,11 +37,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_check(sub: Any) -> None:
-    p = sub.add_parser("check", help="Bloom and ledger answer for URLs")
+def _add_url_command(sub: Any, name: str, help: str, func: Any) -> None:
+    """A command over a state dir and some URLs (``check``, ``forget``)."""
+    p = sub.add_parser(name, help=help)
     p.add_argument("dir", metavar="DIR")
     p.add_argument("urls", nargs="+", metavar="URL")
-    p.set_defaults(func=cmd_check)
+    p.set_defaults(func=func)
+
+
+def add_check(sub: Any) -> None:
+    _add_url_command(sub, "check", "Bloom and ledger answer for URLs", cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -69,10 +74,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_forget(sub: Any) -> None:
-    p = sub.add_parser("forget", help="delete URLs from the ledger so they count as new")
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("urls", nargs="+", metavar="URL")
-    p.set_defaults(func=cmd_forget)
+    _add_url_command(sub, "forget", "delete URLs from the ledger so they count as new",
+                     cmd_forget)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

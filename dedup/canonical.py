@@ -23,14 +23,15 @@ repeated on every page is parsed once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
-from dedup.fingerprint import fingerprint, halves
+from dedup.fingerprint import fingerprint_many, halves
 from dedup.urlform import Rules as _Rules
 from dedup.urlform import fetch_rules as _fetch_rules
 from dedup.urlform import finish, join, page_contexts, resolve, simple_join
@@ -153,32 +154,29 @@ class Canonicalizer:
     young one; when it is full it becomes the old one, and entries still in use
     are promoted back on their next hit (the design of ``dedup.seen``'s confirm
     cache). Rejections are cached too (every page has its
-    ``javascript:void(0)``). With a ``seed`` an entry also keeps the key's
-    fingerprint, computed on the miss, so a cached link is not hashed again.
-    Entries are tuples of strings, which the garbage collector stops tracking:
-    mutable entries made every collection walk the whole cache (measured 1.7x
-    slower). Not thread-safe: one per thread.
+    ``javascript:void(0)``). Entries are tuples of strings, which the garbage
+    collector stops tracking: mutable entries made every collection walk the
+    whole cache (measured 1.7x slower). Not thread-safe: one per thread.
     """
 
     __slots__ = ("_half", "_hits", "_misses", "_old", "_repeats", "_rules", "_young",
                  "rules", "seed")
 
     def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
-                 seed: int | None = 0) -> None:
+                 seed: int = 0) -> None:
         if not isinstance(rules, CanonRules):
             raise TypeError(f"rules must be CanonRules, not {type(rules).__name__}")
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise ValueError(f"cache_size must be an integer >= 0, not {cache_size!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not 0 <= seed < 2**32):
-            raise ValueError(f"seed must be None or an integer in [0, 2**32), not {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
         self.rules = rules
         self.seed = seed
         self._rules = _compile(rules)
         self._half = cache_size // 2
-        # (context, link) -> ((fetch_url, key), fingerprint or None), or None if rejected
-        self._young: dict[tuple[str, str], _Entry | None] = {}
-        self._old: dict[tuple[str, str], _Entry | None] = {}
+        # (context, link) -> (fetch_url, key), or None for a rejected link
+        self._young: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._old: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._hits = 0
         self._misses = 0
         self._repeats = 0
@@ -186,12 +184,39 @@ class Canonicalizer:
     def resolve(self, url: str, base: str | None = None) -> tuple[str, str]:
         """``(fetch_url, key)`` for one link. Raises UrlRejected."""
         _require_str(url)
-        (entry,) = self._entries((url,), _require_base(base))
-        if entry is None:
+        (result,) = self.resolve_many((url,), _require_base(base))
+        if result is None:
             # the cache keeps no reasons; rejections here are rare enough to redo
             reason = resolve(url, base, self._rules)
             raise UrlRejected(reason if type(reason) is str else "rejected")
-        return entry[0]
+        return result
+
+    def resolve_page(self, links: Iterable[str], base: str | None = None) -> PageLinks:
+        """All links of one page at once, for the seen-test: distinct keys in
+        first-seen order, their fetch URLs and fingerprints (``seed``). Never
+        raises for a bad link. Repeats within the page are dropped before any
+        work (``page_repeats`` in ``cache_info``); each distinct key is hashed
+        once, in one batch, so the caller neither dedupes nor hashes again."""
+        if isinstance(links, str):
+            raise TypeError("links must be an iterable of links, not one str")
+        links = list(links)
+        try:
+            counts: dict[str, int] = Counter(links)  # distinct links, first-seen order
+        except TypeError:  # an unhashable item (rejected below anyway): no dedupe
+            counts = dict.fromkeys(range(len(links)), 1)
+            pairs = self.resolve_many(links, base)
+        else:
+            pairs = self.resolve_many(counts, base)
+            self._repeats += len(links) - len(counts)
+        first: dict[str, str] = {}
+        rejected = 0
+        for pair, n in zip(pairs, counts.values(), strict=True):
+            if pair is None:
+                rejected += n  # every occurrence counts, like resolve_many's Nones
+            elif pair[1] not in first:
+                first[pair[1]] = pair[0]
+        return PageLinks(list(first.values()), list(first), fingerprint_many(first, self.seed),
+                         len(links), rejected)
 
     def resolve_many(self, links: Iterable[str],
                      base: str | None = None) -> list[tuple[str, str] | None]:
@@ -200,28 +225,6 @@ class Canonicalizer:
         ``base`` (the page URL, or its ``<base href>``) is parsed once per call;
         if it is invalid every link is rejected.
         """
-        return [None if e is None else e[0] for e in self._entries(links, base)]
-
-    def resolve_page(self, links: Iterable[str], base: str | None = None) -> PageLinks:
-        """All links of one page at once, for the seen-test: distinct keys in
-        first-seen order, their fetch URLs and fingerprints (``seed``, or 0
-        if the Canonicalizer was made with ``seed=None``). Never
-        raises for a bad link. One call per page is the fast path: cached links
-        cost a dict lookup and are neither parsed nor hashed again."""
-        entries = self._entries(links, base)
-        first: dict[str, _Entry] = {}
-        rejected = 0
-        for e in entries:
-            if e is None:
-                rejected += 1
-            elif e[0][1] not in first:
-                first[e[0][1]] = e
-        seed = self.seed or 0
-        fps = [fingerprint(key, seed) if e[1] is None else e[1] for key, e in first.items()]
-        return PageLinks([e[0][0] for e in first.values()], list(first), b"".join(fps),
-                         len(entries), rejected)
-
-    def _entries(self, links: Iterable[str], base: str | None) -> Sequence[_Entry | None]:
         if isinstance(links, str):
             raise TypeError("links must be an iterable of links, not one str")
         if base is None:
@@ -229,7 +232,6 @@ class Canonicalizer:
         elif not isinstance(base, str) or (page := page_contexts(base)) is None:
             return [None for _ in links]  # an invalid base: every link is rejected
         rules = self._rules
-        seed = self.seed
         cache = self._half > 0
         if page is None:  # no base: every link is context-free
             absolute_only = True
@@ -238,39 +240,30 @@ class Canonicalizer:
         else:
             scheme, scheme_ctx, origin_ctx, dir_ctx, base_ctx, path_ctx = page
             base_bytes = base_ctx.encode()
-            # a page that is not http(s) (rare: about:blank, file:) is not classified
             absolute_only = False
             if scheme_ctx is None:
+                # a page that is not http(s) (rare: about:blank, file:): not classified
                 cache = False
         young = self._young
         old = self._old
         half = self._half
-        out: list[_Entry | None] = []
+        out: list[tuple[str, str] | None] = []
         append = out.append
-        memo: dict[str, _Entry | None] = {}  # this page's links: one lookup per distinct link
-        memo_get = memo.get
-        misses = repeats = bad = 0
+        misses = bad = 0
         missing = _MISSING
         scheme_match = _SCHEME_RE.match
         for link in links:
-            if type(link) is not str:
-                if not isinstance(link, str):
-                    bad += 1
-                    append(None)
-                    continue
-                link = str(link)
-            entry = memo_get(link, missing)
-            if entry is not missing:
-                repeats += 1
-                append(entry)
-                continue
-            raw = link
-            c = link[:1]
-            if c <= " ":
-                # WHATWG strips these (and tab/newline anywhere) before
-                # parsing; do it first so the link is classified as parsed
-                link = _clean(link)
+            try:
                 c = link[:1]
+                if c <= " ":  # also TypeError for anything but a str
+                    # WHATWG strips these (and tab/newline anywhere) before
+                    # parsing; do it first so the link is classified as parsed
+                    link = _clean(link)
+                    c = link[:1]
+            except TypeError:
+                bad += 1
+                append(None)
+                continue
             # Classify the link by what its resolution depends on (ctx) and,
             # where it may be a plain suffix, what it is relative to (prefix).
             # When unsure, a finer context (ultimately base_ctx, the whole page
@@ -281,12 +274,12 @@ class Canonicalizer:
             elif scheme_ctx is None:
                 ctx = base_ctx
             elif c == "/" or c == "\\":
-                c2 = link[1:2]
-                if c2 == "/" or c2 == "\\":
+                c = link[1:2]
+                if c == "/" or c == "\\":
                     ctx = scheme_ctx
                 else:
                     ctx = origin_ctx
-                    if c == "/":
+                    if link[0] == "/":
                         prefix = origin_ctx
             elif c == "#":
                 # any fragment-only link is the page itself once the fragment is
@@ -319,36 +312,28 @@ class Canonicalizer:
                     else:
                         ctx = ""
             key = (ctx, link)
-            if cache:
-                entry = young.get(key, missing)
-                if entry is missing:
-                    entry = old.pop(key, missing)
-            if entry is missing:
-                misses += 1
-                href = None if prefix is None else simple_join(link, prefix)
-                if href is None:
-                    href = join(link, base_bytes if ctx else None)
-                result = None if href is None else finish(href, rules)
-                if type(result) is not tuple:
-                    entry = None
-                elif seed is None:
-                    entry = (result, None)
-                else:
-                    entry = (result, fingerprint(result[1], seed))
-                if not cache or len(link) > _UNCACHED_LINK_LENGTH:
-                    memo[raw] = entry
-                    append(entry)
-                    continue
-            if cache:
+            result = young.get(key, missing) if cache else missing
+            if result is missing:
+                result = old.pop(key, missing) if cache else missing
+                if result is missing:
+                    misses += 1
+                    href = None if prefix is None else simple_join(link, prefix)
+                    if href is None:
+                        # a context-free link needs no base: parsing it alone is cheaper
+                        href = join(link, base_bytes if ctx else None)
+                    result = None if href is None else finish(href, rules)
+                    if type(result) is str:
+                        result = None
+                    if not cache or len(link) > _UNCACHED_LINK_LENGTH:
+                        append(result)
+                        continue
                 if len(young) >= half:
                     self._old = old = young
                     self._young = young = {}
-                young[key] = entry
-            memo[raw] = entry
-            append(entry)
-        self._hits += len(out) - misses - repeats - bad
+                young[key] = result
+            append(result)
+        self._hits += len(out) - misses - bad
         self._misses += misses
-        self._repeats += repeats
         return out
 
     def cache_info(self) -> dict[str, int]:
@@ -370,7 +355,6 @@ _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 _SLASHES = ("/", "\\")
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _MISSING = object()
-_Entry = tuple[tuple[str, str], bytes | None]
 # Links longer than this are resolved but not cached, so the cache's memory
 # stays bounded whatever a hostile page contains.
 _UNCACHED_LINK_LENGTH = 4096

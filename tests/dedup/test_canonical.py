@@ -536,8 +536,7 @@ def test_cache_size_zero_disables_caching():
     canon = Canonicalizer(cache_size=0)
     assert canon.resolve_many(["/a", "/a", "mailto:x"], "http://h.test/") == [
         ("http://h.test/a",) * 2, ("http://h.test/a",) * 2, None]
-    # the second "/a" is answered by the first within the call, not by the cache
-    assert canon.cache_info() == {"hits": 0, "misses": 2, "page_repeats": 1, "size": 0,
+    assert canon.cache_info() == {"hits": 0, "misses": 3, "page_repeats": 0, "size": 0,
                                   "maxsize": 0}
 
 
@@ -716,13 +715,18 @@ def test_cache_eviction_bound_holds_under_many_contexts():
         assert canon.cache_info()["size"] <= 50
 
 
-def test_repeats_within_a_page_are_counted_and_resolved_once():
-    canon = Canonicalizer()
-    got = canon.resolve_many(["/a", " /a", "/a", "mailto:x", "mailto:x"], "http://h.test/")
-    assert got == [("http://h.test/a",) * 2] * 3 + [None, None]
-    info = canon.cache_info()
-    # " /a" is another raw link ("/a" once cleaned): a cache hit, not a page repeat
-    assert (info["misses"], info["hits"], info["page_repeats"]) == (2, 1, 2)
+def test_resolve_page_resolves_each_distinct_link_once():
+    for cache_size in (0, 1000):
+        canon = Canonicalizer(cache_size=cache_size)
+        page = canon.resolve_page(["/a", " /a", "/a", "mailto:x", "mailto:x", "/b"],
+                                  "http://h.test/")
+        assert (page.keys, page.links, page.rejected) == (
+            ["http://h.test/a", "http://h.test/b"], 6, 2)
+        info = canon.cache_info()
+        # " /a" is another raw link ("/a" once cleaned): looked up, not a page repeat
+        assert info["page_repeats"] == 2
+        assert info["hits"] + info["misses"] == 4
+        assert info["misses"] == (4 if cache_size == 0 else 3)
 
 
 def test_resolve_page_dedupes_keys_and_carries_their_fingerprints():
@@ -736,13 +740,13 @@ def test_resolve_page_dedupes_keys_and_carries_their_fingerprints():
         assert (page.links, page.rejected) == (7, 2)
         assert page.fps == fingerprint_many(page.keys, 7)
         assert (page.halves() == halves(page.fps)).all()
-    assert Canonicalizer(seed=None).resolve_page(links, "http://h.test/").fps == \
+    assert Canonicalizer().resolve_page(links, "http://h.test/").fps == \
         fingerprint_many(page.keys, 0)  # type: ignore[arg-type]
     empty = canon.resolve_page([], "http://h.test/")
     assert (empty.keys, empty.fps, empty.halves().shape) == ([], b"", (0, 2))
 
 
-@pytest.mark.parametrize("seed", [-1, 2**32, 1.0, True])
+@pytest.mark.parametrize("seed", [-1, 2**32, 1.0, True, None])
 def test_canonicalizer_rejects_bad_seed(seed):
     with pytest.raises(ValueError):
         Canonicalizer(seed=seed)

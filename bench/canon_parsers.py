@@ -416,11 +416,11 @@ def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
     for label, _, _ in rows:
         print(f"{label:<52} {statistics.median(times[label]):8.2f} {min(times[label]):7.2f}")
     print("\nCache hit rates on the same stream (one pass from empty; hits + misses + "
-          "repeats within a page = links):")
-    for size in (25_000, 100_000, 400_000):
-        for label, canon in ((against, old(cache_size=size)),
-                             ("now", Canonicalizer(cache_size=size))):
-            _many(pages, canon)
+          "repeats within a page = links; 'now' through resolve_page):")
+    for size in (25_000, 100_000, 400_000, 10**8):
+        for label, canon, fn in ((against, old(cache_size=size), _many),
+                                 ("now", Canonicalizer(cache_size=size), _stage_after)):
+            fn(pages, canon)
             info = canon.cache_info()
             repeats = info.get("page_repeats", 0)
             print(f"  cache_size {size:>7,} {label:<8} hits {info['hits'] / n_links:6.1%}  "

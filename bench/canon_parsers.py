@@ -127,6 +127,14 @@ Page = tuple[str, list[str]]
 SECTIONS = 6
 STREAM_LINKS = 75
 N_FRESH = 8  # new articles a page
+# how a page links an article of its section, by cumulative share
+ARTICLE_FORMS = ((0.45, "story-{a}.html"),
+                 (0.6, "/s{s}/story-{a}.html?utm_campaign=home&gclid=Zx"),
+                 (0.7, "../s{s}/./story-{a}.html#comments"),
+                 (0.8, "https://WWW.Site{h}.Example/s{s}/story-{a}.html?utm_source=tw"),
+                 (0.9, "//www.site{h}.example/s{s}/story-{a}.html"),
+                 (0.95, "story-{a}.html#c"),
+                 (1.0, "story-{a}.html?b=2&a={a3}"))
 
 
 def _host_nav(h: int) -> list[str]:
@@ -182,20 +190,8 @@ def crawl_stream(n_pages: int, hosts: int = 50_000, seed: int = 11) -> list[Page
         arts += [rng.choice(arts) for _ in range(3)]  # teaser image + headline: same link twice
         for a in arts:
             k = rng.random()
-            if k < 0.45:
-                links.append(f"story-{a}.html")
-            elif k < 0.6:
-                links.append(f"/s{s}/story-{a}.html?utm_campaign=home&gclid=Zx")
-            elif k < 0.7:
-                links.append(f"../s{s}/./story-{a}.html#comments")
-            elif k < 0.8:
-                links.append(f"https://WWW.Site{h}.Example/s{s}/story-{a}.html?utm_source=tw")
-            elif k < 0.9:
-                links.append(f"//www.site{h}.example/s{s}/story-{a}.html")
-            elif k < 0.95:
-                links.append(f"story-{a}.html#c")
-            else:
-                links.append(f"story-{a}.html?b=2&a={a % 3}")
+            form = next(form for limit, form in ARTICLE_FORMS if k < limit)
+            links.append(form.format(a=a, s=s, h=h, a3=a % 3))
         rng.shuffle(links)
         pages.append((page, links))
     return pages
@@ -423,7 +419,7 @@ def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
             fn(pages, canon)
             info = canon.cache_info()
             repeats = info.get("page_repeats", 0)
-            print(f"  cache_size {size:>7,} {label:<8} hits {info['hits'] / n_links:6.1%}  "
+            print(f"  cache_size {size:>11,} {label:<8} hits {info['hits'] / n_links:6.1%}  "
                   f"page repeats {repeats / n_links:6.1%}  misses "
                   f"{info['misses'] / n_links:6.1%}")
 

@@ -769,3 +769,28 @@ def test_property_cached_random_relative_links_equal_uncached(page, links, cache
         assert canon.resolve_many(links, page) == want
         got = canon.resolve_page(links, page)
         assert got.keys == list(dict.fromkeys(w[1] for w in want if w is not None))
+
+
+def test_parser_free_join_takes_only_links_it_can_prove():
+    from dedup.urlform import simple_join
+    d = "http://h.test/d/"
+    assert simple_join("story-1.html", d) == "http://h.test/d/story-1.html"
+    assert simple_join("a//b;c=1?x=1:2/?#f g", d) == "http://h.test/d/a//b;c=1?x=1:2/?"
+    assert simple_join("/s/x.html?utm_source=a", "http://h.test") == "http://h.test/s/x.html?utm_source=a"
+    assert simple_join("...x/.y", d) == "http://h.test/d/...x/.y"
+    for link in ["./x", "a/../b", "a/.", "..", "%2e%2e/x", "a:b", "a\\b", "a b", "é", "a?'",
+                 "a\tb", "x?a b", "a\"b", "x<y"]:
+        assert simple_join(link, d) is None, link
+
+
+def test_direct_ada_join_agrees_with_ada_url_on_the_wpt_data():
+    from ada_url import join_url, parse_url
+
+    from dedup.urlform import join
+    for _, case in _WPT:
+        base, inp = case["base"], case["input"]
+        try:
+            want = join_url(base, inp) if base else parse_url(inp, ("href",))["href"]
+        except ValueError:
+            want = None
+        assert join(inp, base.encode() if base else None) == want, case

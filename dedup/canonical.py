@@ -17,7 +17,8 @@ Two forms, kept apart on purpose:
 
 ``Canonicalizer`` does both for every link of every page, with a cache keyed by
 the part of the page URL a link's resolution actually depends on, so navigation
-repeated on every page is parsed once.
+repeated on every page is parsed once; ``resolve_page`` is its one-call-per-page
+form for the seen-test. The per-miss work lives in ``dedup.urlform``.
 """
 
 from __future__ import annotations
@@ -147,16 +148,17 @@ class Canonicalizer:
     absolute link, the scheme for ``//host/x``, scheme and authority for ``/x``,
     the page's directory for ``x``, the whole page URL (minus fragment) for
     ``?q`` and ``""``. The cache is keyed by (that part, link), so the navigation
-    repeated on every page of a site is resolved once per site or directory,
-    and a link repeated within one page is looked up once per page.
+    repeated on every page of a site is resolved once per site or directory;
+    ``resolve_page`` also looks a link repeated within one page up only once.
 
     Two generations of dicts approximate LRU at plain-dict cost: lookups hit the
     young one; when it is full it becomes the old one, and entries still in use
     are promoted back on their next hit (the design of ``dedup.seen``'s confirm
-    cache). Rejections are cached too (every page has its
-    ``javascript:void(0)``). Entries are tuples of strings, which the garbage
-    collector stops tracking: mutable entries made every collection walk the
-    whole cache (measured 1.7x slower). Not thread-safe: one per thread.
+    cache; private here until a shared two-generation class exists).
+    Rejections are cached too (every page has its ``javascript:void(0)``).
+    Entries are tuples of strings, which the garbage collector stops tracking:
+    mutable entries made every collection walk the whole cache (measured 1.7x
+    slower). Not thread-safe: one per thread.
     """
 
     __slots__ = ("_half", "_hits", "_misses", "_old", "_repeats", "_rules", "_young",

@@ -21,7 +21,7 @@ from dedup.canonical import (
 
 # A copy of /work/shared/crawler_anchors/urltestdata.json (WHATWG URL tests from
 # web-platform-tests, via ada-url/ada; see shared/crawler_anchors/SOURCE.md).
-WPT_DATA = Path(__file__).parent / "data" / "urltestdata.json"
+WPT_DATA = Path(__file__).parent.parent / "data" / "urltestdata.json"
 WPT_SHA256 = "355c9f1e5f34aae66ba8adfabf3c853f5cd30ea22964ef7a53eb292e7975d81e"
 
 
@@ -430,7 +430,8 @@ def test_repeated_links_across_pages_hit_the_cache():
     canon = Canonicalizer()
     nav = ["/", "/about", "contact.html", "https://cdn.test/x.js", "#top", "javascript:void(0)"]
     first = canon.resolve_many([*nav, "story1.html"], "http://h.test/news/1.html")
-    assert canon.cache_info() == {"hits": 0, "misses": 7, "size": 7, "maxsize": 100_000}
+    assert canon.cache_info() == {"hits": 0, "misses": 7, "page_repeats": 0, "size": 7,
+                                 "maxsize": 100_000}
     second = canon.resolve_many([*nav, "story2.html"], "http://h.test/news/2.html")
     # "#top" depends on the whole page URL: the only nav link that misses
     assert canon.cache_info()["hits"] == 5
@@ -535,7 +536,8 @@ def test_cache_size_zero_disables_caching():
     canon = Canonicalizer(cache_size=0)
     assert canon.resolve_many(["/a", "/a", "mailto:x"], "http://h.test/") == [
         ("http://h.test/a",) * 2, ("http://h.test/a",) * 2, None]
-    assert canon.cache_info() == {"hits": 0, "misses": 3, "size": 0, "maxsize": 0}
+    assert canon.cache_info() == {"hits": 0, "misses": 3, "page_repeats": 0, "size": 0,
+                                  "maxsize": 0}
 
 
 def test_cache_clear():
@@ -658,3 +660,137 @@ def test_property_cached_resolution_equals_uncached(bases, links, cache_size):
     for _ in range(2):
         for base in [*bases, None]:  # an invalid base makes _uncached reject every link
             assert canon.resolve_many(links, base) == [_uncached(link, base) for link in links]
+
+
+# -- per-page fast path: page dedupe, fingerprints, contexts that must not collide -------
+
+def test_same_raw_link_under_different_bases_does_not_collide():
+    canon = Canonicalizer()
+    pages = ["http://h.test/a/p", "http://h.test/b/p", "http://g.test/a/p", "https://h.test/a/p",
+             "http://h.test:8080/a/p", "http://u@h.test/a/p"]
+    links = ["x.html", "/x.html", "?q=1", "", "#f", "../x.html", "//c.test/x"]
+    for _ in range(2):  # cold, then from the cache
+        for page in pages:
+            assert canon.resolve_many(links, page) == [_uncached(link, page) for link in links]
+    dirs = {canon.resolve_many(["x.html"], p)[0][0] for p in pages}
+    assert len(dirs) == len(pages)
+
+
+def test_base_href_differences_resolve_like_the_standard():
+    # the page URL vs a <base href> that differs in directory, host, scheme or only case
+    canon = Canonicalizer()
+    bases = ["http://h.test/a/b/page.html", "http://h.test/a/b/", "http://h.test/a/b",
+             "HTTP://H.TEST/a/b/", "http://h.test/a/b/?x=1#frag", "https://h.test/a/b/",
+             "http://h.test/A/b/", "http://h.test/a/b/./c/../"]
+    for base in bases:
+        got = canon.resolve_many(["c.html", "./c.html", "/c.html", "?q"], base)
+        assert got == [_uncached(link, base) for link in ["c.html", "./c.html", "/c.html", "?q"]]
+    # "HTTP://H.TEST/a/b/" and "http://h.test/a/b/" are one context: served from the cache
+    assert canon.resolve_many(["c.html"], "http://h.test/a/b/") == [
+        ("http://h.test/a/b/c.html",) * 2]
+
+
+def test_query_and_fragment_variants_of_one_link():
+    canon = Canonicalizer()
+    page = "http://h.test/d/p.html?page=3"
+    links = ["s.html", "s.html#c", "s.html?", "s.html?b=2&a=1", "s.html?a=1&b=2#x",
+             "s.html?utm_source=x&a=1&b=2", "s.html?A=1", "?page=4", "?page=3#top", "#top"]
+    got = canon.resolve_many(links, page)
+    assert got == [_uncached(link, page) for link in links]
+    assert [k for _, k in got] == [
+        "http://h.test/d/s.html", "http://h.test/d/s.html", "http://h.test/d/s.html",
+        "http://h.test/d/s.html?a=1&b=2", "http://h.test/d/s.html?a=1&b=2",
+        "http://h.test/d/s.html?a=1&b=2", "http://h.test/d/s.html?A=1",
+        "http://h.test/d/p.html?page=4", "http://h.test/d/p.html?page=3",
+        "http://h.test/d/p.html?page=3"]
+    assert got[3][0] == "http://h.test/d/s.html?b=2&a=1"  # the fetch form keeps the order
+
+
+def test_cache_eviction_bound_holds_under_many_contexts():
+    canon = Canonicalizer(cache_size=50)
+    for i in range(500):
+        page = f"http://h{i % 37}.test/d{i % 11}/p{i}"
+        links = ["/", "x.html", f"y{i}.html", "#top", "?q", "https://c.test/"]
+        assert canon.resolve_many(links, page) == [_uncached(link, page) for link in links]
+        assert canon.cache_info()["size"] <= 50
+
+
+def test_resolve_page_resolves_each_distinct_link_once():
+    for cache_size in (0, 1000):
+        canon = Canonicalizer(cache_size=cache_size)
+        page = canon.resolve_page(["/a", " /a", "/a", "mailto:x", "mailto:x", "/b"],
+                                  "http://h.test/")
+        assert (page.keys, page.links, page.rejected) == (
+            ["http://h.test/a", "http://h.test/b"], 6, 2)
+        info = canon.cache_info()
+        # " /a" is another raw link ("/a" once cleaned): looked up, not a page repeat
+        assert info["page_repeats"] == 2
+        assert info["hits"] + info["misses"] == 4
+        assert info["misses"] == (4 if cache_size == 0 else 3)
+
+
+def test_resolve_page_dedupes_keys_and_carries_their_fingerprints():
+    from dedup.fingerprint import fingerprint_many, halves
+    canon = Canonicalizer(seed=7)
+    links = ["/b?utm_source=x", "/b", "a.html#f", "mailto:x", "HTTP://H.test/b", 5, "/a.html"]
+    for _ in range(2):  # cold, then every link cached
+        page = canon.resolve_page(links, "http://h.test/")  # type: ignore[arg-type]
+        assert page.keys == ["http://h.test/b", "http://h.test/a.html"]
+        assert page.urls == ["http://h.test/b?utm_source=x", "http://h.test/a.html"]
+        assert (page.links, page.rejected) == (7, 2)
+        assert page.fps == fingerprint_many(page.keys, 7)
+        assert (page.halves() == halves(page.fps)).all()
+    assert Canonicalizer().resolve_page(links, "http://h.test/").fps == \
+        fingerprint_many(page.keys, 0)  # type: ignore[arg-type]
+    empty = canon.resolve_page([], "http://h.test/")
+    assert (empty.keys, empty.fps, empty.halves().shape) == ([], b"", (0, 2))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 1.0, True, None])
+def test_canonicalizer_rejects_bad_seed(seed):
+    with pytest.raises(ValueError):
+        Canonicalizer(seed=seed)
+
+
+# Relative links made of the characters the parser-free path accepts and of the
+# ones it must leave to the parser (dot segments, '%', ':', '\\', quotes, spaces).
+_REL_CHARS = st.sampled_from([*list("ab.-_~/?#=&;:@!$'()*+,%2eE \\\"<>`{}|^é"), "..", "./"])
+_REL_LINK = st.lists(_REL_CHARS, max_size=12).map("".join)
+_PAGES = st.sampled_from(["http://h.test/", "http://h.test/d/e/p.html?x=1#f", "https://h.test/d/",
+                          "http://u:p@h.test:81/d/p", "http://h.test/d%2e/p", "http://h.test/d/"])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_PAGES, st.lists(_REL_LINK, min_size=1, max_size=6), st.sampled_from([0, 4, 1000]))
+def test_property_cached_random_relative_links_equal_uncached(page, links, cache_size):
+    canon = Canonicalizer(cache_size=cache_size)
+    want = [_uncached(link, page) for link in links]
+    for _ in range(2):
+        assert canon.resolve_many(links, page) == want
+        got = canon.resolve_page(links, page)
+        assert got.keys == list(dict.fromkeys(w[1] for w in want if w is not None))
+
+
+def test_parser_free_join_takes_only_links_it_can_prove():
+    from dedup.urlform import simple_join
+    d = "http://h.test/d/"
+    assert simple_join("story-1.html", d) == "http://h.test/d/story-1.html"
+    assert simple_join("a//b;c=1?x=1:2/?#f g", d) == "http://h.test/d/a//b;c=1?x=1:2/?"
+    assert simple_join("/s/x.html?utm_source=a", "http://h.test") == "http://h.test/s/x.html?utm_source=a"
+    assert simple_join("...x/.y", d) == "http://h.test/d/...x/.y"
+    for link in ["./x", "a/../b", "a/.", "..", "%2e%2e/x", "a:b", "a\\b", "a b", "é", "a?'",
+                 "a\tb", "x?a b", "a\"b", "x<y"]:
+        assert simple_join(link, d) is None, link
+
+
+def test_direct_ada_join_agrees_with_ada_url_on_the_wpt_data():
+    from ada_url import join_url, parse_url
+
+    from dedup.urlform import join
+    for _, case in _WPT:
+        base, inp = case["base"], case["input"]
+        try:
+            want = join_url(base, inp) if base else parse_url(inp, ("href",))["href"]
+        except ValueError:
+            want = None
+        assert join(inp, base.encode() if base else None) == want, case

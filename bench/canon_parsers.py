@@ -22,20 +22,38 @@ paths, tracking parameters and surrounding whitespace.
 2. `Canonicalizer.resolve_many` on pages of 50 links, 80% of them navigation
    repeated on every page of a site: first pass (cold cache, misses included)
    and second pass (every link a hit).
+3. The hot path before/after, on a crawl-like stream (`crawl_stream`): 75 raw
+   hrefs a page on Zipf-popular hosts (50k), navigation repeated on every page of
+   a host (root- and folder-relative, dot segments, mixed-case absolute,
+   scheme-relative, `#frag`, `?q` with tracking parameters, `javascript:`),
+   articles linked in six written forms, recent and long-ago, ~78% repeated keys.
+   (`bench/stream.py`'s generator has 10 hosts and 50 links a page, too uniform
+   for a cache hit rate to mean anything.) Timed, interleaved and repeated on the
+   same pages, each run from an empty cache: ada's raw join (the floor), the
+   Canonicalizer of git revision `--against` (loaded from git) and of the work
+   tree, as `resolve_many` alone and as the seen-test's stage (distinct keys of
+   the page and their fingerprints: `resolve_many` + dedupe + `fingerprint_many`
+   before, `resolve_page` after), plus hit rates per cache size.
 
-    .venv/bin/python bench/canon_parsers.py [--links 100000] [--repeat 3]
+    .venv/bin/python bench/canon_parsers.py [--links 100000] [--repeat 3] [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import itertools
 import json
 import random
+import statistics
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import ada_url
@@ -44,6 +62,8 @@ from w3lib.url import canonicalize_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dedup.canonical import Canonicalizer, UrlRejected, canonicalize
+from dedup.fingerprint import fingerprint_many
+from dedup.urlform import join
 
 WPT = Path(__file__).resolve().parent.parent / "tests/data/urltestdata.json"
 WORDS = ("news", "sport", "world", "tech", "science", "health", "business", "culture",
@@ -99,6 +119,82 @@ def make_pairs(n: int, seed: int = 1) -> list[tuple[str, str]]:
         page = _site_page(rng, rng.randrange(100))
         pairs.extend((page, _link(rng)) for _ in range(LINKS_PER_PAGE))
     return pairs[:n]
+
+
+# -- the crawl-like stream ---------------------------------------------------------------
+
+Page = tuple[str, list[str]]
+SECTIONS = 6
+STREAM_LINKS = 75
+N_FRESH = 8  # new articles a page
+# how a page links an article of its section, by cumulative share
+ARTICLE_FORMS = ((0.45, "story-{a}.html"),
+                 (0.6, "/s{s}/story-{a}.html?utm_campaign=home&gclid=Zx"),
+                 (0.7, "../s{s}/./story-{a}.html#comments"),
+                 (0.8, "https://WWW.Site{h}.Example/s{s}/story-{a}.html?utm_source=tw"),
+                 (0.9, "//www.site{h}.example/s{s}/story-{a}.html"),
+                 (0.95, "story-{a}.html#c"),
+                 (1.0, "story-{a}.html?b=2&a={a3}"))
+
+
+def _host_nav(h: int) -> list[str]:
+    """The links every page of host ``h`` carries, as its authors wrote them."""
+    host, mixed = f"www.site{h}.example", f"WWW.Site{h}.EXAMPLE"
+    return ["/", "/", *(f"/s{s}/" for s in range(SECTIONS)), "/about/", "../about.html",
+            "./", "index.html?page=1", "../../privacy.html",
+            *(f"/a/./b/../tag/{t}/" for t in range(6)), f"HTTPS://{mixed}/feed.xml",
+            f"https://{host}:443/contact/", f"//cdn.site{h}.example/app.js",
+            f"//{mixed}/account/", "#top", "#", "#main", "?sort=asc&utm_source=nav", "",
+            "javascript:void(0)", f"mailto:desk@site{h}.example",
+            "/search?q=&utm_source=nav&gclid=x1", "/login?next=%2f", " /help/ \n",
+            "https://social.example/share?fbclid=ab&u=1",
+            "https://www.iana.org/help/example-domains"]
+
+
+def crawl_stream(n_pages: int, hosts: int = 50_000, seed: int = 11) -> list[Page]:
+    """``n_pages`` (page URL, 75 raw hrefs) of a crawl over Zipf(1.1)-popular hosts."""
+    rng = random.Random(seed)
+    cum = list(itertools.accumulate(1.0 / r ** 1.1 for r in range(1, hosts + 1)))
+    total = cum[-1]
+
+    def zipf_host() -> int:
+        return bisect.bisect(cum, rng.random() * total)
+    known: dict[tuple[int, int], list[int]] = {}
+    navs: dict[int, list[str]] = {}
+    next_id = 0
+    pages = []
+    for _ in range(n_pages):
+        h, s = zipf_host(), rng.randrange(SECTIONS)
+        nav = navs.get(h)
+        if nav is None:
+            nav = navs[h] = _host_nav(h)
+        old = known.setdefault((h, s), [])
+        folder = f"https://www.site{h}.example/s{s}/"
+        page = f"{folder}story-{rng.choice(old)}.html" if old else folder
+        if rng.random() < 0.1:
+            page = page.replace("www.", "WWW.") + "?utm_medium=email#x"
+        links = list(nav)
+        others = [f"https://www.site{zipf_host()}.example/" for _ in range(2)]
+        links += others
+        n_rel = STREAM_LINKS - len(links) - N_FRESH - 3
+        if old:  # recent articles and long-ago ones
+            rel = [rng.choice(old[-200:]) if rng.random() < 0.6 else rng.choice(old)
+                   for _ in range(n_rel)]
+        else:  # a host's or section's first page: its footer repeats the navigation
+            rel = []
+            links += [rng.choice(nav) for _ in range(n_rel)]
+        fresh = list(range(next_id, next_id + N_FRESH))
+        next_id += N_FRESH
+        old.extend(fresh)
+        arts = rel + fresh
+        arts += [rng.choice(arts) for _ in range(3)]  # teaser image + headline: same link twice
+        for a in arts:
+            k = rng.random()
+            form = next(form for limit, form in ARTICLE_FORMS if k < limit)
+            links.append(form.format(a=a, s=s, h=h, a3=a % 3))
+        rng.shuffle(links)
+        pages.append((page, links))
+    return pages
 
 
 def _ada(pairs: list[tuple[str, str]]) -> int:
@@ -234,11 +330,110 @@ def bench_cache(n_pages: int, repeat: int) -> None:
           f"  (best of {repeat}; every link cached)")
 
 
+# -- the hot path, before and after ---------------------------------------------------------
+
+
+def load_canonical(rev: str) -> types.ModuleType:
+    """``dedup/canonical.py`` as it was at git revision ``rev``, as a module of its own."""
+    root = Path(__file__).resolve().parent.parent
+    src = subprocess.run(["git", "show", f"{rev}:dedup/canonical.py"], cwd=root, check=True,
+                         capture_output=True, text=True).stdout
+    mod = types.ModuleType(f"canonical_at_{rev}")
+    sys.modules[mod.__name__] = mod  # dataclasses look their module up
+    exec(compile(src, f"{rev}:dedup/canonical.py", "exec"), mod.__dict__)
+    return mod
+
+
+def _floor_ada(pages: list[Page], _: Any) -> None:
+    joiner = ada_url.join_url
+    for page, links in pages:
+        for link in links:
+            with contextlib.suppress(ValueError):
+                joiner(page, link)
+
+
+def _floor_c(pages: list[Page], _: Any) -> None:
+    for page, links in pages:
+        base = page.encode()
+        for link in links:
+            join(link, base)
+
+
+def _many(pages: list[Page], canon: Any) -> None:
+    resolve_many = canon.resolve_many
+    for page, links in pages:
+        resolve_many(links, page)
+
+
+def _stage_before(pages: list[Page], canon: Any) -> None:
+    """What the seen-test did per page: resolve, keep the first URL per key, hash the keys."""
+    resolve_many = canon.resolve_many
+    for page, links in pages:
+        first: dict[str, str] = {}
+        for pair in resolve_many(links, page):
+            if pair is not None and pair[1] not in first:
+                first[pair[1]] = pair[0]
+        fingerprint_many(first)
+
+
+def _stage_after(pages: list[Page], canon: Any) -> None:
+    resolve_page = canon.resolve_page
+    for page, links in pages:
+        resolve_page(links, page)
+
+
+def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
+    pages = crawl_stream(n_pages)
+    n_links = n_pages * STREAM_LINKS
+    keys = {p[1] for page, links in pages for p in Canonicalizer(cache_size=0)
+            .resolve_many(links, page) if p is not None}
+    old = load_canonical(against).Canonicalizer
+    rows: list[tuple[str, Callable[[list[Page], Any], None], Callable[[], Any]]] = [
+        ("ada_url.join_url (raw join, no rules)", _floor_ada, lambda: None),
+        ("ada C API, base encoded per page", _floor_c, lambda: None),
+        (f"{against}: resolve_many, no cache", _many, lambda: old(cache_size=0)),
+        ("now: resolve_many, no cache", _many, lambda: Canonicalizer(cache_size=0)),
+        (f"{against}: resolve_many", _many, old),
+        ("now: resolve_many", _many, Canonicalizer),
+        (f"{against}: resolve_many + dedupe + fingerprint_many", _stage_before, old),
+        ("now: resolve_page (keys + fingerprints)", _stage_after, Canonicalizer),
+    ]
+    times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    for _ in range(repeat):  # interleaved: every row once per round
+        for label, fn, make in rows:
+            canon = make()
+            t0 = time.perf_counter()
+            fn(pages, canon)
+            times[label].append((time.perf_counter() - t0) / n_links * 1e6)
+    print(f"\nHot path on the crawl-like stream: {n_pages:,} pages x {STREAM_LINKS} hrefs, "
+          f"{len(keys):,} distinct keys ({1 - len(keys) / n_links:.1%} repeats); "
+          f"{repeat} interleaved rounds, each run from an empty cache (100k entries)")
+    print(f"{'':<52} {'median':>8} {'best':>7}  µs/link")
+    for label, _, _ in rows:
+        print(f"{label:<52} {statistics.median(times[label]):8.2f} {min(times[label]):7.2f}")
+    print("\nCache hit rates on the same stream (one pass from empty; hits + misses + "
+          "repeats within a page = links; 'now' through resolve_page):")
+    for size in (25_000, 100_000, 400_000, 10**8):
+        for label, canon, fn in ((against, old(cache_size=size), _many),
+                                 ("now", Canonicalizer(cache_size=size), _stage_after)):
+            fn(pages, canon)
+            info = canon.cache_info()
+            repeats = info.get("page_repeats", 0)
+            print(f"  cache_size {size:>11,} {label:<8} hits {info['hits'] / n_links:6.1%}  "
+                  f"page repeats {repeats / n_links:6.1%}  misses "
+                  f"{info['misses'] / n_links:6.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--links", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pages", type=int, default=4000, help="pages for the cache benchmark")
+    ap.add_argument("--stream-pages", type=int, default=None,
+                    help="pages of the crawl-like stream (default: 5 x --pages)")
+    ap.add_argument("--against", default="26b23aa",
+                    help="git revision whose Canonicalizer is the 'before' (default: the "
+                         "one before the per-page fast path)")
     args = ap.parse_args()
 
     pairs = make_pairs(args.links)
@@ -258,6 +453,7 @@ def main() -> None:
         us = _best_us(fn, data, args.repeat)
         print(f"{label:<34} {us:8.2f} {agree[key] if key else '':>7}")
     bench_cache(args.pages, args.repeat)
+    bench_hot_path(args.stream_pages or 5 * args.pages, max(args.repeat, 2), args.against)
 
 
 if __name__ == "__main__":

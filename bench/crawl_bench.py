@@ -7,13 +7,13 @@ write with the same client and parser. Target (issue 3): >= 80% of its pages/s.
 
 Setup, all in one run, on one machine:
 
-* **The site**: ``crawler.sitegen`` (default 10 hosts x 2,000 pages, seed 1:
+* **The site**: ``crawler.demo.site`` (default 10 hosts x 2,000 pages, seed 1:
   21,968 URLs to fetch). Hosts are 127.0.0.2..11 on one port (distinct ports on
   127.0.0.1 when those addresses cannot be bound). It is served by a SEPARATE
   process, started once: every response is ``Site.render`` output, rendered once
   and replayed by a minimal keep-alive HTTP/1.1 server (``--server raw``,
   default), so serving costs ~20 us of CPU a request and the client is what is
-  measured. ``--server aiohttp`` serves with ``sitegen.serve_site`` instead
+  measured. ``--server aiohttp`` serves with ``crawler.demo.serve.serve_site`` instead
   (several times more server CPU per request). The machine has 2 cores: the
   server and the crawler compete for them (and other work on the box
   competes too: the load average is recorded per run).
@@ -70,7 +70,7 @@ from run import emit
 from dedup import Canonicalizer
 
 if TYPE_CHECKING:  # imported where used: the bare loop's process does not need aiohttp.web
-    from crawler.sitegen import Site, SiteSpec
+    from crawler.demo.site import Site, SiteSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
@@ -147,7 +147,7 @@ class _Replay(asyncio.Protocol):
 
 def _bind(n: int) -> list[socket.socket]:
     """n listening sockets: one port on 127.0.0.2.. (one address per host), else n ports."""
-    from crawler.sitegen import bind_hosts
+    from crawler.demo.serve import bind_hosts
 
     try:
         return bind_hosts(HOST_IPS[:n], n)
@@ -156,11 +156,11 @@ def _bind(n: int) -> list[socket.socket]:
 
 
 async def _serve(spec: SiteSpec, kind: str) -> None:
-    from crawler.sitegen import Site
+    from crawler.demo.site import Site
 
     loop = asyncio.get_running_loop()
     if kind == "aiohttp":
-        from crawler.sitegen import serve_site
+        from crawler.demo.serve import serve_site
 
         try:
             serving = serve_site(spec, ips=HOST_IPS[:spec.hosts])
@@ -433,7 +433,7 @@ def _median_row(name: str, runs: list[dict[str, Any]]) -> list[Any]:
 
 
 def drive(args: argparse.Namespace) -> dict[str, Any]:
-    from crawler.sitegen import Site, SiteSpec
+    from crawler.demo.site import Site, SiteSpec
 
     spec = SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed)
     with server_process(spec, args.server) as (server, info), \
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--_out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._role == "server":
-        from crawler.sitegen import SiteSpec
+        from crawler.demo.site import SiteSpec
 
         asyncio.run(_serve(SiteSpec(hosts=args.hosts, pages=args.pages, seed=args.seed),
                            args.server))

@@ -1,6 +1,6 @@
 """Fleet crawl benchmark: pages/s with 1 and 2 local workers, forwarding and Redis cost.
 
-Why: distribution must pay for itself. On the synthetic site (``crawler.sitegen``,
+Why: distribution must pay for itself. On the synthetic site (``crawler.demo.site``,
 10 hosts x 2,000 pages by default, served by a separate process so the crawlers
 do not share its event loop), this crawls the whole site
 
@@ -48,9 +48,9 @@ sys.path.insert(0, str(HERE))
 
 from run import emit  # noqa: E402
 
-from crawler.fleet import LocalRedis  # noqa: E402
-from crawler.owner import owner_of  # noqa: E402
-from crawler.transport import FleetMonitor  # noqa: E402
+from crawler.fleet.localredis import LocalRedis  # noqa: E402
+from crawler.fleet.monitor import FleetMonitor  # noqa: E402
+from crawler.fleet.owner import owner_of  # noqa: E402
 
 CONFIG = """
 [crawl]
@@ -79,8 +79,8 @@ async def serve(hosts: int, pages: int, workers: int) -> None:
 
     from aiohttp import web
 
-    from crawler.sitegen import Site as SiteGen
-    from crawler.sitegen import SiteSpec
+    from crawler.demo.site import Site as SiteGen
+    from crawler.demo.site import SiteSpec
 
     spec = SiteSpec(hosts=hosts, pages=pages, seed=2024)
     for _ in range(500):  # ports such that the fleet's owners split the hosts evenly

@@ -2,6 +2,6 @@
 
 import sys
 
-from crawler.cli import main
+from crawler.cli.main import main
 
 sys.exit(main())

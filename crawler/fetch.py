@@ -2,9 +2,8 @@
 
 Why one hop: the engine must deduplicate and scope-check every redirect target
 before it is fetched, so `Fetcher.fetch` never follows redirects; it returns the
-raw Location and lets the engine decide. Why a result object instead of
-exceptions: on the open web failures are the normal case, and a crawl loop that
-has to catch a dozen aiohttp exception types per page is how workers die.
+raw Location and lets the engine decide. It returns a ``FetchResult``
+(``crawler.outcome``) and never raises for what the network does.
 """
 
 from __future__ import annotations
@@ -12,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import email.utils
-import errno
 import math
 import random
-import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -28,10 +25,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
-from crawler.netguard import GuardedResolver, PrivateAddressError, check_literal_host
+from crawler.netguard import GuardedResolver, check_literal_host
+from crawler.outcome import FetchResult, classify_error
 
 __all__ = [
-    "FetchResult",
     "FetchSettings",
     "Fetcher",
     "parse_content_type",
@@ -67,25 +64,6 @@ class FetchSettings:
     allow_private: bool = False  # refuse private/loopback/link-local/reserved targets unless True
     max_connections: int = 100
     dns_cache_ttl: float = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    url: str
-    status: int | None  # None when no HTTP response (error)
-    content_type: str | None  # media type only, lowercased ("text/html")
-    charset: str | None
-    body: bytes | None  # only for HTML responses within the cap; None otherwise
-    nbytes: int  # body bytes received, or the declared Content-Length when not read
-    location: str | None  # raw Location header for 3xx (engine resolves it)
-    retry_after: float | None
-    error: str | None  # None on success; short reason ("timeout", "http 500", ...)
-    attempts: int
-    elapsed: float
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
@@ -137,36 +115,6 @@ def _content_length(value: str | None) -> int | None:
     return int(value.strip())
 
 
-def _describe(exc: BaseException) -> tuple[str, bool]:
-    """(short error text, retryable) for a failed request."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout", True
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        cause = exc.os_error
-        if isinstance(cause, PrivateAddressError):
-            return str(cause), False
-        return "dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return "tls error", False
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        if exc.os_error.errno == errno.ECONNREFUSED:
-            return "connection refused", True
-        return f"connect error: {exc.os_error.strerror or exc.os_error}", True
-    if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError | BrokenPipeError):
-        return "connection reset", True
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "connection reset (incomplete body)", True
-    if isinstance(exc, aiohttp.InvalidURL | ValueError):
-        return "invalid url", False
-    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
-        return "bad http response", False
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ECONNRESET, errno.EPIPE):
-            return "connection reset", True
-        return f"os error: {exc.strerror or type(exc).__name__}", True
-    return f"client error: {type(exc).__name__}", False
-
-
 def _request_url(url: str) -> URL | str:
     """A yarl URL that aiohttp sends byte-for-byte, or a refusal reason string.
 
@@ -187,8 +135,8 @@ class _Hop:
     """What one attempt learned, filled in as the response arrives."""
 
     __slots__ = (
-        "body", "charset", "content_type", "error", "location", "nbytes", "retry",
-        "retry_after", "status",
+        "body", "charset", "content_type", "error", "interrupted", "location", "nbytes",
+        "retry", "retry_after", "status",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -201,6 +149,7 @@ class _Hop:
         self.retry_after: float | None = None
         self.error: str | None = None
         self.retry = False
+        self.interrupted = False
 
 
 class Fetcher:
@@ -333,6 +282,7 @@ class Fetcher:
             error=hop.error,
             attempts=attempts,
             elapsed=loop.time() - start,
+            interrupted=hop.interrupted,
         )
 
     async def _once(self, url: URL, *, html_only: bool, limit: int) -> _Hop:
@@ -341,7 +291,9 @@ class Fetcher:
             async with self._get_session().get(url, allow_redirects=False) as resp:
                 await self._read(resp, hop, html_only=html_only, limit=limit)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
-            hop.error, hop.retry = _describe(e)
+            failure = classify_error(e)
+            hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
+                                                      failure.interrupted)
             hop.body = None
         return hop
 

@@ -10,6 +10,7 @@ partial line is simply cut off before appending resumes.
 
 from __future__ import annotations
 
+import abc
 import base64
 import gzip
 import hashlib
@@ -18,7 +19,7 @@ import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiofiles
 
@@ -85,13 +86,37 @@ def repair_tail(path: str | Path) -> int:
         os.close(fd)
 
 
-class PageLog:
-    """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
+class _AppendFile(abc.ABC):
+    """A file opened for appending with aiofiles (unbuffered), closed once."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._fh: Any = None
-        self.lines = 0
+
+    @abc.abstractmethod
+    async def open(self) -> Self:
+        """Open for appending (after whatever repair or header the format needs)."""
+
+    async def _write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            n = await self._fh.write(view)
+            view = view[n:]
+
+    async def close(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            await fh.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class PageLog(_AppendFile):
+    """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     async def open(self) -> PageLog:
         repair_tail(self.path)
@@ -112,34 +137,30 @@ class PageLog:
             fd = self._fh.fileno()
             while view:
                 view = view[os.write(fd, view):]
-        while view:
-            n = await self._fh.write(view)
-            view = view[n:]
-        self.lines += len(records)
+        await self._write(view)
 
-    async def close(self) -> None:
-        if self._fh is not None:
-            fh, self._fh = self._fh, None
-            await fh.close()
 
-    async def __aenter__(self) -> PageLog:
-        return await self.open()
+def complete_lines(path: str | Path, *, missing_ok: bool = False) -> list[bytes]:
+    """The complete lines of a JSON-lines file, each with its newline.
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    A torn last line (a crash mid-append) is left out: that page is fetched
+    again on resume. ``missing_ok``: a file that does not exist has no lines.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+    return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
 
 
 def read_pages(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record of a pages.jsonl file (a partial last line is ignored)."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                out.append(json.loads(line))
-    return out
+    return [json.loads(line) for line in complete_lines(path)]
 
 
-class WarcWriter:
+class WarcWriter(_AppendFile):
     """WARC/1.1 ``resource`` records for fetched HTML pages.
 
     Resource records (not ``response``) because the fetcher keeps the body but
@@ -152,9 +173,8 @@ class WarcWriter:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        super().__init__(path)
         self.gzip = self.path.name.endswith(".gz")
-        self._fh: Any = None
         self.records = 0
 
     async def open(self) -> WarcWriter:
@@ -194,13 +214,3 @@ class WarcWriter:
         await self._write(blob)
         self.records += len(pages)
 
-    async def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = await self._fh.write(view)
-            view = view[n:]
-
-    async def close(self) -> None:
-        if self._fh is not None:
-            fh, self._fh = self._fh, None
-            await fh.close()

@@ -9,12 +9,25 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-__all__ = ["Progress", "format_filter_stats", "format_stats", "format_status", "format_summary"]
+from crawler.state import COUNTER_KEYS
+
+__all__ = [
+    "Progress",
+    "SessionCounts",
+    "crawl_status",
+    "format_filter_stats",
+    "format_stats",
+    "format_status",
+    "format_summary",
+    "si",
+]
 
 
-def _si(n: float) -> str:
+def si(n: float) -> str:
+    """A count in at most five characters: 950, 12.3k, 4.5M."""
     n = float(n)
     for unit in ("", "k", "M", "G"):
         if abs(n) < 1000 or unit == "G":
@@ -30,11 +43,11 @@ def _pct(x: float) -> str:
 def format_status(s: dict[str, Any]) -> str:
     """One line: rate, counts, dedup answers, filter fill."""
     return (
-        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {_si(s['fetched'])} "
-        f"queued {_si(s['queued'])} in-flight {s.get('in_flight', 0)} "
-        f"hosts {_si(s.get('hosts', 0))} errors {_si(s['errors'])} | "
-        f"dedup new {_si(s['new'])} repeats {_si(s['repeats'])} "
-        f"bloom-fp {_si(s['false_positives'])} | fill {_pct(s['fill'])}"
+        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {si(s['fetched'])} "
+        f"queued {si(s['queued'])} in-flight {s.get('in_flight', 0)} "
+        f"hosts {si(s.get('hosts', 0))} errors {si(s['errors'])} | "
+        f"dedup new {si(s['new'])} repeats {si(s['repeats'])} "
+        f"bloom-fp {si(s['false_positives'])} | fill {_pct(s['fill'])}"
     )
 
 
@@ -106,13 +119,20 @@ class Progress:
         self._width = 0
 
     def update(self, status: dict[str, Any], *, now: float | None = None) -> None:
+        """The crawl's status line, at most once per interval."""
+        self.show(format_status(status), now=now)
+
+    def show(self, line: str, *, now: float | None = None) -> None:
+        """Any status line (a fleet's, say), at most once per interval."""
         if not self.enabled:
             return
         now = time.monotonic() if now is None else now
         if now - self._last < self.interval * 0.95:
             return
         self._last = now
-        line = format_status(status)
+        self._draw(line)
+
+    def _draw(self, line: str) -> None:
         if self.tty:
             pad = max(0, self._width - len(line))
             self.stream.write("\r" + line + " " * pad)
@@ -139,3 +159,44 @@ class Progress:
         self.clear()
         self.stream.write(format_summary(summary) + "\n")
         self.stream.flush()
+
+
+@dataclass(slots=True)
+class SessionCounts:
+    """What this run of a crawl did (the ledger's counts cover every run)."""
+
+    pages: int = 0  # fetched this run (successes and failures)
+    failed: int = 0
+    skipped: int = 0
+    queued_new: int = 0  # URLs queued this run
+
+
+def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
+                 in_flight: int, hosts: int, counters: dict[str, int], info: dict[str, Any],
+                 shards: int, state_dir: str) -> dict[str, Any]:
+    """Live figures (cheap: no ledger scan) for the status line and the summary.
+
+    ``base`` is the ledger's counts when the run started; ``counters`` the
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown).
+    """
+    marked = session.pages + session.skipped
+    out: dict[str, Any] = {
+        "outcome": outcome,
+        "elapsed": elapsed,
+        "session_pages": session.pages,
+        "rate": session.pages / elapsed if elapsed else 0.0,
+        "fetched": base["fetched"] + base["failed"] + session.pages,
+        "errors": base["failed"] + session.failed,
+        "skipped": base["skipped"] + session.skipped,
+        "queued": max(0, base["queued"] + session.queued_new - marked),
+        "in_flight": in_flight,
+        "hosts": hosts,
+        "fill": info["fill"],
+        "estimated_count": info["estimated_count"],
+        "expected_fpr": info["expected_fpr"],
+        "layers": info["layers"],
+        "shards": shards,
+        "state_dir": state_dir,
+    }
+    out.update({k: counters.get(k, 0) for k in COUNTER_KEYS})
+    return out

@@ -15,19 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dedup import Canonicalizer, UrlRejected
+from dedup.seen import host_of
 
-__all__ = ["Scope", "SeedError", "authority_of", "hostname_of", "normalize_domain",
-           "read_seeds"]
+__all__ = ["Scope", "SeedError", "hostname_of", "normalize_domain", "read_seeds"]
 
 
 class SeedError(ValueError):
     """A seeds file that cannot be used at all."""
-
-
-def authority_of(url: str) -> str:
-    """``host[:port]`` of a normalized absolute URL (userinfo dropped)."""
-    auth = url.split("/", 3)[2]
-    return auth.rpartition("@")[2] if "@" in auth else auth
 
 
 def hostname_of(authority: str) -> str:
@@ -91,9 +85,6 @@ class Scope:
             self._cache[authority] = ok
         return ok
 
-    def allows(self, url: str) -> bool:
-        return self.allows_host(authority_of(url))
-
     def to_dict(self) -> dict[str, list[str]]:
         return {"hosts": sorted(self.hosts), "domains": list(self.domains)}
 
@@ -103,7 +94,7 @@ class Scope:
 
     @classmethod
     def for_seeds(cls, seed_urls: Iterable[str], domains: Iterable[str] = ()) -> Scope:
-        return cls(frozenset(authority_of(u) for u in seed_urls),
+        return cls(frozenset(host_of(u) for u in seed_urls),
                    tuple(dict.fromkeys(normalize_domain(d) for d in domains)))
 
 

@@ -17,24 +17,32 @@ Two forms, kept apart on purpose:
 
 ``Canonicalizer`` does both for every link of every page, with a cache keyed by
 the part of the page URL a link's resolution actually depends on, so navigation
-repeated on every page is parsed once.
+repeated on every page is parsed once; ``resolve_page`` is its one-call-per-page
+form for the seen-test. The per-miss work lives in ``dedup.urlform``.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from ada_url import check_url, join_url, parse_url
+import numpy as np
+
+from dedup.fingerprint import fingerprint_many, halves
+from dedup.urlform import Rules as _Rules
+from dedup.urlform import fetch_rules as _fetch_rules
+from dedup.urlform import finish, join, page_contexts, resolve, simple_join
 
 __all__ = [
     "DEFAULT_RULES",
     "DEFAULT_TRACKING_PARAMS",
     "CanonRules",
     "Canonicalizer",
+    "PageLinks",
     "UrlRejected",
     "canonicalize",
     "normalize",
@@ -93,7 +101,7 @@ def normalize(url: str, base: str | None = None, *, max_length: int = 2083) -> s
     parameters are kept.
     """
     _check_max_length(max_length)
-    result = _resolve(_require_str(url), _require_base(base), _fetch_rules(max_length))
+    result = resolve(_require_str(url), _require_base(base), _fetch_rules(max_length))
     if type(result) is str:
         raise UrlRejected(result)
     return result[0]
@@ -111,10 +119,26 @@ def canonicalize(url: str, base: str | None = None, rules: CanonRules = DEFAULT_
         compiled = _compile(rules)
     else:
         raise TypeError(f"rules must be CanonRules, not {type(rules).__name__}")
-    result = _resolve(_require_str(url), _require_base(base), compiled)
+    result = resolve(_require_str(url), _require_base(base), compiled)
     if type(result) is str:
         raise UrlRejected(result)
     return result[1]
+
+
+class PageLinks(NamedTuple):
+    """A page's links, resolved for the seen-test: one entry per distinct key,
+    in first-seen order, with its fingerprint, so the caller neither dedupes
+    nor hashes again."""
+
+    urls: list[str]  # the fetch URL of the first link with each key
+    keys: list[str]
+    fps: bytes       # 16 bytes per key: fingerprint(key, seed), concatenated
+    links: int       # links given
+    rejected: int    # links rejected (not http(s), unparsable, too long)
+
+    def halves(self) -> np.ndarray:
+        """Zero-copy ``(n, 2)`` uint64 view of ``fps`` (see ``dedup.fingerprint.halves``)."""
+        return halves(self.fps)
 
 
 class Canonicalizer:
@@ -124,22 +148,32 @@ class Canonicalizer:
     absolute link, the scheme for ``//host/x``, scheme and authority for ``/x``,
     the page's directory for ``x``, the whole page URL (minus fragment) for
     ``?q`` and ``""``. The cache is keyed by (that part, link), so the navigation
-    repeated on every page of a site is resolved once per site or directory.
+    repeated on every page of a site is resolved once per site or directory;
+    ``resolve_page`` also looks a link repeated within one page up only once.
 
     Two generations of dicts approximate LRU at plain-dict cost: lookups hit the
     young one; when it is full it becomes the old one, and entries still in use
-    are promoted back on their next hit. Rejections are cached too (every page
-    has its ``javascript:void(0)``). Not thread-safe: one per thread.
+    are promoted back on their next hit (the design of ``dedup.seen``'s confirm
+    cache; private here until a shared two-generation class exists).
+    Rejections are cached too (every page has its ``javascript:void(0)``).
+    Entries are tuples of strings, which the garbage collector stops tracking:
+    mutable entries made every collection walk the whole cache (measured 1.7x
+    slower). Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_half", "_hits", "_misses", "_old", "_rules", "_young", "rules")
+    __slots__ = ("_half", "_hits", "_misses", "_old", "_repeats", "_rules", "_young",
+                 "rules", "seed")
 
-    def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000) -> None:
+    def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
+                 seed: int = 0) -> None:
         if not isinstance(rules, CanonRules):
             raise TypeError(f"rules must be CanonRules, not {type(rules).__name__}")
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise ValueError(f"cache_size must be an integer >= 0, not {cache_size!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
         self.rules = rules
+        self.seed = seed
         self._rules = _compile(rules)
         self._half = cache_size // 2
         # (context, link) -> (fetch_url, key), or None for a rejected link
@@ -147,6 +181,7 @@ class Canonicalizer:
         self._old: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._hits = 0
         self._misses = 0
+        self._repeats = 0
 
     def resolve(self, url: str, base: str | None = None) -> tuple[str, str]:
         """``(fetch_url, key)`` for one link. Raises UrlRejected."""
@@ -154,9 +189,36 @@ class Canonicalizer:
         (result,) = self.resolve_many((url,), _require_base(base))
         if result is None:
             # the cache keeps no reasons; rejections here are rare enough to redo
-            reason = _resolve(url, base, self._rules)
+            reason = resolve(url, base, self._rules)
             raise UrlRejected(reason if type(reason) is str else "rejected")
         return result
+
+    def resolve_page(self, links: Iterable[str], base: str | None = None) -> PageLinks:
+        """All links of one page at once, for the seen-test: distinct keys in
+        first-seen order, their fetch URLs and fingerprints (``seed``). Never
+        raises for a bad link. Repeats within the page are dropped before any
+        work (``page_repeats`` in ``cache_info``); each distinct key is hashed
+        once, in one batch, so the caller neither dedupes nor hashes again."""
+        if isinstance(links, str):
+            raise TypeError("links must be an iterable of links, not one str")
+        links = list(links)
+        try:
+            counts: dict[str, int] = Counter(links)  # distinct links, first-seen order
+        except TypeError:  # an unhashable item (rejected below anyway): no dedupe
+            counts = dict.fromkeys(range(len(links)), 1)
+            pairs = self.resolve_many(links, base)
+        else:
+            pairs = self.resolve_many(counts, base)
+            self._repeats += len(links) - len(counts)
+        first: dict[str, str] = {}
+        rejected = 0
+        for pair, n in zip(pairs, counts.values(), strict=True):
+            if pair is None:
+                rejected += n  # every occurrence counts, like resolve_many's Nones
+            elif pair[1] not in first:
+                first[pair[1]] = pair[0]
+        return PageLinks(list(first.values()), list(first), fingerprint_many(first, self.seed),
+                         len(links), rejected)
 
     def resolve_many(self, links: Iterable[str],
                      base: str | None = None) -> list[tuple[str, str] | None]:
@@ -167,40 +229,31 @@ class Canonicalizer:
         """
         if isinstance(links, str):
             raise TypeError("links must be an iterable of links, not one str")
+        if base is None:
+            page = None
+        elif not isinstance(base, str) or (page := page_contexts(base)) is None:
+            return [None for _ in links]  # an invalid base: every link is rejected
         rules = self._rules
-        try:
-            page = _page_contexts(base)
-        except (UrlRejected, TypeError):
-            return [None for _ in links]
-        out: list[tuple[str, str] | None] = []
-        append = out.append
-        if self._half == 0 or (page is not None and page.scheme_ctx is None):
-            # no cache, or a page that is not http(s) (rare: about:blank, file:)
-            href = None if page is None else page.base_ctx
-            for link in links:
-                result = _resolve(link, href, rules) if type(link) is str else None
-                append(result if type(result) is tuple else None)
-            self._misses += len(out)
-            return out
-
+        cache = self._half > 0
         if page is None:  # no base: every link is context-free
             absolute_only = True
-            scheme = scheme_ctx = origin_ctx = dir_ctx = base_ctx = ""
-            base_href = None
+            scheme = scheme_ctx = origin_ctx = dir_ctx = base_ctx = path_ctx = ""
+            base_bytes = None
         else:
+            scheme, scheme_ctx, origin_ctx, dir_ctx, base_ctx, path_ctx = page
+            base_bytes = base_ctx.encode()
             absolute_only = False
-            scheme, scheme_ctx, origin_ctx, dir_ctx, base_ctx = page
-            base_href = base_ctx
+            if scheme_ctx is None:
+                # a page that is not http(s) (rare: about:blank, file:): not classified
+                cache = False
         young = self._young
         old = self._old
         half = self._half
-        misses = 0
-        bad = 0
+        out: list[tuple[str, str] | None] = []
+        append = out.append
+        misses = bad = 0
         missing = _MISSING
         scheme_match = _SCHEME_RE.match
-        # Classify each link by what its resolution depends on. When unsure, a
-        # finer context (ultimately base_ctx, the whole page URL) is always
-        # correct, only less shared.
         for link in links:
             try:
                 c = link[:1]
@@ -213,20 +266,35 @@ class Canonicalizer:
                 bad += 1
                 append(None)
                 continue
+            # Classify the link by what its resolution depends on (ctx) and,
+            # where it may be a plain suffix, what it is relative to (prefix).
+            # When unsure, a finer context (ultimately base_ctx, the whole page
+            # URL) is always correct, only less shared.
+            prefix = None
             if absolute_only:
                 ctx = ""
+            elif scheme_ctx is None:
+                ctx = base_ctx
             elif c == "/" or c == "\\":
                 c = link[1:2]
-                ctx = scheme_ctx if c == "/" or c == "\\" else origin_ctx
+                if c == "/" or c == "\\":
+                    ctx = scheme_ctx
+                else:
+                    ctx = origin_ctx
+                    if link[0] == "/":
+                        prefix = origin_ctx
             elif c == "#":
                 # any fragment-only link is the page itself once the fragment is
                 # dropped: one cache entry per page for all of them
-                ctx = base_ctx
+                ctx = prefix = base_ctx
                 link = ""
-            elif c == "?" or not c:
+            elif c == "?":
                 ctx = base_ctx
+                prefix = path_ctx
+            elif not c:
+                ctx = prefix = base_ctx
             elif ":" not in link:
-                ctx = dir_ctx
+                ctx = prefix = dir_ctx
             elif link.startswith(("http://", "https://")):
                 ctx = ""
             else:
@@ -246,15 +314,19 @@ class Canonicalizer:
                     else:
                         ctx = ""
             key = (ctx, link)
-            result = young.get(key, missing)
+            result = young.get(key, missing) if cache else missing
             if result is missing:
-                result = old.pop(key, missing)
+                result = old.pop(key, missing) if cache else missing
                 if result is missing:
                     misses += 1
-                    result = _resolve(link, base_href, rules)
+                    href = None if prefix is None else simple_join(link, prefix)
+                    if href is None:
+                        # a context-free link needs no base: parsing it alone is cheaper
+                        href = join(link, base_bytes if ctx else None)
+                    result = None if href is None else finish(href, rules)
                     if type(result) is str:
                         result = None
-                    if len(link) > _UNCACHED_LINK_LENGTH:
+                    if not cache or len(link) > _UNCACHED_LINK_LENGTH:
                         append(result)
                         continue
                 if len(young) >= half:
@@ -267,8 +339,9 @@ class Canonicalizer:
         return out
 
     def cache_info(self) -> dict[str, int]:
-        """Hits, misses and current size of the resolution cache."""
-        return {"hits": self._hits, "misses": self._misses,
+        """Hits, misses and current size of the resolution cache; ``page_repeats``
+        counts links answered by an earlier identical link of the same call."""
+        return {"hits": self._hits, "misses": self._misses, "page_repeats": self._repeats,
                 "size": len(self._young) + len(self._old), "maxsize": 2 * self._half}
 
     def cache_clear(self) -> None:
@@ -283,39 +356,10 @@ _C0_SPACE = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 _SLASHES = ("/", "\\")
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
-_HREF = ("href",)
 _MISSING = object()
 # Links longer than this are resolved but not cached, so the cache's memory
 # stays bounded whatever a hostile page contains.
 _UNCACHED_LINK_LENGTH = 4096
-
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_PCT_RE = re.compile(r"%([0-9A-Fa-f]{2})?")
-_PCT_TABLE: dict[str | None, str] = {}
-for _hi in "0123456789abcdefABCDEF":
-    for _lo in "0123456789abcdefABCDEF":
-        _char = chr(int(_hi + _lo, 16))
-        _PCT_TABLE[_hi + _lo] = _char if _char in _UNRESERVED else f"%{(_hi + _lo).upper()}"
-_PCT_TABLE[None] = "%25"  # a "%" that starts no escape
-
-
-def _pct_sub(match: re.Match[str]) -> str:
-    return _PCT_TABLE[match[1]]
-
-
-class _Rules(NamedTuple):
-    max_length: int
-    sort_query: bool
-    exact: frozenset[str]
-    prefixes: tuple[str, ...]
-
-
-class _Page(NamedTuple):
-    scheme: str             # "http" / "https"; the rest are cache contexts
-    scheme_ctx: str | None  # None: not an http(s) page, no caching
-    origin_ctx: str
-    dir_ctx: str
-    base_ctx: str           # the page URL without fragment (also the join base)
 
 
 @lru_cache(maxsize=64)
@@ -327,11 +371,6 @@ def _compile(rules: CanonRules) -> _Rules:
 
 
 _DEFAULT_COMPILED = _compile(DEFAULT_RULES)
-
-
-@lru_cache(maxsize=64)
-def _fetch_rules(max_length: int) -> _Rules:
-    return _Rules(max_length, False, frozenset(), ())
 
 
 def _require_str(url: object) -> str:
@@ -353,74 +392,3 @@ def _require_base(base: object) -> str | None:
 
 def _has_tab_newline(link: str) -> bool:
     return "\t" in link or "\n" in link or "\r" in link
-
-
-def _page_contexts(base: str | None) -> _Page | None:
-    """The cache contexts of a page URL; UrlRejected if it is not a valid URL."""
-    if _require_base(base) is None:
-        return None
-    try:
-        href = parse_url(base, _HREF)["href"].partition("#")[0]
-    except ValueError:
-        raise UrlRejected("invalid base URL") from None
-    if href.startswith("http://"):
-        scheme = "http"
-    elif href.startswith("https://"):
-        scheme = "https"
-    else:
-        return _Page("", None, "", "", href)
-    # '/', '?' cannot occur unescaped in the userinfo or host of a serialized
-    # http(s) URL, so the first ones after "scheme://" delimit path and query
-    path_start = href.index("/", len(scheme) + 3)
-    query = href.find("?")
-    path_end = len(href) if query < 0 else query
-    return _Page(scheme, scheme + ":", href[:path_start],
-                 href[:href.rindex("/", path_start, path_end) + 1], href)
-
-
-def _resolve(link: str, base_href: str | None, rules: _Rules) -> tuple[str, str] | str:
-    """``(fetch_url, key)``, or the reason the link is rejected. The uncached core."""
-    try:
-        href = parse_url(link, _HREF)["href"] if base_href is None else join_url(base_href, link)
-    except ValueError:
-        # checked only now: a join that succeeds had a valid base
-        if base_href is not None and not check_url(base_href):
-            return "invalid base URL"
-        return "unparsable URL"
-    if not href.startswith(("http://", "https://")):
-        return f"unsupported scheme {href[:href.index(':')]!r}"
-    # '#' and '?' are percent-encoded everywhere before them in a serialized
-    # http(s) URL, so the first of each is the delimiter.
-    hash_at = href.find("#")
-    if hash_at >= 0:
-        href = href[:hash_at]
-    if "%" in href:
-        href = _PCT_RE.sub(_pct_sub, href)
-    if len(href) > rules.max_length:
-        return f"longer than {rules.max_length} characters"
-    return href, _dedup_key(href, rules)
-
-
-def _dedup_key(href: str, rules: _Rules) -> str:
-    query_at = href.find("?")
-    if query_at < 0:
-        return href
-    exact = rules.exact
-    prefixes = rules.prefixes
-    params = []
-    for param in href[query_at + 1:].split("&"):
-        if not param:
-            continue
-        name = param.partition("=")[0].lower()
-        if name in exact or (prefixes and name.startswith(prefixes)):
-            continue
-        params.append(param)
-    if not params:
-        return href[:query_at]
-    if rules.sort_query:
-        params.sort(key=_param_name)
-    return href[:query_at + 1] + "&".join(params)
-
-
-def _param_name(param: str) -> str:
-    return param.partition("=")[0]

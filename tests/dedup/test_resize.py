@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.owner import owner_function, owner_of
+from crawler.fleet.owner import owner_function, owner_of
 from dedup import GeometryMismatch, Ledger, State, StateLocked, UrlSeen
 from dedup.bloom import read_snapshot
 from dedup.resize import merge_states, resize, split_state

@@ -1,0 +1,165 @@
+"""What every command shares: the parser, argument types, one-line errors, and the
+crawl options, defined once here for ``crawl`` and ``fleet`` (which hands them on
+to its workers as flags) and turned into ``Settings`` in one function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from crawler.progress import Progress
+from crawler.scope import normalize_domain
+from crawler.settings import Settings, load_settings
+from dedup.snapshot import CRAWL_ID_BYTES
+
+__all__ = ["PROG", "Parser", "UsageError", "add_crawl_options", "crawl_id", "crawl_settings", "err",
+           "int_at_least", "progress_for", "warn", "worker_flags"]
+
+PROG = "bloomcrawl"
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit status 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def err(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"{PROG}: warning: {message}\n")
+    sys.stderr.flush()
+
+
+# -- argument types ------------------------------------------------------------------------
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+        return value
+    return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+    return value
+
+
+def domain(text: str) -> str:
+    try:
+        return normalize_domain(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def crawl_id(text: str) -> str:
+    if not text or any(c in text for c in "{} \t\r\n\0") or \
+            len(text.encode()) > CRAWL_ID_BYTES:
+        raise argparse.ArgumentTypeError(f"a crawl id is 1..{CRAWL_ID_BYTES} bytes without "
+                                         f"spaces or braces: {text!r}")
+    return text
+
+
+# -- the crawl options ---------------------------------------------------------------------
+
+# (flag, argparse keywords); ``worker_flags`` hands each on to a fleet's workers.
+CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--config", dict(metavar="FILE", help="TOML file overlaying the defaults")),
+    ("--max-pages", dict(type=int_at_least(0), metavar="N",
+                         help="stop after N fetched pages (0: no limit)")),
+    ("--max-depth", dict(type=int_at_least(0), metavar="D",
+                         help="do not follow links deeper than D hops from a seed")),
+    ("--allow-domain", dict(type=domain, action="append", default=[], metavar="D",
+                            help="also crawl domain D and its subdomains on any port "
+                            "(repeatable)")),
+    ("--concurrency", dict(type=int_at_least(1), metavar="N",
+                           help="fetches in flight at once")),
+    ("--per-host", dict(type=int_at_least(1), metavar="N",
+                        help="fetches in flight at once per host")),
+    ("--delay", dict(type=seconds, metavar="S",
+                     help="minimum seconds between fetch starts per host")),
+    ("--allow-private", dict(action="store_true",
+                             help="allow private, loopback and link-local addresses")),
+    ("--warc", dict(metavar="FILE", help="also write fetched HTML to a WARC file")),
+]
+_VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay")
+
+
+def add_crawl_options(p: argparse.ArgumentParser) -> None:
+    for flag, kwargs in CRAWL_OPTIONS:
+        p.add_argument(flag, **kwargs)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def crawl_settings(args: argparse.Namespace) -> Settings:
+    """Defaults < --config < flags."""
+    settings = load_settings(args.config)
+    crawl: dict[str, Any] = {}
+    if args.max_pages is not None:
+        crawl["max_pages"] = args.max_pages
+    if args.max_depth is not None:
+        crawl["max_depth"] = args.max_depth
+    if args.concurrency is not None:
+        crawl["concurrency"] = args.concurrency
+    if args.allow_domain:
+        crawl["allow_domains"] = list(dict.fromkeys(
+            [*settings.crawl.allow_domains, *args.allow_domain]))
+    politeness: dict[str, Any] = {}
+    if args.per_host is not None:
+        politeness["per_host"] = args.per_host
+    if args.delay is not None:
+        politeness["delay"] = args.delay
+    fetch = {"allow_private": True} if args.allow_private else {}
+    warc = args.warc or settings.output.warc
+    # frozen absolute: `resume` may run from another directory
+    output = {"warc": str(Path(warc).resolve())} if warc else {}
+    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output)
+
+
+def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
+    """The crawl options of ``fleet`` as worker ``i``'s command-line flags."""
+    out: list[str] = []
+    if args.config:
+        out += ["--config", str(Path(args.config).resolve())]
+    if args.warc:  # one WARC file per worker: writers must not share a file
+        w = Path(args.warc).resolve()
+        suffix = "".join(w.suffixes)
+        out += ["--warc", str(w.with_name(f"{w.name[:len(w.name) - len(suffix)]}-worker-{i}"
+                                          f"{suffix}"))]
+    for flag in _VALUE_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            out += [flag, str(value)]
+    for d in args.allow_domain:
+        out += ["--allow-domain", d]
+    if args.allow_private:
+        out.append("--allow-private")
+    return out
+
+
+def progress_for(settings: Settings, quiet: bool) -> Progress:
+    return Progress(interval=settings.output.progress_interval,
+                    plain_interval=settings.output.plain_progress_interval, enabled=not quiet)

@@ -1,0 +1,124 @@
+"""``bloomcrawl crawl`` and ``bloomcrawl resume``: one process, a fleet worker, or a
+whole fleet directory (``resume FLEETDIR``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from crawler.cli.args import (
+    UsageError,
+    add_crawl_options,
+    crawl_id,
+    crawl_settings,
+    int_at_least,
+    progress_for,
+    warn,
+)
+from crawler.engine import run_crawl
+from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
+from crawler.fleet.join import crawl_as_worker, resume_as_worker
+from crawler.fleet.launch import resume_fleet
+from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl
+
+__all__ = ["add_crawl", "add_resume"]
+
+
+def add_crawl(sub: Any) -> None:
+    p = sub.add_parser("crawl", help="start a crawl from a seeds file",
+                       description="Start a new crawl. SEEDS_FILE holds one URL per line "
+                       "(# comments and blank lines ignored).")
+    p.add_argument("seeds", metavar="SEEDS_FILE")
+    p.add_argument("--state", required=True, metavar="DIR",
+                   help="new or empty directory for the crawl's state (resumable)")
+    add_crawl_options(p)
+    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    g = p.add_argument_group(
+        "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
+        "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
+        "are forwarded through Redis Streams. Every worker reads the same seeds file.")
+    g.add_argument("--redis", metavar="URL",
+                   help=f"redis://[:PASSWORD@]HOST:PORT/DB (or ${REDIS_ENV}); the password "
+                   "is never stored or shown")
+    g.add_argument("--workers", type=int_at_least(1), metavar="W", help="fleet size")
+    g.add_argument("--worker-id", type=int_at_least(0), metavar="I", help="0 <= I < W")
+    g.add_argument("--crawl-id", type=crawl_id, metavar="ID",
+                   help="the fleet's id in Redis and in its filters (default: derived from "
+                   "the seeds file's content and W, so every worker agrees)")
+    p.set_defaults(func=cmd_crawl)
+
+
+def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
+    """(Redis URL, W, I) for a fleet worker, None for a single-process crawl."""
+    if args.redis is None and args.workers is None and args.worker_id is None:
+        if args.crawl_id is not None:
+            raise UsageError("--crawl-id is for fleet workers (with --redis, --workers, "
+                             "--worker-id)")
+        return None
+    url = args.redis or os.environ.get(REDIS_ENV)
+    if not url:
+        raise UsageError(f"a fleet worker needs --redis URL (or ${REDIS_ENV})")
+    if args.workers is None or args.worker_id is None:
+        raise UsageError("a fleet worker needs --workers W and --worker-id I")
+    if args.worker_id >= args.workers:
+        raise UsageError(f"--worker-id must be below --workers {args.workers}, "
+                         f"not {args.worker_id}")
+    return url, args.workers, args.worker_id
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    settings = crawl_settings(args)
+    fleet = _fleet_args(args)
+    progress = progress_for(settings, args.quiet)
+    if fleet is not None:
+        url, workers, worker_id = fleet
+        asyncio.run(crawl_as_worker(args.state, settings, args.seeds, redis_url=url,
+                                    workers=workers, worker_id=worker_id,
+                                    crawl_id=args.crawl_id, progress=progress, warn=warn))
+        return 0
+    seen, scope, problems = create_crawl(args.state, settings, args.seeds)
+    for problem in problems:
+        warn(f"{problem} (skipped)")
+    try:
+        asyncio.run(run_crawl(seen, settings, scope, progress=progress, install_signals=True))
+    finally:
+        seen.close()
+    return 0
+
+
+def add_resume(sub: Any) -> None:
+    p = sub.add_parser("resume", help="continue a stopped or crashed crawl (or fleet)",
+                       description="Continue a crawl with the configuration it was started "
+                       "with: queued and interrupted URLs are fetched, nothing seen is "
+                       "fetched again. DIR is a state directory (a fleet worker's rejoins "
+                       "its fleet) or a fleet directory (every worker is resumed).")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--redis", metavar="URL",
+                   help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
+                   "password, which is never stored")
+    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    p.set_defaults(func=cmd_resume)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    if is_fleet_dir(Path(args.dir)):
+        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
+    seen, settings, scope = open_crawl(args.dir)
+    try:
+        progress = progress_for(settings, args.quiet)
+        meta = seen.ledger.meta_get(FLEET_KEY)
+        if meta is None:
+            if args.redis:
+                raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
+                                 "worker's; resume it without --redis")
+            asyncio.run(run_crawl(seen, settings, scope, progress=progress,
+                                  install_signals=True))
+        else:
+            url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
+            asyncio.run(resume_as_worker(seen, settings, scope, meta, url, progress))
+    finally:
+        seen.close()
+    return 0

@@ -1,0 +1,48 @@
+"""``bloomcrawl fleet``: W local workers (and a local Redis) under one supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from pathlib import Path
+from typing import Any
+
+from crawler.cli.args import add_crawl_options, crawl_id, int_at_least, worker_flags
+from crawler.fleet.launch import start_fleet
+from crawler.scope import read_seeds
+from crawler.settings import load_settings
+from crawler.state import check_new_state_dir
+from dedup import Canonicalizer
+
+__all__ = ["add_fleet"]
+
+
+def add_fleet(sub: Any) -> None:
+    p = sub.add_parser("fleet", help="run W local fleet workers (and a local Redis)",
+                       description="Start W worker processes on this machine, worker I in "
+                       "DIR/worker-I, sharing a Redis: --redis URL, or a redis-server this "
+                       "command starts on a free loopback port (its data in DIR/redis, so "
+                       "'bloomcrawl resume DIR' continues the fleet). Shows one combined "
+                       "progress line; Ctrl-C stops every worker. Crawl options apply to "
+                       "each worker (--max-pages is per worker).")
+    p.add_argument("seeds", metavar="SEEDS_FILE")
+    p.add_argument("--state", required=True, metavar="DIR",
+                   help="new or empty directory for the fleet")
+    p.add_argument("--workers", required=True, type=int_at_least(1), metavar="W")
+    p.add_argument("--redis", metavar="URL", help="an existing Redis for the fleet")
+    p.add_argument("--crawl-id", type=crawl_id, metavar="ID",
+                   help="the fleet's id (default: a new random one)")
+    add_crawl_options(p)
+    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    p.set_defaults(func=cmd_fleet)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)  # a bad config file fails here, not W times
+    state = Path(args.state)
+    check_new_state_dir(state)
+    read_seeds(args.seeds, Canonicalizer(settings.canonical.rules()))
+    return start_fleet(state, str(Path(args.seeds).resolve()), workers=args.workers,
+                       crawl_id=args.crawl_id or uuid.uuid4().hex, redis=args.redis,
+                       settings=settings, quiet=args.quiet,
+                       worker_flags=[worker_flags(args, i) for i in range(args.workers)])

@@ -1,0 +1,113 @@
+"""``bloomcrawl stats``, ``check``, ``forget`` and ``rebuild``: look into a state dir,
+or repair it, without crawling."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from crawler.cli.args import warn
+from crawler.progress import format_filter_stats, format_stats
+from crawler.report import is_shard_dir, shard_dir_stats, state_stats
+from crawler.state import require_state_dir
+from dedup import UrlRejected, UrlSeen
+
+__all__ = ["add_check", "add_forget", "add_rebuild", "add_stats"]
+
+
+def add_stats(sub: Any) -> None:
+    p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)",
+                       description="Figures of a state directory (also while its crawl "
+                       "runs), or of a directory of shard files such as `merge -o OUT` "
+                       "writes (the filter's figures only: there is no ledger).")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_stats)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    if is_shard_dir(args.dir):
+        stats = shard_dir_stats(args.dir)
+        text = format_filter_stats(stats)
+    else:
+        stats = state_stats(args.dir)
+        text = format_stats(stats)
+    print(json.dumps(stats, sort_keys=True) if args.json else text)
+    return 0
+
+
+def _add_url_command(sub: Any, name: str, help: str, func: Any) -> None:
+    """A command over a state dir and some URLs (``check``, ``forget``)."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.set_defaults(func=func)
+
+
+def add_check(sub: Any) -> None:
+    _add_url_command(sub, "check", "Bloom and ledger answer for URLs", cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    rc = 0
+    with UrlSeen(require_state_dir(args.dir), readonly=True) as seen:
+        for url in args.urls:
+            try:
+                _, key = seen.canonicalizer.resolve(url)
+                maybe, row = seen.check(url)
+            except UrlRejected as exc:
+                print(f"{url}\trejected: {exc}")
+                rc = 1
+                continue
+            bloom = "maybe-seen" if maybe else "new"
+            if row is None:
+                ledger = "absent"
+            else:
+                ledger = f"{row['state']} seq={row['seq']} depth={row['depth']}"
+                if row.get("status") is not None:
+                    ledger += f" status={row['status']}"
+                if row.get("error"):
+                    ledger += f" error={row['error']!r}"
+            print(f"{url}\tkey={key}\tbloom={bloom}\tledger={ledger}")
+    return rc
+
+
+def add_forget(sub: Any) -> None:
+    _add_url_command(sub, "forget", "delete URLs from the ledger so they count as new",
+                     cmd_forget)
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    rc = 0
+    with UrlSeen(require_state_dir(args.dir), create=False) as seen:
+        usable = []
+        for url in args.urls:
+            try:
+                seen.canonicalizer.resolve(url)
+            except UrlRejected as exc:
+                warn(f"{url}: rejected: {exc}")
+                rc = 1
+                continue
+            usable.append(url)
+        n = seen.forget(usable)
+    print(f"forgot {n} of {len(args.urls)} URL(s)")
+    return rc
+
+
+def add_rebuild(sub: Any) -> None:
+    p = sub.add_parser("rebuild", help="recreate the shard files from the ledger")
+    p.add_argument("dir", metavar="DIR")
+    p.set_defaults(func=cmd_rebuild)
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    d = require_state_dir(args.dir)
+    seen = UrlSeen.rebuild(d)
+    try:
+        n = len(seen.ledger)
+        shards = seen.nshards
+    finally:
+        seen.close()
+    print(f"rebuilt {shards} shard file(s) in {d / 'shards'} from {n} ledger row(s)")
+    return 0

@@ -1,0 +1,95 @@
+"""The ``bloomcrawl`` entry point: the parser of every command, and how errors end.
+
+Errors the user can fix (bad arguments, bad files, a directory in use) are one
+``bloomcrawl: error: ...`` line on stderr and exit status 2 for usage, 1
+otherwise — never a traceback (``BLOOMCRAWL_DEBUG=1`` prints it too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sqlite3
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from crawler.cli.args import PROG, Parser, UsageError, err
+from crawler.cli.crawl import add_crawl, add_resume
+from crawler.cli.fleet import add_fleet
+from crawler.cli.inspect import add_check, add_forget, add_rebuild, add_stats
+from crawler.cli.merge import add_merge, add_resize
+from crawler.fleet.identity import FleetError
+from crawler.scope import SeedError
+from crawler.settings import ConfigError
+from crawler.state import CrawlError
+from dedup import SnapshotError, StateLocked
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+# One registration function per command (it sets the command's ``func``).
+COMMANDS: list[Callable[[Any], None]] = [
+    add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
+    add_rebuild,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description="A crawler whose URL-seen test is a persistent, "
+                    "sharded Bloom filter confirmed by an exact SQLite ledger.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for register in COMMANDS:
+        register(sub)
+    return parser
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        return f"{where}: {exc.strerror}" if where else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+_USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, sqlite3.Error,
+                OSError, ValueError, FleetError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The error types shown as one line; the Redis ones only if Redis was used (imported)."""
+    monitor = sys.modules.get("crawler.fleet.monitor")
+    return _USER_ERRORS + ((monitor.TransportError,) if monitor is not None else ())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: warning: %(message)s",
+                        stream=sys.stderr)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        err(str(exc))
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        err(str(exc))
+        return 2
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
+        if os.environ.get("BLOOMCRAWL_DEBUG"):
+            traceback.print_exc()
+        err(_describe(exc))
+        return 1
+    except KeyboardInterrupt:
+        err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m crawler.demo`` (``make demo``)."""
+
+import sys
+
+from crawler.demo.run import main
+
+sys.exit(main())

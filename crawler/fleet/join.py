@@ -1,0 +1,71 @@
+"""A fleet worker's start: join the fleet in Redis, then crawl (new) or resume.
+
+Why joining comes first: a refused or unreachable Redis, or a worker that does
+not fit the fleet (size, geometry, rules, scope), must leave no state dir.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crawler.engine import run_crawl
+from crawler.fleet.identity import (
+    derive_crawl_id,
+    fleet_geometry,
+    settings_geometry,
+    transport_for,
+    worker_meta,
+)
+from crawler.progress import Progress
+from crawler.scope import Scope, read_seeds
+from crawler.settings import Settings
+from crawler.state import FLEET_KEY, check_new_state_dir, create_crawl
+from dedup import Canonicalizer, UrlSeen
+
+__all__ = ["crawl_as_worker", "resume_as_worker"]
+
+
+async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str | Path, *,
+                          redis_url: str, workers: int, worker_id: int, crawl_id: str | None,
+                          progress: Progress, warn: Callable[[str], None]) -> None:
+    """Start worker ``worker_id`` of ``workers`` in a new ``state`` dir and crawl."""
+    check_new_state_dir(state)
+    seeds, _ = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
+    scope = Scope.for_seeds([u for u, _ in seeds], settings.crawl.allow_domains)
+    crawl_id = crawl_id or derive_crawl_id(seeds_file, workers)
+    meta = worker_meta(crawl_id, workers, worker_id, redis_url)
+    transport = transport_for(redis_url, meta, settings, fleet_geometry(
+        settings_geometry(settings), settings.canonical.rules(), scope))
+    await transport.connect()
+    try:
+        seen, scope, problems = create_crawl(state, settings, seeds_file,
+                                             crawl_id=crawl_id, owns=transport.is_local,
+                                             meta=meta)
+        for problem in problems:
+            warn(f"{problem} (skipped)")
+        try:
+            await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
+                            transport=transport)
+        finally:
+            seen.close()
+    finally:
+        await transport.close()
+
+
+async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
+                           meta: dict[str, Any], redis_url: str, progress: Progress) -> None:
+    """Rejoin the fleet recorded in ``meta`` and go on crawling (``seen`` stays open)."""
+    transport = transport_for(redis_url, meta, settings,
+                              fleet_geometry(seen.geometry.to_dict(), seen.rules, scope))
+    await transport.connect()
+    try:
+        now = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], redis_url)
+        if now != meta:  # Redis moved: remember where (without a password)
+            seen.ledger.meta_set(FLEET_KEY, now)
+            seen.commit()
+        await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
+                        transport=transport)
+    finally:
+        await transport.close()

@@ -1,0 +1,158 @@
+"""``bloomcrawl resize``: a stopped fleet of W workers into one of W/2 or 2W.
+
+state dirs (``dedup.resize``), pages.jsonl files, per-host counts, identities,
+  and the un-acknowledged links in Redis (``transport.reshard``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from crawler.fleet.owner import owner_function, owner_of
+from crawler.output import PAGES_FILE, complete_lines, read_json, write_json_atomic
+from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
+from dedup import Ledger
+from dedup.atomic import atomic_write_bytes
+from dedup.seen import host_of
+from dedup.statedir import in_use, ledger_path
+
+if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
+    pass
+
+from crawler.fleet.identity import (
+    LOCAL,
+    FleetDir,
+    FleetError,
+    stored_redis,
+    worker_dir,
+    write_fleet_file,
+)
+from crawler.fleet.localredis import LocalRedis
+from crawler.fleet.redis_url import has_password, redact
+
+# -- resize ------------------------------------------------------------------------------------
+
+
+def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
+                 progress: Callable[[str], None] = lambda _m: None) -> list[Path]:
+    """Resize a stopped fleet's directory into ``out`` (W -> W/2 or W -> 2W).
+
+    Order, so that a failure is safe to repeat: everything cheap is checked;
+    then Redis is resharded (idempotent: it only re-routes entries by owner); then
+    ``dedup.resize.resize`` builds ``out`` atomically; then the pages.jsonl
+    files, per-host counts and identities of the new workers are written, and
+    ``fleet.json`` last. A local Redis is resharded in a copy of its data
+    (``out/redis``), so the source fleet stays whole and resumable.
+    """
+    from crawler.fleet.transport import reshard
+    from dedup.resize import check_compatible, resize
+
+    w = src.workers
+    if not (to * 2 == w or to == w * 2):
+        raise FleetError(f"can only halve (W -> W/2, W even) or double (W -> 2W) a fleet, "
+                         f"not go from {w} to {to} workers; resize in several steps")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FleetError(f"{out}: already exists and is not empty")
+    dirs = [src.worker(i) for i in range(w)]
+    check_compatible(dirs)
+    for d in dirs:  # before Redis is touched: resharding under a running fleet breaks it
+        _refuse_if_running(d)
+    local_copy: Path | None = None
+    if src.redis == LOCAL:
+        if redis_url is not None:
+            raise FleetError(f"{src.root} runs its own local Redis (in {src.root / 'redis'}); "
+                             "resize it without --redis")
+        local_copy = out.parent / f".{out.name}.redis-{os.getpid()}"
+        shutil.rmtree(local_copy, ignore_errors=True)
+        if (src.root / "redis").is_dir():
+            shutil.copytree(src.root / "redis", local_copy,
+                            ignore=shutil.ignore_patterns("redis.log"))
+        server = LocalRedis(local_copy).start()
+        try:
+            moved = asyncio.run(reshard(server.url, src.crawl_id, to))
+        except BaseException:
+            shutil.rmtree(local_copy, ignore_errors=True)
+            raise
+        finally:
+            server.stop()
+        progress(f"re-routed {moved} un-acknowledged link(s) in the local Redis copy")
+    else:
+        url = redis_url or stored_redis({"redis": src.redis, "redis_auth": src.redis_auth},
+                                        str(src.root))
+        moved = asyncio.run(reshard(url, src.crawl_id, to))
+        progress(f"re-routed {moved} un-acknowledged link(s) in Redis at {redact(url)} "
+                 f"for {to} workers")
+    try:
+        results = resize(dirs, to, out, owner_function)
+    except BaseException:
+        if local_copy is not None:
+            shutil.rmtree(local_copy, ignore_errors=True)
+        raise
+    _carry_outputs(dirs, out, w, to)
+    for i in range(to):
+        with Ledger(ledger_path(worker_dir(out, i))) as ledger:
+            meta = dict(ledger.meta_get(FLEET_KEY))
+            meta.update(workers=to, worker_id=i)
+            if redis_url is not None and src.redis != LOCAL:
+                meta.update(redis=redact(redis_url), redis_auth=has_password(redis_url))
+            ledger.meta_set(FLEET_KEY, meta)
+            if to * 2 == w:  # merged: the counters of both halves
+                a = _totals(dirs[i])
+                b = _totals(dirs[i + to])
+                ledger.meta_set(TOTALS_KEY, {k: a.get(k, 0) + b.get(k, 0)
+                                             for k in set(a) | set(b)})
+    if local_copy is not None:
+        os.replace(local_copy, out / "redis")
+        redis_field = LOCAL
+    else:
+        redis_field = redis_url or src.redis
+    write_fleet_file(out, src.crawl_id, to, redis_field)
+    return [r.path for r in results]
+
+
+def _refuse_if_running(state_dir: Path) -> None:
+    """A worker holds its state dir's lock (``dedup.seen``) while it runs."""
+    if in_use(state_dir):
+        raise FleetError(f"{state_dir} is in use by a running worker; stop the fleet "
+                         "before resizing it")
+
+
+def _totals(state_dir: Path) -> dict[str, int]:
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+        return dict(ledger.meta_get(TOTALS_KEY) or {})
+
+
+def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
+    """pages.jsonl and host_counts.json follow their hosts to the new owners."""
+    if to * 2 == w:
+        for i in range(to):
+            pages = b"".join(ln for j in (i, i + to)
+                             for ln in complete_lines(dirs[j] / PAGES_FILE, missing_ok=True))
+            atomic_write_bytes(worker_dir(out, i) / PAGES_FILE, pages)
+            counts: dict[str, int] = {}
+            for j in (i, i + to):
+                for host, n in read_json(dirs[j] / HOST_COUNTS_FILE, {}).items():
+                    counts[host] = counts.get(host, 0) + n
+            write_json_atomic(worker_dir(out, i) / HOST_COUNTS_FILE, counts)
+        return
+    for i, d in enumerate(dirs):
+        parts: dict[int, list[bytes]] = {i: [], i + w: []}
+        for ln in complete_lines(d / PAGES_FILE, missing_ok=True):
+            url = json.loads(ln)["url"]
+            part = parts.get(owner_of(host_of(url), to))
+            if part is None:
+                raise FleetError(f"{d / PAGES_FILE}: {url} was fetched by worker {i}, which "
+                                 f"does not own its host among {w} workers")
+            part.append(ln)
+        split_counts: dict[int, dict[str, int]] = {i: {}, i + w: {}}
+        for host, n in read_json(d / HOST_COUNTS_FILE, {}).items():
+            split_counts[owner_of(host, to)][host] = n
+        for k in (i, i + w):
+            atomic_write_bytes(worker_dir(out, k) / PAGES_FILE, b"".join(parts[k]))
+            write_json_atomic(worker_dir(out, k) / HOST_COUNTS_FILE, split_counts[k])

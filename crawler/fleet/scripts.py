@@ -1,0 +1,65 @@
+"""The fleet's server-side Lua scripts: each runs atomically inside Redis.
+
+Keys and fields are those of ``crawler.fleet.protocol.Keys``.
+"""
+
+REGISTER = """
+-- KEYS: fleet, idle, gen, stop, stream   ARGV: workers, geometry, protocol, created, id, group
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'workers', ARGV[1], 'geometry', ARGV[2],
+             'protocol', ARGV[3], 'created', ARGV[4])
+end
+local got = redis.call('HMGET', KEYS[1], 'workers', 'geometry', 'protocol')
+local gen = 0
+if got[1] == ARGV[1] and got[2] == ARGV[2] and got[3] == ARGV[3] then
+  redis.call('HSET', KEYS[2], ARGV[5], '0')
+  gen = redis.call('HINCRBY', KEYS[3], ARGV[5], 1)
+  -- from id 0, not $: links forwarded before this worker first joined are its too
+  redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[6], '0', 'MKSTREAM')
+end
+return {got[1], got[2], got[3], redis.call('GET', KEYS[4]) or '0', gen}
+"""
+
+ACK = """
+-- KEYS: stream, counters, idle, gen   ARGV: group, worker id, entry ids...
+local acked = 0
+for i = 3, #ARGV do
+  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
+    if entry[1] then
+      local f = entry[1][2]
+      for j = 1, #f, 2 do
+        if f[j] == 'n' then acked = acked + tonumber(f[j + 1]) end
+      end
+    end
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+if acked > 0 then redis.call('HINCRBY', KEYS[2], 'acked', acked) end
+redis.call('HSET', KEYS[3], ARGV[2], '0')
+return {acked, redis.call('HINCRBY', KEYS[4], ARGV[2], 1)}
+"""
+
+SET_IDLE = """
+-- KEYS: idle, gen   ARGV: worker id, generation the caller saw
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], '1')
+  return 1
+end
+return 0
+"""
+
+STATUS = """
+-- KEYS: fleet, idle, counters, streams...   ARGV: workers
+local w = tonumber(ARGV[1])
+local idle = 0
+for i = 0, w - 1 do
+  if redis.call('HGET', KEYS[2], tostring(i)) == '1' then idle = idle + 1 end
+end
+local backlog = 0
+for j = 4, #KEYS do backlog = backlog + redis.call('XLEN', KEYS[j]) end
+local c = redis.call('HMGET', KEYS[3], 'forwarded', 'acked')
+return {redis.call('HGET', KEYS[1], 'workers') or '', idle, backlog,
+        tonumber(c[1] or '0'), tonumber(c[2] or '0')}
+"""
+

@@ -1,0 +1,405 @@
+"""Links between workers over Redis Streams: at-least-once, owner-deduplicated.
+
+Each host has one owner (``crawler.owner``). A worker sends the links it finds
+for other owners to their streams, in batches, and reads its own stream through
+a consumer group. The owner's URL-seen test turns at-least-once delivery into
+exactly-once crawling, so every step below may repeat, but none may lose.
+
+Keys (``{crawl_id}`` is a Redis Cluster hash tag, so a fleet's keys share a slot
+and the Lua scripts below may touch them all)::
+
+    bloomcrawl:{ID}:fleet      hash: workers, geometry (JSON), protocol, created
+    bloomcrawl:{ID}:in:I       stream of worker I (group "owner", consumer "worker-I")
+    bloomcrawl:{ID}:idle       hash: I -> "1" idle / "0" busy
+    bloomcrawl:{ID}:gen        hash: I -> generation, bumped by every ack of worker I
+    bloomcrawl:{ID}:counters   hash: forwarded, acked (URLs)
+    bloomcrawl:{ID}:stop       integer, incremented by every stop request
+    bloomcrawl:{ID}:stats      hash: I -> JSON progress of worker I
+    bloomcrawl:{ID}:dead       stream of undecodable entries (kept, never dropped)
+
+A stream entry is ``{"d": msgpack([[url, key, host, depth], ...]), "n": count,
+"w": sender}``. Never pickle: a stream is shared input, and unpickling it would
+run whatever a peer (or anyone who can write to Redis) put there.
+
+Life of a link: ``forward`` appends it (XADD, counted in ``forwarded`` in the
+same MULTI). ``receive`` delivers it (XREADGROUP; it joins the PEL). The engine
+commits it to its ledger and then calls ``ack``, a script that XACKs, *deletes*
+the entry (XDEL), counts it in ``acked`` and marks the worker busy, atomically.
+So an entry is in its stream exactly until its URLs are in the owner's ledger:
+a crash before the ack leaves it in the PEL, and the restarted worker re-reads
+its PEL (XREADGROUP from id 0) — or, if it comes back under another consumer
+name, claims it with XAUTOCLAIM once idle long enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgpack
+
+from crawler.fleet.monitor import (
+    MAX_BLOCK_MS,
+    OP_TIMEOUT,
+    TRANSIENT,
+    FleetMismatch,
+    FleetMonitor,
+    TransportError,
+    client,
+    reason,
+)
+from crawler.fleet.owner import owner_of
+from crawler.fleet.protocol import (
+    GROUP,
+    PROTOCOL,
+    Delivery,
+    Item,
+    Keys,
+    canonical_json,
+    decode,
+    first_difference,
+)
+from crawler.fleet.redis_url import password_of, redact
+
+log = logging.getLogger("crawler.transport")
+
+
+class RedisTransport(FleetMonitor):
+    """One worker's end of the fleet: forward links, receive and ack its own, report idle.
+
+    After a reconnect the fleet's keys are checked (a Redis that came back
+    empty lost forwarded links: that is an error, not a silent loss) and the
+    worker's own PEL is re-read, since a reply lost on the wire may have
+    delivered entries nobody saw.
+    """
+
+    def __init__(self, url: str, *, crawl_id: str, workers: int, worker_id: int,
+                 geometry: dict[str, Any], batch: int = 500, consumer: str | None = None,
+                 read_count: int = 64, claim_idle_ms: int = 60_000, retry_for: float = 60.0,
+                 backoff: tuple[float, float] = (0.05, 2.0)) -> None:
+        super().__init__(url, crawl_id=crawl_id, workers=workers, retry_for=retry_for,
+                         backoff=backoff)
+        if not 0 <= worker_id < workers:
+            raise ValueError(f"worker id must be in 0..{workers - 1}, not {worker_id}")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, not {batch}")
+        self.worker_id = worker_id
+        self.geometry = json.loads(canonical_json(geometry))
+        self.batch = batch
+        self.consumer = consumer or f"worker-{worker_id}"
+        self.read_count = read_count
+        self.claim_idle_ms = claim_idle_ms
+        self.stream = self.keys.stream(worker_id)
+        self._gen = 0            # last ack generation this worker saw (see set_idle)
+        self._pel_done = False   # own pending entries re-read since (re)connect?
+        self._pel_cursor = "0"
+        self._claim_cursor = "0-0"
+        self._next_claim = 0.0
+        self.stats.update({"forwarded": 0, "forward_calls": 0, "received": 0, "acked": 0,
+                           "redelivered": 0, "dead": 0})
+
+    def __repr__(self) -> str:
+        return (f"RedisTransport({self.where}, crawl={self.crawl_id}, "
+                f"worker {self.worker_id}/{self.workers})")
+
+    async def connect(self) -> None:
+        """Reach Redis (one attempt: a fleet must not start against a dead Redis) and join.
+
+        The first worker records the fleet's size and filter geometry; every
+        later one must match them exactly, because owners are ``hash mod W``
+        and the fleet's seen-set is the OR of same-geometry filters. Joining
+        marks this worker busy and creates its stream and consumer group.
+        """
+        self._open()
+        k = self.keys
+        try:
+            async with asyncio.timeout(OP_TIMEOUT):
+                got = await self._scripts["register"](
+                    keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
+                    args=[self.workers, canonical_json(self.geometry), PROTOCOL,
+                          f"{time.time():.3f}", self.worker_id, GROUP])
+        except BaseException as exc:
+            await self._drop()
+            raise self._join_error(exc) from None
+        workers, geometry, protocol, stop, gen = got
+        try:
+            self._check_fleet(int(workers), json.loads(geometry), protocol.decode())
+        except FleetMismatch:
+            await self._drop()
+            raise
+        self._stop_base = int(stop)
+        self._gen = int(gen)
+        log.info("joined fleet %s at %s as worker %d of %d", self.crawl_id, self.where,
+                 self.worker_id, self.workers)
+
+    def _check_fleet(self, workers: int, geometry: dict[str, Any], protocol: str) -> None:
+        who = f"fleet {self.crawl_id} at {self.where}"
+        if protocol != PROTOCOL:
+            raise FleetMismatch(f"{who} speaks {protocol}, this worker {PROTOCOL}")
+        if workers != self.workers:
+            raise FleetMismatch(f"{who} has {workers} workers; this worker was started with "
+                                f"--workers {self.workers} (resize with `bloomcrawl resize`)")
+        diff = first_difference(self.geometry, geometry)
+        if diff is not None:
+            raise FleetMismatch(
+                f"{who}: geometry field '{diff}' differs: the fleet has "
+                f"{geometry.get(diff)!r}, this worker {self.geometry.get(diff)!r}")
+
+    async def _after_reconnect(self) -> None:
+        assert self._redis is not None
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hget(self.keys.fleet, "workers")
+        pipe.exists(self.stream)
+        workers, stream_exists = await pipe.execute()
+        if workers is None or not stream_exists:
+            raise TransportError(
+                f"Redis at {self.where} came back without fleet {self.crawl_id}'s data "
+                "(restarted without persistence?): forwarded links may be lost; "
+                "enable appendonly on Redis and restart the fleet with resume")
+        if int(workers) != self.workers:
+            raise FleetMismatch(f"fleet {self.crawl_id} at {self.where} now has {int(workers)} "
+                                f"workers, not {self.workers}")
+        self._pel_done, self._pel_cursor = False, "0"
+
+    # -- sending ---------------------------------------------------------------------
+
+    def is_local(self, host: str) -> bool:
+        return owner_of(host, self.workers) == self.worker_id
+
+    async def forward(self, items: Sequence[Item]) -> int:
+        """Send ``(url, key, host, depth)`` items to their owners: one round trip in all.
+
+        Items are grouped by owner, cut into entries of at most ``batch``, and
+        written with the ``forwarded`` counter in one MULTI/EXEC pipeline, so
+        the counter and the streams always agree. Items this worker owns are a
+        caller bug (they belong in its own seen-test) and raise ValueError.
+        A retry after a lost reply may append an entry twice; the owner's
+        seen-test drops the repeat. Returns the number of items sent.
+        """
+        by_owner: dict[int, list[Item]] = {}
+        for item in items:
+            o = owner_of(item[2], self.workers)
+            if o == self.worker_id:
+                raise ValueError(f"forward() got a URL this worker owns: {item[0]}")
+            by_owner.setdefault(o, []).append(item)
+        if not by_owner:
+            return 0
+        entries: list[tuple[str, dict[str, Any]]] = []
+        for o in sorted(by_owner):
+            group = by_owner[o]
+            for i in range(0, len(group), self.batch):
+                chunk = group[i:i + self.batch]
+                entries.append((self.keys.stream(o), {
+                    "d": msgpack.packb([[u, k, h, int(d)] for u, k, h, d in chunk]),
+                    "n": len(chunk), "w": self.worker_id}))
+        total = sum(len(g) for g in by_owner.values())
+
+        async def op() -> list[Any]:
+            assert self._redis is not None
+            pipe = self._redis.pipeline(transaction=True)
+            for stream, fields in entries:
+                pipe.xadd(stream, fields)
+            pipe.hincrby(self.keys.counters, "forwarded", total)
+            return await pipe.execute()
+
+        await self._call("forward", op)
+        self.stats["forwarded"] += total
+        self.stats["forward_calls"] += 1
+        return total
+
+    # -- receiving -------------------------------------------------------------------
+
+    async def receive(self, block_ms: int = 1000) -> list[Delivery]:
+        """Entries for this worker, oldest duty first.
+
+        1. After (re)connecting, this consumer's own PEL (XREADGROUP from id 0):
+           delivered before a crash or a lost reply, never acked.
+        2. Every ``claim_idle_ms``, XAUTOCLAIM of entries pending longer than
+           that under any consumer name (a worker restarted under a new name,
+           or a consumer that vanished): at-least-once, never stuck.
+        3. New entries (XREADGROUP ``>``), blocking up to ``block_ms``
+           (0 = do not block; at most ``MAX_BLOCK_MS``, under the socket timeout).
+        """
+        if not self._pel_done:
+            got = await self._call("receive", lambda: self._read(self._pel_cursor, 0))
+            if got:
+                self._pel_cursor = got[-1][0].decode()
+                self.stats["redelivered"] += len(got)
+                return await self._deliveries(got)
+            self._pel_done = True
+        if time.monotonic() >= self._next_claim:
+            claimed = await self._call("claim", self._claim)
+            if claimed:
+                self.stats["redelivered"] += len(claimed)
+                return await self._deliveries(claimed)
+        block_ms = min(block_ms, MAX_BLOCK_MS)
+        got = await self._call("receive", lambda: self._read(">", block_ms))
+        return await self._deliveries(got)
+
+    async def _read(self, start: str, block_ms: int) -> list[tuple[bytes, Any]]:
+        assert self._redis is not None
+        res = await self._redis.xreadgroup(
+            GROUP, self.consumer, {self.stream: start}, count=self.read_count,
+            block=block_ms if block_ms > 0 else None)
+        return res[0][1] if res else []  # [[stream, [(id, fields), ...]]]
+
+    async def _claim(self) -> list[tuple[bytes, Any]]:
+        assert self._redis is not None
+        cursor, entries, *_deleted = await self._redis.xautoclaim(
+            self.stream, GROUP, self.consumer, self.claim_idle_ms,
+            start_id=self._claim_cursor, count=self.read_count)
+        cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        if cursor == "0-0":
+            self._next_claim = time.monotonic() + self.claim_idle_ms / 1000
+        self._claim_cursor = cursor
+        return [e for e in entries if e is not None]
+
+    async def _deliveries(self, entries: list[tuple[bytes, Any]]) -> list[Delivery]:
+        out: list[Delivery] = []
+        bad: list[tuple[str, dict[Any, Any] | None]] = []
+        for raw_id, fields in entries:
+            entry_id = raw_id.decode()
+            if not fields:  # deleted while pending: nothing left to process
+                bad.append((entry_id, None))
+                continue
+            try:
+                out.append(Delivery(entry_id, decode(fields[b"d"]), int(fields.get(b"w", -1))))
+            except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
+                log.error("worker %d: undecodable stream entry %s moved to %s: %s",
+                          self.worker_id, entry_id, self.keys.dead, exc)
+                bad.append((entry_id, fields))
+        if bad:
+            await self._bury(bad)
+        self.stats["received"] += sum(len(d.items) for d in out)
+        return out
+
+    async def _bury(self, bad: list[tuple[str, dict[Any, Any] | None]]) -> None:
+        """Keep undecodable entries in the dead-letter stream, then ack them out of the way."""
+        async def op() -> None:
+            assert self._redis is not None
+            pipe = self._redis.pipeline(transaction=True)
+            for entry_id, fields in bad:
+                if fields:
+                    pipe.xadd(self.keys.dead, {**fields, b"from": self.stream, b"id": entry_id})
+            await pipe.execute()
+        if any(fields for _, fields in bad):
+            await self._call("dead-letter", op)
+        self.stats["dead"] += sum(1 for _, f in bad if f)
+        await self._ack_ids([entry_id for entry_id, _ in bad])
+
+    async def ack(self, deliveries: Iterable[Delivery]) -> int:
+        """Acknowledge entries whose URLs are committed to this worker's ledger.
+
+        One script, one round trip: XACK + XDEL each entry, add its count to
+        ``acked``, mark this worker busy and bump its generation. Acking twice
+        (after a redelivery) counts once. Returns the URLs newly acknowledged.
+        """
+        return await self._ack_ids([d.id for d in deliveries])
+
+    async def _ack_ids(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        k = self.keys
+        acked, gen = await self._call("ack", lambda: self._scripts["ack"](
+            keys=[self.stream, k.counters, k.idle, k.gen],
+            args=[GROUP, self.worker_id, *ids]))
+        self._gen = max(self._gen, int(gen))
+        self.stats["acked"] += int(acked)
+        return int(acked)
+
+    # -- the end of the crawl --------------------------------------------------------
+
+    async def set_idle(self, idle: bool) -> bool:
+        """Tell the fleet whether this worker has work.
+
+        Call ``set_idle(True)`` only when the worker has nothing queued, nothing
+        in flight, no delivery un-acked and no forward unfinished. The flag is
+        set only if no ack happened since the last one this worker saw (the
+        generation check): a stale "idle" that reaches Redis after an ack on
+        another connection must not overwrite the "busy" that ack wrote.
+        Returns whether the flag now says what was asked.
+        """
+        k = self.keys
+        if not idle:
+            await self._call("set_idle", lambda: self._redis.hset(  # type: ignore[union-attr]
+                k.idle, str(self.worker_id), "0"))
+            return True
+        gen = self._gen
+        done = await self._call("set_idle", lambda: self._scripts["idle"](
+            keys=[k.idle, k.gen], args=[self.worker_id, gen]))
+        return bool(done)
+
+    async def fleet_status(self) -> dict[str, int]:
+        status = await super().fleet_status()
+        if not status["registered"]:
+            raise TransportError(f"Redis at {self.where} no longer has fleet {self.crawl_id} "
+                                 "(flushed or restarted without persistence?)")
+        return status
+
+    async def publish_stats(self, stats: dict[str, Any]) -> None:
+        """Store this worker's progress (JSON) for the fleet's combined progress line."""
+        payload = canonical_json({**stats, "at": round(time.time(), 3)})
+        await self._call("stats", lambda: self._redis.hset(  # type: ignore[union-attr]
+            self.keys.stats, str(self.worker_id), payload))
+
+
+
+async def reshard(url: str, crawl_id: str, workers: int) -> int:
+    """Re-route the fleet's un-acknowledged links for a new fleet size; returns how many.
+
+    Run with every worker stopped, alongside the state-dir resize
+    (``dedup.resize``). Every entry still in a stream is a link not yet in
+    its owner's ledger (acked entries are deleted), so all of them are read
+    and rewritten to the streams of their owners under ``workers``, in one
+    MULTI/EXEC with the deletion of the old streams and the new fleet size:
+    a crash leaves either the old fleet or the new one, never half of each.
+    Idle flags are cleared (every worker must report again), counters restart
+    from the moved backlog.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    where, password = redact(url), password_of(url)
+    keys = Keys(crawl_id)
+    r = client(url)
+    try:
+        try:
+            async with asyncio.timeout(OP_TIMEOUT):
+                old = await r.hget(keys.fleet, "workers")
+        except TRANSIENT as exc:
+            raise TransportError(f"cannot reach Redis at {where}: "
+                                 f"{reason(exc, password)}") from None
+        if old is None:
+            return 0  # nothing registered: nothing in flight
+        old_workers = int(old)
+        by_owner: dict[int, list[Item]] = {}
+        dead: list[dict[Any, Any]] = []
+        for i in range(max(old_workers, workers)):
+            for _id, fields in await r.xrange(keys.stream(i)):
+                try:
+                    for item in decode(fields[b"d"]):
+                        by_owner.setdefault(owner_of(item[2], workers), []).append(item)
+                except (KeyError, ValueError, TypeError, msgpack.UnpackException):
+                    dead.append(fields)
+        moved = sum(len(v) for v in by_owner.values())
+        pipe = r.pipeline(transaction=True)
+        pipe.delete(*[keys.stream(i) for i in range(max(old_workers, workers))])
+        pipe.delete(keys.idle, keys.stats)
+        for o, items in sorted(by_owner.items()):
+            for i in range(0, len(items), 500):
+                chunk = items[i:i + 500]
+                pipe.xadd(keys.stream(o), {"d": msgpack.packb([list(c) for c in chunk]),
+                                           "n": len(chunk), "w": -1})
+        for fields in dead:
+            pipe.xadd(keys.dead, fields)
+        for i in range(workers):
+            pipe.xgroup_create(keys.stream(i), GROUP, id="0", mkstream=True)
+        pipe.hset(keys.fleet, "workers", workers)
+        pipe.hset(keys.counters, mapping={"forwarded": moved, "acked": 0})
+        await pipe.execute()
+        return moved
+    finally:
+        await r.aclose()

@@ -1,0 +1,112 @@
+"""``bloomcrawl merge``: OR the shard files of several crawls or fleet workers, or
+unite their whole state directories into one that resumes as a single process.
+
+Why inputs are grouped and checked before anything is written: shard files of
+different counts, or a directory lacking shards the others have, would give a
+filter that silently answers "new" for URLs some input has seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawler.output import PAGES_FILE, complete_lines
+from crawler.state import FLEET_KEY, CrawlError, require_state_dir
+from dedup import GeometryMismatch, Ledger, StateLocked, UrlSeen
+from dedup.atomic import atomic_write_bytes
+from dedup.shards import ShardedBloom, merge_files
+from dedup.snapshot import read_header
+from dedup.statedir import is_state_dir, ledger_path, shards_dir
+
+__all__ = ["MergedFiles", "merge_shard_files", "merge_state_dirs"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergedFiles:
+    files: int  # shard files read
+    shards: int  # shard files written
+    output: Path  # the directory they are in
+
+
+def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
+    """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+        hwm = ledger.hwm()
+    files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
+    if files and all(read_header(f).hwm >= hwm for f in files):
+        return
+    try:
+        with UrlSeen(state_dir, create=False) as seen:
+            seen.snapshot()
+    except StateLocked:
+        warn(f"{state_dir} is in use: its shard files may lack its newest URLs")
+
+
+def _shard_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise CrawlError(f"merge input {path}: not found")
+    folder = shards_dir(path) if shards_dir(path).is_dir() else path
+    files = sorted(folder.glob("shard-*.bloom"))
+    if not files:
+        raise CrawlError(f"merge input {path}: no shard files (shard-*.bloom)")
+    return files
+
+
+def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
+                      warn: Callable[[str], None]) -> MergedFiles:
+    """OR every input's shard files, shard by shard, into ``output`` (its shards/ if it is
+    a state directory). An input is a shard file, a directory of them or a state dir."""
+    for raw in inputs:
+        if is_state_dir(raw):
+            catch_up(Path(raw), warn)
+    groups: dict[int, list[Path]] = {}
+    counts: dict[int, Path] = {}
+    dir_sets: dict[Path, set[int]] = {}
+    for raw in inputs:
+        path = Path(raw)
+        for f in _shard_files(path):
+            h = read_header(f)
+            counts.setdefault(h.shard_count, f)
+            groups.setdefault(h.shard_index, []).append(f)
+            if path.is_dir():
+                dir_sets.setdefault(path, set()).add(h.shard_index)
+    if len(counts) > 1:
+        (c1, f1), (c2, f2) = list(counts.items())[:2]
+        raise GeometryMismatch(f"shard count differs: {f1} is one of {c1} shards, {f2} one of "
+                               f"{c2}")
+    if len({frozenset(s) for s in dir_sets.values()}) > 1:
+        want = set().union(*dir_sets.values())
+        for d, have in dir_sets.items():
+            if have != want:
+                raise CrawlError(f"merge input {d}: lacks shard(s) "
+                                 f"{sorted(want - have)[:10]} that other inputs have")
+    out = Path(output)
+    if is_state_dir(out):
+        out = shards_dir(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CrawlError(f"output directory {out}: {exc.strerror or exc}") from None
+    for index in sorted(groups):
+        merge_files(ShardedBloom.shard_path(out, index), groups[index])
+    return MergedFiles(sum(len(g) for g in groups.values()), len(groups), out)
+
+
+def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[int, int]:
+    """A new state dir ``output``: the OR of the filters, the union of the ledgers and of
+    the pages.jsonl files; no fleet identity (it resumes as one process).
+    Returns (URLs, URLs present in several inputs)."""
+    from dedup.resize import merge_states
+
+    ins = [require_state_dir(raw) for raw in inputs]
+    out = Path(output)
+    result = merge_states(out, ins)
+    with Ledger(ledger_path(out)) as ledger:
+        ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
+    pages = b"".join(b"".join(complete_lines(d / PAGES_FILE, missing_ok=True)) for d in ins)
+    atomic_write_bytes(out / PAGES_FILE, pages)
+    return result.rows, result.duplicates

@@ -1,0 +1,284 @@
+"""The command line: errors are one line and an exit status; the dedup tools work."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from crawler.cli.main import main
+from crawler.engine import run_crawl
+from crawler.progress import Progress
+from crawler.state import create_crawl
+from dedup import UrlSeen
+from dedup.shards import ShardedBloom
+from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("bloomcrawl: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# -- usage and bad input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    ([], "required: COMMAND"),
+    (["crawl", "seeds.txt"], "--state"),
+    (["crawl", "seeds.txt", "--state", "s", "--max-pages", "-1"], "must be >= 0"),
+    (["crawl", "seeds.txt", "--state", "s", "--delay", "soon"], "not a number of seconds"),
+    (["crawl", "seeds.txt", "--state", "s", "--allow-domain", "*."], "not a domain name"),
+    (["explode"], "invalid choice"),
+    (["check", "dir"], "required: URL"),
+    (["merge", "a"], "-o"),
+])
+def test_usage_errors_exit_2_with_one_line(capsys, argv, fragment):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in one_error_line(err)
+
+
+def test_help_exits_0(capsys):
+    assert main(["crawl", "--help"]) == 0
+    assert "--allow-domain" in capsys.readouterr().out
+
+
+@pytest.fixture
+def quick(tmp_path):
+    """A config whose crawls end fast without a server: 127.0.0.1 is refused."""
+    cfg = tmp_path / "quick.toml"
+    cfg.write_text(config_toml(fast_settings(fetch={"allow_private": False})))
+    return cfg
+
+
+def test_bad_seed_lines_are_reported_with_line_numbers_and_skipped(tmp_path, quick, capsys):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# seeds\n\nhttp://127.0.0.1:9/a\nftp://example.com/\n"
+                     "http://[::zz]/\nhttp://127.0.0.1:9/b  # trailing comment\n")
+    rc = main(["crawl", str(seeds), "--state", str(tmp_path / "s"), "--config", str(quick),
+               "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert f"{seeds}:4: not an absolute http(s) URL" in err
+    assert f"{seeds}:5:" in err
+    assert "error" not in err
+    with UrlSeen(tmp_path / "s", readonly=True) as seen:
+        assert seen.ledger.counts()["failed"] == 2  # both good seeds fetched (refused)
+
+
+@pytest.mark.parametrize("content", ["", "# nothing\n", "ftp://x\nnot-a-url\n"])
+def test_seeds_file_without_a_valid_url_exits_1(tmp_path, capsys, content):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(content)
+    assert main(["crawl", str(seeds), "--state", str(tmp_path / "s")]) == 1
+    assert "no valid URL" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "s").exists()
+
+
+def test_missing_seeds_file_exits_1(tmp_path, capsys):
+    assert main(["crawl", str(tmp_path / "nope.txt"), "--state", str(tmp_path / "s")]) == 1
+    assert "not found" in one_error_line(capsys.readouterr().err)
+
+
+def test_unwritable_state_dir_exits_1(tmp_path, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["crawl", str(seeds), "--state", str(blocker / "state")]) == 1
+    assert "cannot write state directory" in one_error_line(capsys.readouterr().err)
+
+
+def test_state_dir_of_another_crawl_is_refused(tmp_path, quick, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    state = tmp_path / "s"
+    assert main(["crawl", str(seeds), "--state", str(state), "--config", str(quick),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["crawl", str(seeds), "--state", str(state)]) == 1
+    assert "already holds a crawl" in one_error_line(capsys.readouterr().err)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["crawl", str(seeds), "--state", str(other)]) == 1
+    assert "not empty" in one_error_line(capsys.readouterr().err)
+    assert main(["resume", str(other)]) == 1
+    assert "not a bloomcrawl state directory" in one_error_line(capsys.readouterr().err)
+    assert main(["resume", str(tmp_path / "missing")]) == 1
+    assert "not found" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    state = tmp_path / "s"
+    assert main(["crawl", str(seeds), "--state", str(state), "--config", str(quick),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    with UrlSeen(state, create=False):  # as a running crawl would
+        assert main(["resume", str(state)]) == 1
+        assert "in use by another bloomcrawl process" in one_error_line(
+            capsys.readouterr().err)
+
+
+def test_bad_config_file_exits_1_naming_the_key(tmp_path, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[fetch]\ntimeout = 3\n")
+    assert main(["crawl", str(seeds), "--state", str(tmp_path / "s"), "--config",
+                 str(cfg)]) == 1
+    assert "unknown key 'timeout' in [fetch]" in one_error_line(capsys.readouterr().err)
+
+
+# -- the dedup tools on a real crawl's state ------------------------------------------------
+
+
+@pytest.fixture
+async def crawled(tmp_path, small_site):
+    settings = fast_settings()
+    seeds = write_seeds(tmp_path / "seeds.txt", small_site.seeds)
+    seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
+    try:
+        await run_crawl(seen, settings, scope)
+    finally:
+        seen.close()
+    return tmp_path / "state", small_site
+
+
+async def test_stats_shows_the_ledger_and_the_filter(crawled, capsys):
+    state, _ = crawled
+    with UrlSeen(state, readonly=True) as seen:
+        counts = seen.ledger.counts()
+    assert main(["stats", str(state), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert {k: stats[k] for k in counts} == counts
+    assert stats["new"] == counts["fetched"] + counts["failed"] + counts["skipped"]
+    assert stats["repeats"] > 0 and 0 < stats["fill"] < 1
+    assert stats["config"]["politeness"]["delay"] == 0.0
+    assert main(["stats", str(state)]) == 0
+    text = capsys.readouterr().out
+    assert f"{counts['fetched']} fetched" in text and "fill" in text
+
+
+async def test_check_forget_and_rebuild(crawled, capsys):
+    state, running = crawled
+    home = running.seeds[0]
+    never = running.origins[0] + "/never-linked"
+    assert main(["check", str(state), home, never]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "bloom=maybe-seen" in out[0] and "ledger=fetched" in out[0] and "status=200" in out[0]
+    assert "bloom=new" in out[1] and "ledger=absent" in out[1]
+    assert main(["check", str(state), "mailto:someone@example.com"]) == 1
+    assert "rejected" in capsys.readouterr().out
+
+    assert main(["forget", str(state), home]) == 0
+    assert "forgot 1 of 1" in capsys.readouterr().out
+    main(["check", str(state), home])
+    assert "bloom=maybe-seen\tledger=absent" in capsys.readouterr().out  # bits stay set
+
+    shard = ShardedBloom.shard_path(state / "shards", 0)
+    shard.write_bytes(b"garbage")
+    assert main(["rebuild", str(state)]) == 0
+    assert "rebuilt 4 shard file(s)" in capsys.readouterr().out
+    loaded = ShardedBloom.load(state / "shards")
+    with UrlSeen(state, readonly=True) as seen:
+        assert not seen.damaged_shards
+        rows = seen.ledger.queued(10)  # nothing queued after a finished crawl
+        assert rows == []
+        assert seen.canonicalizer.resolve(running.seeds[1])[1] in loaded
+
+
+def test_merge_ors_shards_of_state_dirs_and_refuses_other_geometry(tmp_path, capsys):
+    keys = {"a": [f"http://a.test/{i}" for i in range(50)],
+            "b": [f"http://b.test/{i}" for i in range(50)]}
+    for name, urls in keys.items():
+        with UrlSeen(tmp_path / name, capacity=1000, shards=4) as seen:
+            seen.admit(urls)
+            seen.snapshot()
+    assert main(["merge", "-o", str(tmp_path / "out"), str(tmp_path / "a"),
+                 str(tmp_path / "b")]) == 0
+    assert "into 4 shard(s)" in capsys.readouterr().out
+    merged = ShardedBloom.load(tmp_path / "out")
+    assert all(k in merged for k in keys["a"] + keys["b"])
+
+    with UrlSeen(tmp_path / "c", capacity=2000, shards=4) as seen:
+        seen.snapshot()
+    assert main(["merge", "-o", str(tmp_path / "out2"), str(tmp_path / "a"),
+                 str(tmp_path / "c")]) == 1
+    assert "differs" in one_error_line(capsys.readouterr().err)
+    assert main(["merge", "-o", str(tmp_path / "out3"), str(tmp_path / "nope")]) == 1
+    assert "not found" in one_error_line(capsys.readouterr().err)
+
+
+def test_merge_into_a_state_dir_writes_its_shards(tmp_path, capsys):
+    for name, host in (("a", "a.test"), ("b", "b.test")):
+        with UrlSeen(tmp_path / name, capacity=1000, shards=2) as seen:
+            seen.admit([f"http://{host}/x"])
+            seen.snapshot()
+    assert main(["merge", "-o", str(tmp_path / "a"), str(tmp_path / "a"),
+                 str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    merged = ShardedBloom.load(tmp_path / "a" / "shards")
+    assert "http://b.test/x" in merged and "http://a.test/x" in merged
+
+
+def test_forget_and_check_on_a_missing_dir_exit_1(tmp_path, capsys):
+    for cmd in ("check", "forget", "stats", "rebuild"):
+        argv = [cmd, str(tmp_path / "nope")] + (["http://x.test/"] if cmd in ("check",
+                                                                            "forget") else [])
+        assert main(argv) == 1
+        assert "not found" in one_error_line(capsys.readouterr().err)
+
+
+async def test_the_installed_entry_point_runs_a_crawl(tmp_path, small_site):
+    seeds = write_seeds(tmp_path / "seeds.txt", [*small_site.seeds[:1], "not a url"])
+    res = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "s"),
+                        "--allow-private", "--delay", "0", "--max-pages", "5",
+                        "--concurrency", "4")
+    assert res.rc == 0, res.stderr
+    assert "seeds.txt:2: not an absolute http(s) URL" in res.stderr
+    assert "max pages reached" in res.stderr and "5 pages this run" in res.stderr
+    with UrlSeen(tmp_path / "s", readonly=True) as seen:
+        assert seen.ledger.counts()["fetched"] == 5
+        assert seen.ledger.meta_get("config")["crawl"]["max_pages"] == 5
+    again = await run_cli("resume", str(tmp_path / "s"), "--quiet")
+    assert again.rc == 0 and again.stderr == ""
+    with UrlSeen(tmp_path / "s", readonly=True) as seen:  # max pages is frozen: still 5
+        assert seen.ledger.counts()["fetched"] == 5
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+STATUS = {"rate": 12.5, "fetched": 1500, "queued": 20, "in_flight": 3, "hosts": 2,
+          "errors": 1, "new": 1520, "repeats": 30000, "false_positives": 2, "fill": 0.0123}
+
+
+def test_status_line_redraws_in_place_on_a_tty_and_prints_lines_otherwise():
+    tty = _Stream(True)
+    p = Progress(tty, interval=1.0, plain_interval=10.0)
+    p.update(STATUS, now=100.0)
+    p.update(STATUS, now=100.5)  # too soon: nothing
+    p.update(STATUS, now=101.0)
+    text = tty.getvalue()
+    assert text.count("\r") == 2 and "\n" not in text
+    assert "12.5 pages/s" in text and "fetched 1.5k" in text and "bloom-fp 2" in text
+    assert "fill 1.23%" in text and "repeats 30.0k" in text
+
+    plain = _Stream(False)
+    p = Progress(plain, interval=1.0, plain_interval=10.0)
+    for t in (100.0, 101.0, 105.0, 110.0):
+        p.update(STATUS, now=t)
+    assert plain.getvalue().count("\n") == 2 and "\r" not in plain.getvalue()
+
+    quiet = _Stream(True)
+    Progress(quiet, enabled=False).update(STATUS, now=1.0)
+    assert quiet.getvalue() == ""

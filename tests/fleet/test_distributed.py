@@ -1,0 +1,488 @@
+"""Fleet crawling end to end: worker processes, a real redis-server, a generated site.
+
+Workers run as child processes (``python -m crawler crawl --redis ...``) so that
+kill -9 is real; the site is served by this test's event loop and counts every
+request, so "fetched once" is checked at the server, not only in the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from crawler.cli.main import main
+from crawler.demo.serve import RunningSite, serve_site
+from crawler.demo.site import SiteSpec
+from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
+from crawler.fleet.monitor import FleetMonitor
+from crawler.fleet.owner import owner_of
+from crawler.fleet.transport import RedisTransport
+from crawler.output import read_pages
+from crawler.scope import Scope
+from crawler.state import FLEET_KEY, create_crawl
+from dedup import Ledger, UrlSeen
+from dedup.bloom import read_snapshot
+from dedup.seen import host_of
+from dedup.shards import ShardedBloom
+from dedup.snapshot import read_header
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.redisserver import RedisServer, free_port, require_redis_binary
+
+pytestmark = pytest.mark.redis
+
+CRAWL_ID = "test-fleet"
+SPEC = SiteSpec(hosts=8, pages=45, seed=31)
+SLOW_SPEC = SiteSpec(hosts=8, pages=45, seed=32, delay=0.03)
+
+
+def worker_settings():
+    return fast_settings(crawl={"concurrency": 6}, politeness={"per_host": 2, "delay": 0.0},
+                         snapshot={"interval": 0.3, "every_new_urls": 50},
+                         distributed={"poll_interval": 0.05, "receive_block": 0.2,
+                                      "retry_for": 30.0})
+
+
+@contextlib.asynccontextmanager
+async def owned_site(spec: SiteSpec, workers: int) -> AsyncIterator[RunningSite]:
+    """Serve ``spec`` on ports such that every worker owns at least one host."""
+    for _ in range(50):
+        async with serve_site(spec) as running:
+            if {owner_of(host_of(o + "/"), workers) for o in running.origins} == \
+                    set(range(workers)):
+                yield running
+                return
+    raise RuntimeError("no port assignment gives every worker a host")
+
+
+@dataclass
+class Fleet:
+    root: Path
+    seeds: Path
+    config: Path
+    url: str
+    workers: int
+
+    def dir(self, i: int) -> Path:
+        return self.root / "fleet" / f"worker-{i}"
+
+    @property
+    def dirs(self) -> list[Path]:
+        return [self.dir(i) for i in range(self.workers)]
+
+    async def start(self, i: int) -> asyncio.subprocess.Process:
+        return await start_cli(
+            "crawl", str(self.seeds), "--state", str(self.dir(i)), "--redis", self.url,
+            "--workers", str(self.workers), "--worker-id", str(i), "--crawl-id", CRAWL_ID,
+            "--config", str(self.config), "--quiet")
+
+    async def resume(self, i: int) -> asyncio.subprocess.Process:
+        return await start_cli("resume", str(self.dir(i)), "--redis", self.url, "--quiet")
+
+
+def make_fleet(tmp_path: Path, running: RunningSite, url: str, workers: int) -> Fleet:
+    seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+    config = tmp_path / "worker.toml"
+    config.write_text(config_toml(worker_settings()))
+    return Fleet(tmp_path, seeds, config, url, workers)
+
+
+async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 60.0
+                 ) -> list[tuple[int, str]]:
+    async def one(p: asyncio.subprocess.Process) -> tuple[int, str]:
+        _, err = await asyncio.wait_for(p.communicate(), timeout)
+        return p.returncode or 0, err.decode()
+    return list(await asyncio.gather(*map(one, procs)))
+
+
+async def served_at_least(running: RunningSite, n: int, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while sum(running.total_pages().values()) < n:
+        assert loop.time() < deadline, "the fleet made no progress"
+        await asyncio.sleep(0.005)
+
+
+def fleet_records(dirs: list[Path]) -> list[tuple[int, dict]]:
+    return [(i, r) for i, d in enumerate(dirs) for r in read_pages(d / "pages.jsonl")]
+
+
+def check_exact(dirs: list[Path], running: RunningSite, *, max_refetches: int = 0) -> Counter:
+    """The union of the workers' output is the reachable set; each page by its owner."""
+    workers = len(dirs)
+    want = running.site.reachable()
+    keys: Counter[str] = Counter()
+    for i, d in enumerate(dirs):
+        with UrlSeen(d, readonly=True) as seen:
+            assert seen.ledger.counts()["queued"] == 0, d
+            for row in seen.ledger.rows():  # its ledger holds its own hosts only
+                assert owner_of(row[2], workers) == i, row[1]
+            for r in read_pages(d / "pages.jsonl"):
+                assert owner_of(host_of(r["url"]), workers) == i, r["url"]
+                keys[seen.canonicalizer.resolve(r["url"])[1]] += 1
+    assert set(keys) == want.fetched | want.robots_blocked  # nothing lost, nothing extra
+    assert sum(n - 1 for n in keys.values()) <= max_refetches
+    server = running.total_pages()
+    assert set(server) == set(want.fetched)
+    assert sum(n - 1 for n in server.values()) <= max_refetches, server.most_common(3)
+    return keys
+
+
+async def fleet_status(url: str, workers: int) -> dict[str, int]:
+    monitor = FleetMonitor(url, crawl_id=CRAWL_ID, workers=workers)
+    await monitor.connect()
+    try:
+        return await monitor.fleet_status()
+    finally:
+        await monitor.close()
+
+
+# -- one finished 3-worker crawl, checked from several sides ----------------------------------
+
+
+@dataclass
+class Crawled:
+    fleet: Fleet
+    running: RunningSite
+    robots: Counter
+    status: dict[str, int]
+    stderr: list[str]
+
+
+@pytest.fixture(scope="module")
+def crawled3(tmp_path_factory: pytest.TempPathFactory) -> Crawled:
+    """3 workers crawl an 8-host site to the end (once for the module's tests)."""
+    require_redis_binary()
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    tmp = tmp_path_factory.mktemp("fleet3")
+
+    async def crawl() -> Crawled:
+        async with owned_site(SPEC, 3) as running:
+            fleet = make_fleet(tmp, running, server.url, 3)
+            results = await finish([await fleet.start(i) for i in range(3)])
+            assert all(rc == 0 for rc, _ in results), results
+            robots = Counter({o: log.counts["/robots.txt"]
+                              for o, log in zip(running.origins, running.logs, strict=True)})
+            status = await fleet_status(server.url, 3)
+            return Crawled(fleet, running, robots, status, [err for _, err in results])
+
+    try:
+        return asyncio.run(crawl())
+    finally:
+        server.stop(force=True)
+
+
+@pytest.mark.slow
+def test_three_workers_fetch_the_reachable_set_once_each_page_by_its_owner(crawled3):
+    check_exact(crawled3.fleet.dirs, crawled3.running)
+    assert all(n == 1 for n in crawled3.robots.values())  # robots.txt: by the owner, once
+    assert crawled3.stderr == ["", "", ""]  # --quiet, and no warning
+    status = crawled3.status
+    assert status["done"] == 1 and status["backlog"] == 0
+    assert status["forwarded"] == status["acked"] > 0
+
+
+@pytest.mark.slow
+def test_each_link_is_forwarded_once_per_sender(crawled3):
+    """A link to another owner's host goes out once per sender, however many pages hold it."""
+    running = crawled3.running
+    index = {host_of(o + "/"): h for h, o in enumerate(running.origins)}
+    occurrences = 0
+    per_sender: dict[int, set[str]] = {}
+    for i, r in fleet_records(crawled3.fleet.dirs):
+        if r["status"] != 200 or not (r["content_type"] or "").startswith("text/html"):
+            continue
+        page = running.site.links(index[host_of(r["url"])], urlsplit(r["url"]).path)
+        remote = [key for _, key in page if key is not None and host_of(key) in index
+                  and owner_of(host_of(key), 3) != i]
+        occurrences += len(remote)
+        per_sender.setdefault(i, set()).update(remote)
+    distinct = sum(len(keys) for keys in per_sender.values())
+    assert crawled3.status["forwarded"] == distinct
+    assert distinct < occurrences  # links repeat across pages: the repeats were not sent
+
+
+@pytest.mark.slow
+def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3, tmp_path,
+                                                                      capsys):
+    fleet, running = crawled3.fleet, crawled3.running
+    out = tmp_path / "merged"
+    assert main(["merge", "-o", str(out), *map(str, fleet.dirs)]) == 0
+    capsys.readouterr()
+    want = running.site.reachable()
+    g = fast_settings().dedup
+    with UrlSeen(tmp_path / "reference", crawl_id=CRAWL_ID, capacity=g.capacity,
+                 error_rate=g.error_rate, shards=g.shards, seed=g.seed, growth=g.growth) as ref:
+        keys = sorted(want.fetched | want.robots_blocked)
+        assert len(ref.admit_resolved([(k, k) for k in keys])) == len(keys)
+        ref.snapshot()
+    for i in range(g.shards):
+        merged, header = read_snapshot(ShardedBloom.shard_path(out, i))
+        expected, _ = read_snapshot(ref.shard_path(i))
+        assert merged == expected, f"shard {i}"
+        assert header.crawl_id == CRAWL_ID
+
+    # the fleet's seen-set can be inspected although it has no ledger
+    assert main(["stats", "--json", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["crawl_id"] == CRAWL_ID and stats["shards"] == g.shards
+    assert stats["count"] == len(keys)
+    assert abs(stats["estimated_count"] - len(keys)) <= 0.05 * len(keys)
+    assert main(["stats", str(out)]) == 0
+    assert "no ledger" in capsys.readouterr().out
+
+    full = tmp_path / "union"  # --state: a whole state dir (filters OR'ed, ledgers joined)
+    assert main(["merge", "--state", "-o", str(full), *map(str, fleet.dirs)]) == 0
+    assert "0 present in several inputs" in capsys.readouterr().out
+    with UrlSeen(full, readonly=True) as seen:
+        assert seen.ledger.meta_get(FLEET_KEY) is None
+        assert len(seen.ledger) == len(keys)
+        assert all(seen.check(k)[0] for k in keys)
+    assert len(read_pages(full / "pages.jsonl")) == len(keys)
+
+
+def test_merge_brings_shards_that_lag_their_ledger_up_to_date_first(tmp_path, capsys):
+    """A worker killed between snapshots: its ledger has URLs its shard files lack."""
+    for name in ("a", "b"):
+        with UrlSeen(tmp_path / name, crawl_id="c", capacity=1000, shards=2) as seen:
+            seen.admit([f"http://{name}.test/old"])
+            seen.snapshot()
+            seen.admit([f"http://{name}.test/new"])  # committed, never snapshotted
+    assert main(["merge", "-o", str(tmp_path / "out"), str(tmp_path / "a"),
+                 str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    merged = ShardedBloom.load(tmp_path / "out")
+    assert all(f"http://{n}.test/{k}" in merged for n in "ab" for k in ("old", "new"))
+
+
+# -- crashes, stops, lost connections ----------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_kill9_of_one_worker_then_resume_loses_nothing(tmp_path, redis_server):
+    async with owned_site(SLOW_SPEC, 3) as running:
+        fleet = make_fleet(tmp_path, running, redis_server.url, 3)
+        procs = [await fleet.start(i) for i in range(3)]
+        await served_at_least(running, 120)
+        assert procs[1].returncode is None
+        procs[1].kill()
+        await procs[1].wait()
+        procs[1] = await fleet.resume(1)
+        results = await finish(procs)
+        assert all(rc == 0 for rc, _ in results), results
+        check_exact(fleet.dirs, running, max_refetches=6)  # at most worker 1's concurrency
+
+
+@pytest.mark.slow
+async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_become_6(
+        tmp_path, redis_server):
+    async with owned_site(SLOW_SPEC, 3) as running:
+        fleet = make_fleet(tmp_path, running, redis_server.url, 3)
+        procs = [await fleet.start(i) for i in range(3)]
+        await served_at_least(running, 100)
+        procs[0].send_signal(signal.SIGINT)
+        results = await finish(procs, timeout=20)
+        assert [rc for rc, _ in results] == [0, 0, 0], results
+        assert "SIGINT: stopping" in results[0][1]
+        assert all("stop requested by the fleet" in err for _, err in results[1:])
+        queued = 0
+        for d in fleet.dirs:
+            with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
+                hwm = ledger.hwm()
+                queued += ledger.counts()["queued"]
+            marks = {read_header(f).hwm for f in (d / "shards").glob("shard-*.bloom")}
+            assert marks == {hwm}, d  # every shard written at the end, covering the ledger
+        assert queued > 0  # it really stopped early
+        # continue as a fleet of 6: its Redis (given, not local) is resharded too
+        six = tmp_path / "six"
+        done = await run_cli("resize", "--from-state", str(fleet.root / "fleet"), "--to", "6",
+                             "-o", str(six))
+        assert done.rc == 0, done.stderr
+        assert "un-acknowledged link(s) in Redis at redis://127.0.0.1:" in done.stdout
+        done = await run_cli("resume", str(six), "--quiet")  # the stored URL, no --redis
+        assert done.rc == 0, done.stderr
+        check_exact([six / f"worker-{i}" for i in range(6)], running, max_refetches=0)
+
+
+@pytest.mark.slow
+async def test_redis_restart_mid_crawl_loses_nothing(tmp_path, redis_factory):
+    server = redis_factory(persistent=True)
+    async with owned_site(SLOW_SPEC, 3) as running:
+        fleet = make_fleet(tmp_path, running, server.url, 3)
+        procs = [await fleet.start(i) for i in range(3)]
+        await served_at_least(running, 100)
+        await asyncio.to_thread(server.stop)  # clean shutdown: the AOF keeps the streams
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(server.start)
+        results = await finish(procs)
+        assert all(rc == 0 for rc, _ in results), results
+        assert all("connection lost" in err for _, err in results), results
+        check_exact(fleet.dirs, running, max_refetches=0)
+
+
+# -- the fleet command, resize -----------------------------------------------------------------
+
+
+def fleet_worker_dirs(root: Path) -> list[Path]:
+    n = json.loads((root / "fleet.json").read_text())["workers"]
+    return [root / f"worker-{i}" for i in range(n)]
+
+
+@pytest.mark.slow
+async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_path):
+    require_redis_binary()
+    async with owned_site(SLOW_SPEC, 4) as running:
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "worker.toml"
+        config.write_text(config_toml(worker_settings()))
+        f4, f2, f4b = tmp_path / "f4", tmp_path / "f2", tmp_path / "f4b"
+        total = len(running.site.reachable().fetched)
+
+        async def run_until_ctrl_c(proc: asyncio.subprocess.Process, n: int) -> str:
+            await served_at_least(running, n)
+            assert proc.returncode is None
+            proc.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+            assert proc.returncode == 0, err.decode()
+            return err.decode()
+
+        err = await run_until_ctrl_c(await start_cli(
+            "fleet", str(seeds), "--state", str(f4), "--workers", "4", "--config",
+            str(config)), 80)
+        assert "SIGINT: stopping 4 workers" in err and "continue with: bloomcrawl resume" in err
+        assert (f4 / "redis").is_dir()  # its own local Redis, kept for resume
+        done = await run_cli("resize", "--from-state", str(f4), "--to", "2", "-o", str(f2))
+        assert done.rc == 0, done.stderr
+        await run_until_ctrl_c(await start_cli("resume", str(f2)), total // 2)
+        done = await run_cli("resize", "--from-state", str(f2), "--to", "4", "-o", str(f4b))
+        assert done.rc == 0, done.stderr
+        assert sum(running.total_pages().values()) < total  # work was left for the end
+        done = await run_cli("resume", str(f4b), "--quiet")
+        assert done.rc == 0, done.stderr
+        assert done.stderr == ""
+        check_exact(fleet_worker_dirs(f4b), running, max_refetches=0)
+        for i, d in enumerate(fleet_worker_dirs(f4b)):
+            with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
+                meta = ledger.meta_get(FLEET_KEY)
+            assert (meta["worker_id"], meta["workers"]) == (i, 4)
+
+
+# -- clear errors ------------------------------------------------------------------------------
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("bloomcrawl: error: ")
+    return lines[0]
+
+
+def crawl_argv(tmp_path: Path, url: str, workers: int, worker_id: int, *extra: str) -> list[str]:
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/", "http://127.0.0.2:9/"])
+    config = tmp_path / "c.toml"
+    config.write_text(config_toml(worker_settings()))
+    return ["crawl", str(seeds), "--state", str(tmp_path / f"w{worker_id}"), "--redis", url,
+            "--workers", str(workers), "--worker-id", str(worker_id), "--config", str(config),
+            "--quiet", *extra]
+
+
+async def register(url: str, workers: int, geometry: dict, crawl_id: str) -> None:
+    t = RedisTransport(url, crawl_id=crawl_id, workers=workers, worker_id=0, geometry=geometry)
+    await t.connect()
+    await t.close()
+
+
+def test_unreachable_redis_is_one_line_without_the_password(tmp_path, capsys):
+    argv = crawl_argv(tmp_path, f"redis://:hunter2@127.0.0.1:{free_port()}/0", 2, 0)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    line = one_error_line(err)
+    assert "cannot reach Redis at redis://:***@127.0.0.1:" in line and "hunter2" not in err
+    assert not (tmp_path / "w0").exists()  # refused before anything was written
+
+
+def test_wrong_worker_count_is_one_line(tmp_path, capsys, redis_server):
+    argv = crawl_argv(tmp_path, redis_server.url, 2, 0)
+    crawl_id = derive_crawl_id(argv[1], 2)  # the id a worker derives for these seeds and W
+    asyncio.run(register(redis_server.url, 3, {}, crawl_id))
+    assert main(argv) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "has 3 workers; this worker was started with --workers 2" in line
+    assert not (tmp_path / "w0").exists()
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("capacity", {"dedup": {"capacity": 200_000}}),
+    ("canon_sort_query", {"canonical": {"sort_query": False}}),
+    ("scope", {"crawl": {"allow_domains": ["example.org"]}}),
+])
+def test_a_worker_of_another_geometry_is_refused_naming_the_field(tmp_path, capsys,
+                                                                redis_server, field, change):
+    argv = crawl_argv(tmp_path, redis_server.url, 2, 1, "--crawl-id", "geo")
+    settings = worker_settings()
+    scope = Scope.for_seeds(["http://127.0.0.1:9/", "http://127.0.0.2:9/"])
+    fleet = fleet_geometry(settings_geometry(settings), settings.canonical.rules(), scope)
+    asyncio.run(register(redis_server.url, 2, fleet, "geo"))
+    odd = tmp_path / "odd.toml"
+    odd.write_text(config_toml(settings.with_values(**change)))
+    argv[argv.index("--config") + 1] = str(odd)
+    assert main(argv) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"geometry field '{field}' differs" in line
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--workers", "2", "--worker-id", "0"], "needs --redis URL"),
+    (["--redis", "redis://127.0.0.1:1/0"], "needs --workers W and --worker-id I"),
+    (["--redis", "redis://127.0.0.1:1/0", "--workers", "2", "--worker-id", "2"],
+     "--worker-id must be below --workers 2"),
+    (["--crawl-id", "x"], "--crawl-id is for fleet workers"),
+    (["--redis", "r", "--workers", "2", "--worker-id", "0", "--crawl-id", "a b"], "crawl id"),
+])
+def test_fleet_usage_errors_exit_2(tmp_path, capsys, monkeypatch, argv, fragment):
+    monkeypatch.delenv("BLOOMCRAWL_REDIS_URL", raising=False)
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    assert main(["crawl", str(seeds), "--state", str(tmp_path / "s"), *argv]) == 2
+    assert fragment in one_error_line(capsys.readouterr().err)
+
+
+def test_resuming_a_worker_whose_redis_had_a_password_needs_it_again(tmp_path, capsys,
+                                                                  monkeypatch):
+    monkeypatch.delenv("BLOOMCRAWL_REDIS_URL", raising=False)
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    meta = worker_meta("c1", 2, 0, "redis://:s3cret@127.0.0.1:6390/0")
+    assert meta["redis"] == "redis://:***@127.0.0.1:6390/0" and meta["redis_auth"]
+    seen, _, _ = create_crawl(tmp_path / "w0", worker_settings(), seeds, crawl_id="c1",
+                              meta=meta)
+    seen.close()
+    assert main(["resume", str(tmp_path / "w0")]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "had a password, which is not stored; give it with --redis URL" in line
+    assert "s3cret" not in line
+
+
+def test_resize_refuses_a_running_fleet_and_ratios_other_than_half_or_double(tmp_path, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/", "http://127.0.0.2:9/"])
+    fleet = tmp_path / "fleet"
+    for i in range(2):  # Redis is unreachable: refusing must come before touching it
+        meta = worker_meta("c2", 2, i, f"redis://127.0.0.1:{free_port()}/0")
+        seen, _, _ = create_crawl(fleet / f"worker-{i}", worker_settings(), seeds,
+                                  crawl_id="c2", meta=meta)
+        seen.close()
+    assert main(["resize", "--from-state", str(fleet), "--to", "3", "-o",
+                 str(tmp_path / "x")]) == 1
+    assert "can only halve" in one_error_line(capsys.readouterr().err)
+    with UrlSeen(fleet / "worker-1", create=False):  # a worker is running
+        assert main(["resize", "--from-state", str(fleet), "--to", "1", "-o",
+                     str(tmp_path / "one")]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "worker-1 is in use by a running worker; stop the fleet" in line
+    assert not (tmp_path / "one").exists()

@@ -1,0 +1,91 @@
+"""Helpers shared by the crawler and fleet tests: fast crawl settings, config files,
+seed files, and the ``bloomcrawl`` command line run as a child process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawler.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+# -- crawl settings for tests -------------------------------------------------------------
+
+def fast_settings(**sections: dict) -> Settings:
+    """Settings for crawling 127.0.0.1 quickly: no delay, small filter, short timeouts."""
+    base: dict[str, dict] = {
+        "crawl": {"concurrency": 16},
+        "politeness": {"delay": 0.0, "per_host": 4},
+        "fetch": {"allow_private": True, "connect_timeout": 2.0, "read_timeout": 5.0,
+                  "total_timeout": 10.0, "backoff_base": 0.05},
+        "dedup": {"capacity": 100_000, "shards": 4},
+        "snapshot": {"interval": 0.5, "every_new_urls": 200},
+    }
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    return Settings().with_values(**base)
+
+
+def config_toml(settings: Settings) -> str:
+    """A config file that reproduces ``settings`` (for subprocess crawls)."""
+    lines = []
+    for section, values in settings.to_dict().items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def write_seeds(path: Path, urls: list[str]) -> Path:
+    path.write_text("".join(u + "\n" for u in urls))
+    return path
+
+
+# -- the command line in a subprocess -------------------------------------------------------
+
+@dataclass
+class CliResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("BLOOMCRAWL_DEBUG", None)
+    return env
+
+
+async def start_cli(*args: str) -> asyncio.subprocess.Process:
+    """``python -m crawler ARGS`` as a child process (stdout/stderr piped)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "crawler", *args, cwd=REPO, env=cli_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+async def run_cli(*args: str, timeout: float = 60.0) -> CliResult:
+    """Run the CLI to completion without blocking the event loop (servers keep serving)."""
+    proc = await start_cli(*args)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return CliResult(proc.returncode or 0, out.decode(), err.decode())

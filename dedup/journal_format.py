@@ -4,8 +4,8 @@ batch's frontier text is packed, one compressed row per host.
 A page's new URLs are split by host (the frontier pages in per host). A group's
 row id is its smallest seq; its seqs are stored as offsets from that id, one byte
 each when the batch is small (the usual case: ~10 new URLs a page), else four;
-its URLs are newline-joined and zlib-compressed (canonical URLs never hold a raw
-newline: it is percent-encoded).
+its URLs are newline-joined (canonical URLs never hold a raw newline: it is
+percent-encoded) and zlib-compressed when that is smaller, behind one tag byte.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class PortableRow(NamedTuple):
 
 
 ZLIB_LEVEL = 6
+_RAW, _DEFLATED = b"\x00", b"\x01"
 
 # (first seq, host, seqs, urls) of one host's URLs in one batch
 Group = tuple[int, str, list[int], list[str]]
@@ -118,16 +119,26 @@ def groups_by_host(first: int, urls: Sequence[str | None],
 
 
 def encode_group(group: Group, depth: int) -> tuple[int, str, int, bytes, bytes]:
-    """The ``queue`` row ``(id, host, depth, seqs, urls)`` of one group."""
+    """The ``queue`` row ``(id, host, depth, seqs, urls)`` of one group.
+
+    The text is deflated only when that makes it smaller (a lone URL grows by
+    the zlib header); its first byte says which. Plain ``bytes`` for small
+    offsets: numpy's per-call cost dominated a group of a few URLs."""
     first, host, seqs, urls = group
-    offsets = np.asarray(seqs, dtype=np.int64) - first
-    dtype = np.uint8 if int(offsets[-1]) < 256 else np.dtype("<u4")
-    return (first, host, depth, offsets.astype(dtype).tobytes(),
-            zlib.compress("\n".join(urls).encode(), ZLIB_LEVEL))
+    offsets = [s - first for s in seqs]
+    packed = (bytes(offsets) if offsets[-1] < 256
+              else np.asarray(offsets, dtype="<u4").tobytes())
+    raw = "\n".join(urls).encode()
+    if len(urls) > 1:
+        deflated = zlib.compress(raw, ZLIB_LEVEL)
+        if len(deflated) < len(raw):
+            return first, host, depth, packed, _DEFLATED + deflated
+    return first, host, depth, packed, _RAW + raw
 
 
 def decode_group(first: int, seqs: bytes, urls: bytes) -> tuple[np.ndarray, list[str]]:
     """Inverse of ``encode_group``: (seqs int64, urls) of one queue row."""
-    texts = zlib.decompress(urls).decode().split("\n")
+    body = zlib.decompress(urls[1:]) if urls[:1] == _DEFLATED else urls[1:]
+    texts = body.decode().split("\n")
     dtype = np.uint8 if len(seqs) == len(texts) else np.dtype("<u4")
     return np.frombuffer(seqs, dtype=dtype).astype(np.int64) + first, texts

@@ -144,6 +144,16 @@ def test_queued_pages_in_seq_order_across_interleaved_hosts(j):
     assert j.queued_hosts() == ["a.test", "b.test", "c.test"]
 
 
+def test_big_batches_keep_wide_offsets_and_lone_urls_stay_raw(j):
+    ids = range(600)
+    text = [f"http://{'ab'[i % 2]}.test/{i}" for i in ids]
+    j.append(fps(ids), depth=0, urls=text)
+    j.append(fp(600), depth=0, urls=["http://c.test/600"])
+    assert [(r.seq, r.url) for r in j.queued(10**6)] == list(
+        zip(range(1, 602), [*text, "http://c.test/600"], strict=True))
+    assert j.row(600).url == text[599] and j.row(601).host == "c.test"
+
+
 def test_compact_queue_drops_only_fully_done_rows(j):
     j.append(fps(range(4)), depth=0, urls=["http://a.test/0", "http://b.test/1",
                                             "http://a.test/2", "http://b.test/3"])

@@ -42,13 +42,12 @@ from dedup.journal_format import (
     SCHEMA,
     Batch,
     JournalRow,
-    QueuedRow,
     StateFormatError,
-    decode_group,
     encode_group,
     groups_by_host,
 )
-from dedup.ledger import State
+from dedup.journal_queue import QueueTable, select_in
+from dedup.ledger import QueuedRow, State
 
 # Measured with bench/journal_bench.py (bench/README.md): 1 KiB pages wrote no
 # less than 4 KiB ones; checkpointing every 10,000 WAL pages instead of 1,000
@@ -58,7 +57,6 @@ from dedup.ledger import State
 PAGE_SIZE = 4096
 WAL_AUTOCHECKPOINT = 10_000
 JOURNAL_SIZE_LIMIT = 16 << 20
-_PARAMS = 30_000  # below SQLite's 32766 host parameters
 
 _DONE = tuple(s for s in State if s is not State.QUEUED)
 _COUNTER_KEYS = ("admitted", "forgotten", *(s.name.lower() for s in _DONE))
@@ -88,12 +86,12 @@ class Journal:
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
+        self._queue = QueueTable(self._db)
         try:
             self._open()
         except BaseException:
             self._db.close()
             raise
-        self._dirty: set[int] = set()  # marked seqs whose queue rows may be done
 
     def _open(self) -> None:
         db = self._db
@@ -192,7 +190,7 @@ class Journal:
                 self._counts[before.name.lower()] -= 1
             if after is not State.QUEUED:
                 self._counts[after.name.lower()] += 1
-                self._dirty.add(seq)
+                self._queue.note_done(seq)
             prev[seq] = after
         self._end()
 
@@ -210,15 +208,10 @@ class Journal:
             if batch is None or batch.kind != ADMIT:
                 raise ValueError(f"seq {seq} is not an admitted URL of this ledger")
         out: dict[int, State] = {}
-        for seq, state in self._select_in("SELECT seq, state FROM outcomes WHERE seq IN ",
-                                          sorted(set(seqs))):
+        for seq, state in select_in(self._db, "SELECT seq, state FROM outcomes WHERE seq IN ",
+                                    sorted(set(seqs))):
             out[seq] = State(state)
         return out
-
-    def _select_in(self, sql: str, values: list[int], suffix: str = "") -> Iterator[tuple]:
-        for i in range(0, len(values), _PARAMS):
-            chunk = values[i:i + _PARAMS]
-            yield from self._db.execute(f"{sql}({','.join('?' * len(chunk))}){suffix}", chunk)
 
     # -- reading ---------------------------------------------------------------
 
@@ -262,14 +255,7 @@ class Journal:
         if batch is None:
             return None
         fp = batch.fps[(seq - batch.seq) * FP:(seq - batch.seq + 1) * FP]
-        url = host = None
-        found = self._db.execute("SELECT id, host, seqs, urls FROM queue "
-                                 "WHERE id BETWEEN ? AND ?", (batch.seq, seq))
-        for first, group_host, packed, texts in found:
-            seqs, urls = decode_group(first, packed, texts)
-            hits = np.flatnonzero(seqs == seq)
-            if hits.size:
-                url, host = urls[int(hits[0])], group_host
+        url, host = self._queue.text_of(seq, batch.seq)
         state = status = error = at = None
         if batch.kind == ADMIT:
             out = self._db.execute("SELECT state, status, error, at FROM outcomes WHERE seq = ?",
@@ -310,13 +296,6 @@ class Journal:
         while rows := cur.fetchmany(1024):
             yield from (Batch(*r) for r in rows)
 
-    def queue_groups(self) -> Iterator[tuple[str, int, np.ndarray, list[str]]]:
-        """Every kept queue row as ``(host, depth, seqs, urls)``, in id order."""
-        cur = self._db.execute("SELECT id, host, depth, seqs, urls FROM queue ORDER BY id")
-        while rows := cur.fetchmany(1024):
-            for first, host, depth, packed, texts in rows:
-                yield (host, depth, *decode_group(first, packed, texts))
-
     def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
         """Every outcome ``(seq, state, status, error, at)``, in seq order."""
         cur = self._db.execute("SELECT seq, state, status, error, at FROM outcomes ORDER BY seq")
@@ -325,50 +304,23 @@ class Journal:
 
     # -- the frontier ------------------------------------------------------------
 
+    # -- the frontier ------------------------------------------------------------
+
     def queued(self, limit: int, *, after_seq: int = 0,
                host: str | None = None) -> list[QueuedRow]:
         """Up to ``limit`` URLs not yet marked, past ``after_seq``, in seq order
-        (optionally one host's, through the ``(host, id)`` index).
-
-        Groups of one batch interleave in seq order, so rows are cut only below
-        the last group id read: every unread group holds larger seqs."""
-        first = self.batch_of(after_seq)
-        cursor = first.seq if first else after_seq
-        where, args = ("AND host = ? ", [host]) if host is not None else ("", [])
-        found: list[QueuedRow] = []
-        while True:
-            groups = self._db.execute(
-                f"SELECT id, host, depth, seqs, urls FROM queue WHERE id >= ? {where}"
-                "ORDER BY id LIMIT ?", [cursor, *args, max(64, limit)]).fetchall()
-            found.extend(self._unmarked(groups, after_seq))
-            found.sort(key=lambda r: r.seq)
-            if not groups:
-                return found[:limit]
-            cursor = groups[-1][0] + 1
-            if sum(1 for r in found if r.seq < cursor) >= limit:
-                return [r for r in found if r.seq < cursor][:limit]
-
-    def _unmarked(self, groups: list[tuple], after_seq: int) -> list[QueuedRow]:
-        rows: list[QueuedRow] = []
-        for first, host, depth, packed, texts in groups:
-            seqs, urls = decode_group(first, packed, texts)
-            rows.extend(QueuedRow(int(s), u, host, depth)
-                        for s, u in zip(seqs, urls, strict=True) if s > after_seq)
-        done = {r[0] for r in self._select_in("SELECT seq FROM outcomes WHERE seq IN ",
-                                              [r.seq for r in rows], " AND state != 0")}
-        return [r for r in rows if r.seq not in done]
+        (optionally one host's, through the ``(host, id)`` index): the frontier's
+        page-in, with ``after_seq`` = the last seq it got as the cursor."""
+        return self._queue.queued(limit, after_seq, host)
 
     def queued_hosts(self) -> list[str]:
-        """Hosts that have queue rows, sorted: a loose index scan, one seek per host
-        (a plain DISTINCT would read every queue row). Hosts whose rows are all done
-        stay listed until ``compact_queue`` drops those rows."""
-        hosts: list[str] = []
-        row = self._db.execute("SELECT min(host) FROM queue").fetchone()
-        while row is not None and row[0] is not None:
-            hosts.append(row[0])
-            row = self._db.execute("SELECT min(host) FROM queue WHERE host > ?",
-                                   (row[0],)).fetchone()
-        return hosts
+        """Hosts that have queue rows, sorted. Hosts whose rows are all done stay
+        listed until ``compact_queue`` drops those rows."""
+        return self._queue.hosts()
+
+    def queue_groups(self) -> Iterator[tuple[str, int, np.ndarray, list[str]]]:
+        """Every kept queue row as ``(host, depth, seqs, urls)``, in id order."""
+        return self._queue.groups()
 
     def compact_queue(self, *, full: bool = False) -> int:
         """Delete queue rows all of whose URLs are marked done; return how many.
@@ -376,31 +328,12 @@ class Journal:
         Only rows holding seqs marked since the last call are examined (a few
         seeks per mark), so it is cheap at snapshot time; ``full=True`` scans the
         whole queue (after a crash lost that memory, or after a migration)."""
-        if full:
-            candidates = self._db.execute("SELECT id, seqs, urls FROM queue").fetchall()
-        else:
-            seen_ids: set[int] = set()
-            candidates = []
-            for seq in sorted(self._dirty):
-                batch = self.batch_of(seq)
-                for g in self._db.execute("SELECT id, seqs, urls FROM queue WHERE id BETWEEN ? "
-                                          "AND ?", (batch.seq if batch else seq, seq)):
-                    if g[0] not in seen_ids and seq in decode_group(*g)[0]:
-                        seen_ids.add(g[0])
-                        candidates.append(g)
-        drop: list[tuple[int]] = []
-        for first, packed, texts in candidates:
-            seqs = [int(s) for s in decode_group(first, packed, texts)[0]]
-            done = sum(1 for _ in self._select_in(
-                "SELECT seq FROM outcomes WHERE seq IN ", seqs, " AND state != 0"))
-            if done == len(seqs):
-                drop.append((first,))
-        if drop:
+        ids = self._queue.done_rows(full=full)
+        if ids:
             self._begin()
-            self._db.executemany("DELETE FROM queue WHERE id = ?", drop)
+            self._queue.drop(ids)
             self._end()
-        self._dirty.clear()
-        return len(drop)
+        return len(ids)
 
     # -- metadata ----------------------------------------------------------------
 

@@ -38,14 +38,6 @@ class StateFormatError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class QueuedRow:
-    seq: int
-    url: str
-    host: str
-    depth: int
-
-
-@dataclass(frozen=True, slots=True)
 class Batch:
     """One ``log`` row: seqs ``seq .. seq+n-1`` with their fingerprints in order."""
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup.journal import Journal
-from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, StateFormatError
+from dedup.journal_format import ADMIT, FORGET, PortableRow, StateFormatError
 from dedup.journal_transfer import import_rows, migrate_v1, rows
-from dedup.ledger import Ledger, State
+from dedup.ledger import Ledger, QueuedRow, State
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,9 @@ Format 1 kept one SQLite row per URL behind a UNIQUE fingerprint index, so every
 admission dirtied random B-tree pages (~14 KB written and 217 B stored per URL).
 Here admitting a page's new URLs appends ONE ``log`` row (rowid = first seq of
 the batch, the fingerprints as one blob): pages fill in order, and nothing on the
-admission path reads or rewrites an old page. The exact seen-set lives in the
+pure seen-set path reads or rewrites an old page. (With URL text, the queue's
+``(host, id)`` index still takes one random insert per (batch, host): measured
+in bench/README.md, "Ledger format 2".) The exact seen-set lives in the
 fingerprint index (``dedup.fpindex``), which is rebuilt from this log; the log
 never deletes, so seqs are never reused and snapshot high-water marks stay sound.
 
@@ -17,7 +19,8 @@ Tables (``SCHEMA``):
 - ``queue(id, host, depth, seqs, urls)``: the durable frontier text, one row per
   (batch, host); ``id`` is the group's smallest seq (unique, since a batch's
   groups partition its seqs), ``seqs`` the offsets from ``id`` (uint8 when they
-  fit, else uint32), ``urls`` zlib-compressed newline-joined text.
+  fit, else uint32), ``urls`` the newline-joined text behind a tag byte, zlib-
+  deflated when that is smaller (a lone URL is not).
 - ``outcomes(seq, state, status, error, at)``: fetch results; no row = queued.
 
 One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.

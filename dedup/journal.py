@@ -142,7 +142,6 @@ class Journal:
         """
         if urls is not None and len(urls) != len(fps) // FP:
             raise ValueError(f"{len(urls)} urls for {len(fps) // FP} fingerprints")
-        self._begin()
         seqs = self._append(fps, ADMIT, depth, urls, hosts)
         self._end()
         return seqs
@@ -153,7 +152,6 @@ class Journal:
         Old seqs keep their states; a caller that wants a forgotten URL out of the
         frontier marks its old seq (the fingerprint index gives it).
         """
-        self._begin()
         seqs = self._append(fps, FORGET, 0, None, None)
         self._end()
         return seqs
@@ -167,6 +165,7 @@ class Journal:
             return range(0)
         seq = self._hwm + 1
         groups = groups_by_host(seq, urls, hosts) if urls is not None else []
+        self._begin()  # only now: bad input above leaves no transaction open
         self._db.execute("INSERT INTO log VALUES (?,?,?,?,?)", (seq, n, kind, depth, fps))
         if groups:
             self._db.executemany("INSERT INTO queue VALUES (?,?,?,?,?)",
@@ -177,11 +176,17 @@ class Journal:
 
     def mark_many(self, rows: Iterable[tuple[int, State, int | None, str | None]]) -> None:
         """Record fetch outcomes ``(seq, state, status, error)``; the per-state counters
-        move by the seq's previous state, so marking a seq twice counts it once."""
-        rows = list(rows)
+        move by the seq's previous state, so marking a seq twice counts it once.
+        A done seq may change its final state but not go back to QUEUED."""
+        rows = [(seq, State(state), status, error) for seq, state, status, error in rows]
         if not rows:
             return
         prev = self._states([r[0] for r in rows])
+        for seq, state, _, _ in rows:
+            if state is State.QUEUED and prev.get(seq, State.QUEUED) is not State.QUEUED:
+                # its queue row may be compacted away: re-admit it (forget + append)
+                raise ValueError(f"seq {seq} is {prev[seq].name.lower()}: a done URL does "
+                                 "not return to the frontier")
         now = time.time()
         self._begin()
         self._db.executemany("INSERT OR REPLACE INTO outcomes VALUES (?,?,?,?,?)",

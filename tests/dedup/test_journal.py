@@ -77,6 +77,11 @@ def test_append_refuses_bad_input_and_writes_nothing(j):
     with pytest.raises(ValueError, match="hosts for"):
         j.append(fps(range(2)), depth=0, urls=urls(range(2)), hosts=["a.test"])
     assert j.hwm() == 0 and j.counts()["admitted"] == 0 and replay(j) == []
+    assert not j.pending
+    j.append(fp(1), depth=0)
+    with pytest.raises(ValueError, match="is not a valid State"):
+        j.mark_many([(1, State.FETCHED, 200, None), (1, 7, None, None)])
+    assert j.counts() == j.recount() and j.row(1).state == State.QUEUED
 
 
 def test_forget_is_a_tombstone_batch(j):
@@ -110,9 +115,12 @@ def test_mark_many_moves_counters_once_per_seq(j):
                  (2, State.FAILED, None, "timeout")])
     j.mark(2, State.FETCHED, status=200)  # failed -> fetched moves one count
     j.mark(3, State.SKIPPED, error="robots")
-    j.mark(3, State.QUEUED)  # back to the frontier
+    with pytest.raises(ValueError, match="seq 3 is skipped"):
+        j.mark(3, State.QUEUED)  # its text may be compacted away
+    j.mark(4, State.QUEUED, error="retry later")  # still queued: status/error only
     assert j.counts() == {"admitted": 6, "forgotten": 0, "fetched": 2, "failed": 0,
-                          "skipped": 0, "queued": 4} == j.recount()
+                          "skipped": 1, "queued": 3} == j.recount()
+    assert [r.seq for r in j.queued(10)] == [4, 5, 6]
     r = j.row(2)
     assert (r.state, r.status, r.url, r.depth) == (State.FETCHED, 200, "http://a.test/1", 0)
     with pytest.raises(ValueError, match="seq 99"):
@@ -273,7 +281,8 @@ def test_portable_rows_round_trip_with_tombstones(tmp_path):
 OPS = st.lists(st.one_of(
     st.tuples(st.just("admit"), st.integers(1, 6), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("forget"), st.integers(1, 3)),
-    st.tuples(st.just("mark"), st.integers(0, 10**6), st.sampled_from(list(State))),
+    st.tuples(st.just("mark"), st.integers(0, 7), st.sampled_from(list(State))),
+    st.tuples(st.just("mark"), st.just(-1), st.sampled_from(list(State))),  # the newest again
     st.tuples(st.just("commit")),
     st.tuples(st.just("crash")),
     st.tuples(st.just("compact")),
@@ -308,8 +317,12 @@ def test_matches_a_model_under_random_operations(tmp_path_factory, ops):
                 admitted = [s for s, r in enumerate(model["log"], 1) if r[1] == ADMIT]
                 if admitted:
                     seq = admitted[op[1] % len(admitted)]
-                    jr.mark(seq, op[2], status=200)
-                    model["out"][seq] = op[2]
+                    if op[2] == State.QUEUED != model["out"].get(seq, State.QUEUED):
+                        with pytest.raises(ValueError, match="does not return"):
+                            jr.mark(seq, op[2], status=200)
+                    else:
+                        jr.mark(seq, op[2], status=200)
+                        model["out"][seq] = op[2]
             elif op[0] == "commit":
                 jr.commit()
                 durable = {"log": list(model["log"]), "out": dict(model["out"])}

@@ -47,6 +47,7 @@ SEQ_MASK = np.uint64((1 << 63) - 1)
 _HEAD = struct.Struct("<8sIIQQQI")
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
+_SCAN_MAX = 64  # up to this many keys a block scan beats a binary search (fewer calls)
 
 
 class RunFileError(ValueError):
@@ -136,11 +137,13 @@ class Run:
         self.block, self.count, self.min_seq, self.max_seq, crc = _parse_header(
             self.path, head, size)
         self.nbytes = size
-        if self.count:
-            self._rec = np.memmap(self.path, dtype="<u8", mode="r", offset=HEADER_SIZE,
-                                  shape=(self.count, 3))
+        if self.count:  # a plain ndarray view: numpy.memmap adds overhead to every index
+            self._rec = np.asarray(np.memmap(self.path, dtype="<u8", mode="r",
+                                             offset=HEADER_SIZE, shape=(self.count, 3)))
         else:
             self._rec = np.zeros((0, 3), dtype="<u8")
+        self._flat = self._rec.reshape(-1)
+        self._offsets = np.arange(self.block, dtype=np.int64)
         self.fence_hi, self.fence_lo = self._verify(crc)
 
     def _verify(self, crc: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,23 +195,58 @@ class Run:
         b = np.searchsorted(fh, hi, side="right").astype(np.int64) - 1
         while True:
             bc = np.maximum(b, 0)
-            back = (b >= 0) & (fh[bc] == hi) & (fl[bc] > lo)
+            back = (fh[bc] == hi) & (fl[bc] > lo) & (b >= 0)
             if not back.any():
                 break
             b[back] -= 1
-        ok = b >= 0
-        idx = np.maximum(b, 0)[:, None] * self.block + np.arange(self.block)
+        live = np.flatnonzero(b >= 0)
+        if len(live) > _SCAN_MAX:
+            return self._search(hi, lo, b, live)
+        found = np.zeros(len(hi), dtype=bool)
+        seq = np.zeros(len(hi), dtype=np.uint64)
+        if not len(live):
+            return found, seq
+        # small batch: gather only the hi column of each key's block (8 bytes a record);
+        # lo and seq are read just where hi matched, about one record per present key
+        idx = b[live, None] * self.block + self._offsets
         np.minimum(idx, self.count - 1, out=idx)
-        rows = self._rec[idx.ravel()].reshape(len(hi), self.block, 3)
-        match = (rows[:, :, 0] == hi[:, None]) & (rows[:, :, 1] == lo[:, None])
-        found = match.any(axis=1) & ok
-        at = match.argmax(axis=1)
-        seq = np.where(found, rows[np.arange(len(hi)), at, 2], np.uint64(0))
+        flat = self._flat
+        key_at, col = np.nonzero(flat[idx * 3] == hi[live, None])
+        rows = idx[key_at, col]
+        keys = live[key_at]
+        hit = flat[rows * 3 + 1] == lo[keys]
+        found[keys[hit]] = True
+        seq[keys[hit]] = flat[rows[hit] * 3 + 2]
+        return found, seq
+
+    def _search(self, hi: np.ndarray, lo: np.ndarray, b: np.ndarray,
+                live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Large batch: a branchless binary search inside each key's block, all keys at
+        once (log2(block) steps of n gathers instead of block-size gathers per key)."""
+        flat = self._flat
+        kh, kl = hi[live], lo[live]
+        first = b[live] * self.block
+        size = np.minimum(self.block, self.count - first)
+        while True:
+            half = size // 2
+            if not half.any():
+                break
+            mid = first + half
+            mh, ml = flat[mid * 3], flat[mid * 3 + 1]
+            below = (mh < kh) | ((mh == kh) & (ml <= kl))
+            first = np.where(below, mid, first)
+            size -= half
+        hit = (flat[first * 3] == kh) & (flat[first * 3 + 1] == kl)
+        found = np.zeros(len(hi), dtype=bool)
+        seq = np.zeros(len(hi), dtype=np.uint64)
+        found[live[hit]] = True
+        seq[live[hit]] = flat[first[hit] * 3 + 2]
         return found, seq
 
     def close(self) -> None:
         """Drop this object's reference to the map (numpy unmaps it once no view is left)."""
         self._rec = np.zeros((0, 3), dtype="<u8")
+        self._flat = self._rec.reshape(-1)
         self.count = 0
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dedup import runs
 from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, write_run
 
 
@@ -34,10 +36,12 @@ def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys:
     run = Run(path)
     truth = dict(zip(zip(hi.tolist(), lo.tolist(), strict=True), seq.tolist(), strict=True))
     asked = sorted(set(probes) | set(list(keys)[:20]))
-    found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
-                              np.array([a[1] for a in asked], np.uint64))
-    assert found.tolist() == [a in truth for a in asked]
-    assert got.tolist() == [truth.get(a, 0) for a in asked]
+    for scan_max in (0, 10**6):  # the binary-search path and the block-scan path
+        with mock.patch.object(runs, "_SCAN_MAX", scan_max):
+            found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
+                                      np.array([a[1] for a in asked], np.uint64))
+        assert found.tolist() == [a in truth for a in asked]
+        assert got.tolist() == [truth.get(a, 0) for a in asked]
 
 
 def test_writer_refuses_unsorted_and_abandons_cleanly(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ streams a chunked k-way merge (memory: one chunk per input); the owner thread
 installs a finished merge at its next call, so the run list only ever changes on
 the owner's thread. Tombstones are dropped only by merges that include the
 oldest run (nothing older is left for them to hide).
+
+One owner: one process holds the directory (the state dir's lock) and calls the
+index from one thread; only the merge thread runs beside it, on immutable files.
 """
 
 from __future__ import annotations
@@ -66,18 +69,25 @@ class _Buffer:
         self.seq: list[np.ndarray] = []
         self.newest: dict[int, int] = {}
         self.size = 0
+        self.top = -1  # highest seq held: a batch entirely above it just overwrites
 
     def add(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray) -> None:
         self.hi.append(hi)
         self.lo.append(lo)
         self.seq.append(seq)
         self.size += len(hi)
-        masked = (seq & SEQ_MASK).tolist()
-        newest = self.newest
-        for k, s, raw in zip(_keys(hi, lo), masked, seq.tolist(), strict=True):
-            old = newest.get(k)
-            if old is None or s >= old & int(SEQ_MASK):
-                newest[k] = raw
+        if not len(seq):
+            return
+        masked = seq & SEQ_MASK
+        newest, keys = self.newest, _keys(hi, lo)
+        if int(masked[0]) > self.top and bool(np.all(masked[1:] > masked[:-1])):
+            newest.update(zip(keys, seq.tolist(), strict=True))  # the owner's usual order
+        else:
+            for k, s, raw in zip(keys, masked.tolist(), seq.tolist(), strict=True):
+                old = newest.get(k)
+                if old is None or s >= old & int(SEQ_MASK):
+                    newest[k] = raw
+        self.top = max(self.top, int(masked.max()))
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         def cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -241,6 +251,7 @@ class FingerprintIndex:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / MANIFEST).unlink(missing_ok=True)
+        background = options.pop("background", True)
         index = cls(directory, background=False, **options)  # deletes the orphan runs
         top = 0
         for his, los, seqs, tomb in batches:
@@ -250,7 +261,7 @@ class FingerprintIndex:
             if index.needs_flush:
                 index.flush(top)
         index.flush(mark)
-        index.background = options.get("background", True)
+        index.background = background
         return index
 
     # -- internals ----------------------------------------------------------------------

@@ -89,6 +89,19 @@ def test_len_stats_and_rebuild(tmp_path: Path) -> None:
         idx.close()
 
 
+def test_newest_seq_wins_whatever_the_call_order(tmp_path: Path) -> None:
+    one = np.array([7], np.uint64)
+    with FingerprintIndex(tmp_path, background=False) as idx:
+        idx.add(one, one, np.array([10], np.uint64))
+        idx.forget(one, one, np.array([5], np.uint64))  # older than the admission
+        idx.add(np.array([7, 7], np.uint64), np.array([8, 8], np.uint64),
+                np.array([12, 11], np.uint64))  # in-batch order reversed too
+        for _ in range(2):
+            present, seq = idx.lookup(np.array([7, 7], np.uint64), np.array([7, 8], np.uint64))
+            assert present.tolist() == [True, True] and seq.tolist() == [10, 12]
+            idx.flush(12)
+
+
 def _filled(d: Path) -> list[tuple[int, int, int, bool]]:
     ledger = [(i + 1, i % 3, i, False) for i in range(60)]
     with FingerprintIndex(d, **OPTS, background=False) as idx:

@@ -193,12 +193,13 @@ class Run:
         # the last block whose first key is <= (hi, lo): by hi, then step back over
         # blocks that start with the same hi and a larger lo (only with equal-hi streaks)
         b = np.searchsorted(fh, hi, side="right").astype(np.int64) - 1
-        while True:
-            bc = np.maximum(b, 0)
-            back = (fh[bc] == hi) & (fl[bc] > lo) & (b >= 0)
-            if not back.any():
-                break
-            b[back] -= 1
+        if (fh[np.maximum(b, 0)] == hi).any():  # rare: skip the loop's calls otherwise
+            while True:
+                bc = np.maximum(b, 0)
+                back = (fh[bc] == hi) & (fl[bc] > lo) & (b >= 0)
+                if not back.any():
+                    break
+                b[back] -= 1
         live = np.flatnonzero(b >= 0)
         if len(live) > _SCAN_MAX:
             return self._search(hi, lo, b, live)

@@ -199,3 +199,21 @@ def test_kill9_anywhere_then_replay_is_exact(tmp_path: Path, seed: int) -> None:
         keys = [(h, lo) for h in range(8) for lo in range(0, 3000, 7)]
         keys += [(r[1], r[2]) for r in rows[-500:]]
         assert_answers(idx, model_of(rows), keys)
+
+
+def test_close_abandons_a_running_merge_cleanly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    n = 40_000
+    his, los = (rng.integers(0, 2**64, n, dtype=np.uint64) for _ in range(2))
+    seqs = np.arange(1, n + 1, dtype=np.uint64)
+    idx = FingerprintIndex(tmp_path, buffer_records=10_000, fanout=4)
+    for i in range(0, n, 10_000):
+        idx.add(his[i:i + 10_000], los[i:i + 10_000], seqs[i:i + 10_000])
+        idx.flush(i + 10_000)
+    assert idx.stats()["merging"] or idx.stats()["runs"] == 1
+    idx.close()  # abandons the merge if it still runs: no temp file, no extra run
+    assert not list(tmp_path.glob(".*.tmp"))
+    with FingerprintIndex(tmp_path) as again:
+        assert again.mark == n
+        present, seq = again.lookup(his, los)
+        assert present.all() and (seq == seqs.astype(np.int64)).all()

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup.journal import Journal
-from dedup.journal_format import ADMIT, FORGET, PortableRow, StateFormatError
+from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, State, StateFormatError
 from dedup.journal_transfer import import_rows, migrate_v1, rows
-from dedup.ledger import Ledger, QueuedRow, State
+from tests.support.ledger_v1 import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -366,7 +366,7 @@ def _check(jr: Journal, model: dict) -> None:
 CHILD = r"""
 import hashlib, sys
 from dedup.journal import Journal
-from dedup.ledger import State
+from dedup.journal_format import State
 N = 7
 jr = Journal(sys.argv[1], autocommit=False)
 b = jr.hwm() // N

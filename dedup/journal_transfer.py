@@ -55,8 +55,9 @@ def rows(journal: Journal) -> Iterator[PortableRow]:
 def import_rows(journal: Journal, source: Iterable[tuple]) -> int:
     """Append rows in the form ``rows()`` yields (7-tuples work too), in order;
     returns how many. URL text is kept wherever the row carries it (a done URL
-    whose queue text was compacted has none: it lives in the crawl output). Open ``journal`` with ``autocommit=False`` and
-    commit after to make the import one transaction."""
+    whose queue text was compacted has none: it lives in the crawl output).
+    Open ``journal`` with ``autocommit=False`` and commit after to make the import
+    one transaction."""
     count = 0
     chunk: list[PortableRow] = []
     for raw in source:
@@ -84,13 +85,14 @@ def _flush(journal: Journal, chunk: list[PortableRow]) -> None:
     hosts = [r.host or (host_of(u) if u else "") for r, u in zip(chunk, urls, strict=True)]
     seqs = journal.append(fps, depth=chunk[0].depth, urls=urls, hosts=hosts)
     marks = [(seq, State(r.state), r.status, r.error)
-             for seq, r in zip(seqs, chunk, strict=True) if r.state != State.QUEUED]
+             for seq, r in zip(seqs, chunk, strict=True)
+             if r.state != State.QUEUED or r.status is not None or r.error is not None]
     journal.mark_many(marks)
 
 
 def migrate_v1(path_v1: str | Path, journal: Journal) -> int:
     """Stream a format-1 ledger (table ``urls``) into an empty format-2 ``journal``:
-    seq order kept, URL text kept for QUEUED rows, outcomes for the rest, meta
+    seq order kept, URL text kept for every row, outcomes for the done ones, meta
     (geometry, rules, crawl id, ...) copied. Returns the rows moved.
 
     Seqs are renumbered (format 1 has gaps where rows were forgotten), so the

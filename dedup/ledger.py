@@ -240,9 +240,23 @@ class Ledger:
         """Every seq in order, in the portable form merge and resize move."""
         return _rows(self.journal)
 
+    def live_rows(self) -> Iterator[PortableRow]:
+        """The rows of the keys present now: an admission later forgotten is left out
+        (two passes; tombstones are rare, so only their keys are held in memory).
+        Seq order, except that a key readmitted after a forget comes last."""
+        forgotten = {r.fp for r in self.rows() if r.state is None}
+        last: dict[bytes, PortableRow | None] = {}
+        for row in self.rows():
+            if row.fp in forgotten:
+                last[row.fp] = row if row.state is not None else None
+            else:
+                yield row
+        yield from (row for row in last.values() if row is not None)
+
     def import_rows(self, rows: Iterable[tuple]) -> int:
-        """Append rows in the form ``rows()`` yields, skipping fingerprints already
-        present (union by fingerprint); returns how many were added."""
+        """Append rows in the form ``live_rows()`` yields, skipping fingerprints
+        already present (union by fingerprint); returns how many were added.
+        Tombstones are ignored: feed ``live_rows()``, not ``rows()``."""
         added = 0
         chunk: list[PortableRow] = []
         for raw in rows:

@@ -185,7 +185,7 @@ def _merge_into(tmp: Path, ins: list[Path], crawl_id: str, nshards: int) -> tupl
                 continue
             with Ledger(out_ledger) as ledger:
                 offered += len(seen.ledger)
-                ledger.import_rows(seen.ledger.rows())
+                ledger.import_rows(seen.ledger.live_rows())
     with Ledger(out_ledger) as ledger:
         hwm, rows = ledger.hwm(), len(ledger)
     shard_dir = shards_dir(tmp)
@@ -251,15 +251,15 @@ def _split_rows(src: Path, ledger: Ledger, outs: list[Ledger],
     """Import into each output the rows its hosts own (the journal is append-only, so
     outputs are built, not pruned); the metadata goes to every output.
 
-    A row whose host is unknown (its text was compacted) or a tombstone goes to
-    every output: an extra row only answers "seen" for a host that output never
-    admits, while a missing one could refetch a URL."""
+    A row whose host is unknown (its text was compacted) goes to every output: an
+    extra row only answers "seen" for a host that output never admits, while a
+    missing one could refetch a URL."""
     for key, value in ledger.meta_items().items():
         for out in outs:
             out.meta_set(key, value)
     chunks: list[list[Any]] = [[] for _ in outs]
-    for row in ledger.rows():
-        if row.host is None or row.state is None:
+    for row in ledger.live_rows():
+        if row.host is None:
             targets = range(len(outs))
         else:
             k = owner(row.host)

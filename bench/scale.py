@@ -105,6 +105,8 @@ def parse_args() -> argparse.Namespace:
                     help=f"also cold-cache runs of {' and '.join(COLD_IMPLS)}")
     ap.add_argument("--window", type=int, default=500_000, help="distinct URLs per window")
     ap.add_argument("--out", type=Path, help="write every figure as JSON here")
+    ap.add_argument("--report", type=Path, metavar="JSON",
+                    help="run nothing: print the tables of a run saved with --out")
     ap.add_argument("--jobs", type=int, default=1,
                     help="runs at once (1 on a shared machine: they compete for 2 cores)")
     ap.add_argument("--workdir", type=Path, help="where state goes (default: a temp dir, "
@@ -125,8 +127,19 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def reprint(path: Path) -> None:
+    saved = json.loads(path.read_text())
+    args = argparse.Namespace(window=saved["args"]["window"])
+    tables, _ = report_tables(saved["runs"], saved["restart"], args)
+    for t in tables:
+        print(markdown(t), end="\n\n")
+
+
 def main() -> None:
     args = parse_args()
+    if args.report:
+        reprint(args.report)
+        return
     runs = [(k, False) for k in args.impls]
     if args.cold:
         runs += [(k, True) for k in args.impls if k in COLD_IMPLS]

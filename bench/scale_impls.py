@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 from crawlstream import TRACKING
+from procstats import proc_io
 from w3lib.url import canonicalize_url, url_query_cleaner
 
 from dedup import Canonicalizer, UrlSeen, fingerprint
@@ -26,6 +27,7 @@ class Impl:
 
     name = ""
     durable = False
+    snapshot_bytes = 0  # of the process's write_bytes, those written by snapshots
 
     def __init__(self, state: Path) -> None:
         self.state = state
@@ -67,13 +69,18 @@ class Seen(Impl):
         if self.group_commit:
             self.seen.commit()
         if self.snapshot_every and distinct - self._snapped >= self.snapshot_every:
-            self.seen.snapshot()
+            self._snapshot()
             self._snapped = distinct
+
+    def _snapshot(self) -> None:
+        before = proc_io()["write_bytes"]
+        self.seen.snapshot()
+        self.snapshot_bytes += proc_io()["write_bytes"] - before
 
     def close(self) -> None:
         if self.group_commit:
             self.seen.commit()
-        self.seen.snapshot()
+        self._snapshot()
         self.seen.close()
 
 

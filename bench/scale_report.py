@@ -25,6 +25,10 @@ def _span(windows: list[dict[str, Any]]) -> dict[str, float]:
     return {"links_per_cpu_s": links / cpu if cpu else 0.0,
             "links_per_s": links / wall if wall else 0.0,
             "written_b_per_new": sum(w["write_bytes"] for w in windows) / new if new else 0.0,
+            # None for runs recorded before snapshot writes were counted apart
+            "snapshot_b_per_new": (sum(w["snapshot_write_bytes"] for w in windows) / new
+                                   if new and all("snapshot_write_bytes" in w for w in windows)
+                                   else None),
             "gen_cpu_s": sum(w["gen_cpu_s"] for w in windows), "cpu_s": cpu,
             "pages": sum(w["pages"] for w in windows)}
 
@@ -70,11 +74,12 @@ def summary_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
         rows.append([_label(run), run["distinct"], run["pages"], s["links_per_cpu_s"],
                      s["links_per_s"], max(w["vmhwm"] for w in run["windows"]),
                      last["state_b_per_url"], s["written_b_per_new"],
+                     s["snapshot_b_per_new"] if run["impl"] == "urlseen" else None,
                      s["gen_cpu_s"] / s["pages"] * 1e6, s["gen_cpu_s"] / s["cpu_s"]])
     return {"title": "Whole runs",
             "columns": ["implementation", "distinct URLs", "pages", "links/CPU-s",
                         "links/s (wall)", "peak RSS MB", "final state B/URL",
-                        "B written/new URL", "stream gen µs/page (untimed)",
+                        "B written/new URL", "of which snapshots", "stream gen µs/page (untimed)",
                         "stream gen / timed CPU"], "rows": rows,
             "notes": ["The stream is generated in the same process, 100 pages at a time, "
                       "outside the timed region; its CPU cost is measured and shown here."]}

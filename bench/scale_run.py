@@ -15,9 +15,7 @@ process (a restart on the final state).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,53 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawlstream import CrawlStream
+from procstats import drop_cache, du, proc_io, proc_status
 from scale_impls import COLD_IMPLS, IMPLS, Impl, make
 
 GROUP = 100  # pages per transaction / group commit, and per cache drop in --cold
-
-
-def proc_status() -> dict[str, float]:
-    """VmRSS and VmHWM (peak) of this process, in MB."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            key, value = line.split(":", 1)
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
-
-def proc_io() -> dict[str, int]:
-    """This process's own storage I/O counters (``read_bytes``, ``write_bytes``, ...).
-
-    ``write_bytes`` is charged to the process whose write dirtied the page, so
-    SQLite's in-process checkpoints count and other processes' writes do not."""
-    out = {}
-    for line in Path("/proc/self/io").read_text().splitlines():
-        key, value = line.split(":", 1)
-        out[key] = int(value)
-    return out
-
-
-def du(files: list[Path]) -> int:
-    """Bytes allocated on disk (``du``: blocks, not apparent size)."""
-    total = 0
-    for p in files:
-        with contextlib.suppress(FileNotFoundError):  # a WAL or temp file removed meanwhile
-            total += p.stat().st_blocks * 512
-    return total
-
-
-def drop_cache(files: list[Path]) -> None:
-    """Evict the files' clean pages from the page cache (a cold cache for the next reads)."""
-    for p in files:
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 class Meter:
@@ -88,6 +43,7 @@ class Meter:
         self.cpu = self.wall = self.gen_cpu = 0.0
         self.io0 = proc_io()
         self.distinct0 = self.distinct
+        self.snap0 = 0
 
     def window(self, impl: Impl) -> dict[str, Any]:
         io = proc_io()
@@ -101,11 +57,13 @@ class Meter:
                "links_per_s": self.links / self.wall if self.wall else None,
                "state_bytes": state, "state_b_per_url": state / self.distinct,
                "write_bytes": written, "written_b_per_new": written / new if new else None,
+               "snapshot_write_bytes": impl.snapshot_bytes - self.snap0,
                "read_bytes": read, "read_b_per_page": read / self.pages if self.pages else None,
                "cancelled_write_bytes": io["cancelled_write_bytes"]
                - self.io0["cancelled_write_bytes"],
                **{k.lower(): v for k, v in proc_status().items()}}
         self._start_window()
+        self.snap0 = impl.snapshot_bytes
         return row
 
 

@@ -46,6 +46,9 @@ def test_scale_bench_counts_agree(tmp_path: Path) -> None:
     assert any(k.startswith("links/CPU-s, UrlSeen ÷ (a)") for k in verdicts)
     assert result["restart"]["reopen_open_s"] > 0 and result["restart"]["stats_cli_s"] > 0
     assert "FAIL" not in proc.stdout
+    again = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--report", str(out)],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "Per window of distinct URLs" in again and "Issue 10 targets" in again
 
 
 def test_stream_is_reproducible_and_agrees_with_w3lib() -> None:

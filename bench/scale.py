@@ -93,6 +93,15 @@ def restart_figures(state: Path) -> dict[str, float]:
     return out
 
 
+def write_out(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """Write ``--out`` atomically (a reader never sees half a file)."""
+    saved = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+             "machine": machine(), "source": source_version(), **figures}
+    tmp = args.out.with_name(args.out.name + ".part")
+    tmp.write_text(json.dumps(saved, indent=1))
+    tmp.replace(args.out)
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--distinct", type=int, default=2_000_000,
@@ -130,7 +139,9 @@ def parse_args() -> argparse.Namespace:
 def reprint(path: Path) -> None:
     saved = json.loads(path.read_text())
     args = argparse.Namespace(window=saved["args"]["window"])
-    tables, _ = report_tables(saved["runs"], saved["restart"], args)
+    if not saved.get("complete", True):
+        print(f"{path}: an unfinished run; the runs that finished:\n")
+    tables, _ = report_tables(saved["runs"], saved.get("restart", {}), args)
     for t in tables:
         print(markdown(t), end="\n\n")
 
@@ -158,8 +169,17 @@ def main() -> None:
                 raise SystemExit(f"{state} exists: use an empty --workdir")
             return worker([key, str(state), *common, *(["--cold"] if cold else [])], label)
 
+        done: list[dict[str, Any]] = []
+
+        def save(run: tuple[str, bool]) -> dict[str, Any]:
+            result = one(run)
+            done.append(result)
+            if args.out:  # a long run that dies later still leaves what finished
+                write_out(args, {"complete": False, "runs": done})
+            return result
+
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(one, runs))
+            results = list(pool.map(save, runs))
         counts = {f"{r['impl']}{' cold' if r['cold'] else ''}": (r["distinct"], r["pages"])
                   for r in results}
         print("distinct URLs (pages) counted: " + "; ".join(
@@ -172,11 +192,9 @@ def main() -> None:
     for t in tables:
         print(markdown(t), end="\n\n", flush=True)
     if args.out:
-        args.out.write_text(json.dumps(
-            {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-             "machine": machine(), "source": source_version(),
-             "seconds": time.perf_counter() - t0, "counts": counts, "ratios": ratios,
-             "restart": restart, "runs": results, "tables": tables}, indent=1))
+        write_out(args, {"complete": True, "seconds": time.perf_counter() - t0,
+                         "counts": counts, "ratios": ratios, "restart": restart,
+                         "runs": results, "tables": tables})
     if len({c for c in counts.values()}) != 1:
         raise SystemExit(f"FAIL: the implementations counted different numbers of distinct "
                          f"URLs (or pages): {counts}")

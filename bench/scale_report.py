@@ -136,6 +136,9 @@ def ratio_rows(runs: list[dict[str, Any]], restart: dict[str, float],
     if "python_startup_s" in restart:
         row("(python + import dedup, crawler.cli alone, s)", restart["python_startup_s"],
             "(context)", None)
+        if "stats_cli_s" in restart:
+            row("(stats minus that start-up, s)",
+                restart["stats_cli_s"] - restart["python_startup_s"], "(context)", None)
     return rows
 
 

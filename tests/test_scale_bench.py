@@ -27,6 +27,7 @@ def test_scale_bench_counts_agree(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
+    assert result["complete"] is True
     runs = {(r["impl"], r["cold"]) for r in result["runs"]}
     assert runs == {("urlseen", False), ("sqlite", False), ("set", False), ("scrapy", False),
                     ("urlseen", True), ("sqlite", True)}

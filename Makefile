@@ -20,7 +20,8 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 # URL-seen at scale, UrlSeen vs three peers (bench/README.md, "Scale (10M+ URLs)"):
-# 2M with --cold took 26 min on the shared 2-core box; 10M, several hours. Override, e.g.: make bench-scale SCALE_ARGS="--quick"
+# 2M with --cold took 26 min on the shared 2-core box; 10M, several hours.
+# Override, e.g.: make bench-scale SCALE_ARGS="--quick"
 SCALE_ARGS ?= --distinct 10000000 --cold
 bench-scale: $(STAMP)
 	mkdir -p bench/results

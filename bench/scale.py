@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -170,12 +171,14 @@ def main() -> None:
             return worker([key, str(state), *common, *(["--cold"] if cold else [])], label)
 
         done: list[dict[str, Any]] = []
+        lock = threading.Lock()  # --jobs > 1: runs finish in worker threads
 
         def save(run: tuple[str, bool]) -> dict[str, Any]:
             result = one(run)
-            done.append(result)
-            if args.out:  # a long run that dies later still leaves what finished
-                write_out(args, {"complete": False, "runs": done})
+            with lock:
+                done.append(result)
+                if args.out:  # a long run that dies later still leaves what finished
+                    write_out(args, {"complete": False, "runs": done})
             return result
 
         with ThreadPoolExecutor(args.jobs) as pool:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dedup.errors import StateFormatError
 from dedup.journal_format import (
     ADMIT,
     FORGET,
@@ -47,7 +48,6 @@ from dedup.journal_format import (
     JournalRow,
     QueuedRow,
     State,
-    StateFormatError,
     encode_group,
     groups_by_host,
 )

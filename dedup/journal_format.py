@@ -52,8 +52,6 @@ class QueuedRow:
     depth: int
 
 
-class StateFormatError(RuntimeError):
-    """The ledger file is of a format this code does not read (e.g. format 1)."""
 
 
 @dataclass(frozen=True, slots=True)

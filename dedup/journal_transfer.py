@@ -17,8 +17,9 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+from dedup.errors import StateFormatError
 from dedup.journal import Journal
-from dedup.journal_format import FORGET, FP, PortableRow, State, StateFormatError, host_of
+from dedup.journal_format import FORGET, FP, PortableRow, State, host_of
 
 IMPORT_BATCH = 4096  # rows per log row on import: big batches keep the log compact
 

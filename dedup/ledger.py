@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from dedup.errors import StateFormatError
 from dedup.fingerprint import halves
 from dedup.fpindex import FingerprintIndex
 from dedup.journal import Journal
-from dedup.journal_format import FORGET, PortableRow, QueuedRow, State, StateFormatError
+from dedup.journal_format import FORGET, PortableRow, QueuedRow, State
 from dedup.journal_transfer import import_rows as _import_rows
 from dedup.journal_transfer import rows as _rows
 from dedup.runs import RunFileError

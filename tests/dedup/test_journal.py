@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dedup.errors import StateFormatError
 from dedup.journal import Journal
-from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, State, StateFormatError
+from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, State
 from dedup.journal_transfer import import_rows, migrate_v1, rows
 from tests.support.ledger_v1 import Ledger
 

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from dedup.errors import StateFormatError
 from dedup.fingerprint import halves
-from dedup.journal_format import StateFormatError
 from dedup.ledger import Ledger, QueuedRow, State
 
 

@@ -6,25 +6,30 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    transaction when it is processed, and are committed together with the
    marks of the pages that found them (one SQLite commit per group of pages,
    not one per page: a commit costs a few hundred microseconds of WAL writes);
-2. a page's pages.jsonl line is written before its ledger row is marked
-   fetched/failed/skipped and the group is committed (a committer task
-   batches whatever finished meanwhile);
+2. a group's pages.jsonl lines and WARC records are written and fsynced, then
+   the files' sizes (``OUTPUTS_KEY``), the dedup totals (``TOTALS_KEY``) and the
+   pages' marks (fetched/failed/skipped) go into ONE ledger transaction (a
+   committer task batches whatever finished meanwhile). Reopening cuts each
+   file back to its committed size, so a record is in the output exactly when
+   its page is marked done: nothing is duplicated or lost across kill -9, and
+   the totals count exactly the committed rows;
 3. a worker takes its next URL only after its previous page is committed, so
    at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
    the ones fetched again after a kill -9, which also rediscover any link whose
-   row was not committed yet. A kill between steps of 2 may also repeat the
-   page's line in pages.jsonl (the same bound applies).
+   row was not committed yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from crawler.frontier import Frontier, Item
 from crawler.outcome import FetchResult
 from crawler.output import PageLog, WarcWriter, iso_time
+from crawler.state import OUTPUTS_KEY, TOTALS_KEY
 from dedup import State, UrlSeen
 
 __all__ = ["GroupCommit"]
@@ -41,8 +46,10 @@ class GroupCommit:
     """
 
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
-                 frontier: Frontier) -> None:
+                 frontier: Frontier, *,
+                 totals: Callable[[], dict[str, int]] | None = None) -> None:
         self._pagelog = pagelog
+        self._totals = totals
         self._warc = warc
         self._seen = seen
         self._frontier = frontier
@@ -90,8 +97,14 @@ class GroupCommit:
                     pages = [b[2] for b in batch if b[2] is not None]
                     if pages:
                         await self._warc.write_pages(pages)
+                await self._sync()
+                # from here to the commit: no await, so no other commit sneaks in
                 marks = [b[1] for b in batch]
-                self._seen.ledger.mark_many(marks)
+                ledger = self._seen.ledger
+                ledger.meta_set(OUTPUTS_KEY, self.offsets())
+                if self._totals is not None:
+                    ledger.meta_set(TOTALS_KEY, self._totals())
+                ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:
                 for *_, fut in batch:
@@ -102,6 +115,17 @@ class GroupCommit:
             for *_, fut in batch:
                 if not fut.done():
                     fut.set_result(None)
+
+    async def _sync(self) -> None:
+        files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
+        await asyncio.gather(*(f.sync() for f in files))
+
+    def offsets(self) -> dict[str, int]:
+        """The output files' sizes as written: what a commit records as committed."""
+        out = {"pages": self._pagelog.size}
+        if self._warc is not None:
+            out["warc"] = self._warc.size
+        return out
 
     async def close(self) -> None:
         """Write everything handed in so far, then stop."""

@@ -47,7 +47,7 @@ from crawler.robots import RobotsCache
 from crawler.scope import Scope, hostname_of
 from crawler.settings import Settings
 from crawler.signals import stop_on_signals
-from crawler.state import HOST_COUNTS_FILE
+from crawler.state import HOST_COUNTS_FILE, OUTPUTS_KEY
 from dedup import State, UrlSeen
 from dedup.seen import host_of
 
@@ -98,9 +98,12 @@ class Engine:
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
                                    max_crawl_delay=settings.politeness.max_crawl_delay)
                        if settings.politeness.obey_robots else None)
-        self.pagelog = PageLog(self.state_dir / PAGES_FILE)
-        self.warc = WarcWriter(settings.output.warc) if settings.output.warc else None
-        self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier)
+        outputs = seen.ledger.meta_get(OUTPUTS_KEY) or {}  # committed sizes: cut back to
+        self.pagelog = PageLog(self.state_dir / PAGES_FILE, outputs.get("pages"))
+        self.warc = (WarcWriter(settings.output.warc, outputs.get("warc"))
+                     if settings.output.warc else None)
+        self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
+                                     totals=self.checkpoint.totals)
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False

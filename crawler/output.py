@@ -1,16 +1,20 @@
 """What a crawl leaves behind besides its state: pages.jsonl and, optionally, a WARC file.
 
 Why batched appends: the engine commits pages in groups (one write, then one
-ledger transaction, per group), so the per-page cost is building a dict. Why
-the tail repair: a crash (kill -9) during a write can leave a partial last
-line; the page it describes was not yet marked fetched in the ledger (marks are
-committed only after the write), so it is fetched again on resume and the
-partial line is simply cut off before appending resumes.
+ledger transaction, per group), so the per-page cost is building a dict.
+
+Why committed offsets: each group's lines and records are written and fsynced,
+then the files' sizes are stored in the same ledger transaction that marks the
+group's pages (``GroupCommit``). Reopening truncates each file to that size, so
+whatever a crash (kill -9) left past it — torn or whole lines and WARC records
+of pages the ledger does not count as done — is cut before those pages are
+fetched and written again: every record appears exactly once.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import base64
 import gzip
 import hashlib
@@ -26,7 +30,7 @@ import aiofiles
 from dedup.atomic import atomic_write_bytes
 
 __all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read_pages",
-           "repair_tail", "write_json_atomic"]
+           "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
@@ -86,19 +90,58 @@ def repair_tail(path: str | Path) -> int:
         os.close(fd)
 
 
-class _AppendFile(abc.ABC):
-    """A file opened for appending with aiofiles (unbuffered), closed once."""
+def truncate_to(path: str | Path, size: int) -> int:
+    """Cut ``path`` back to ``size`` bytes (durably); returns the bytes removed.
 
-    def __init__(self, path: str | Path) -> None:
+    A file shorter than ``size`` (or missing) is left alone: bytes the ledger
+    counts cannot be recreated here, and appending continues at its end.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        extra = os.fstat(fd).st_size - size
+        if extra <= 0:
+            return 0
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        return extra
+    finally:
+        os.close(fd)
+
+
+class _AppendFile(abc.ABC):
+    """A file opened for appending with aiofiles (unbuffered), closed once.
+
+    ``size`` is its length in bytes as written so far: the offset a commit
+    records. ``committed`` (from the ledger) is where ``open`` cuts it back to.
+    """
+
+    def __init__(self, path: str | Path, committed: int | None = None) -> None:
         self.path = Path(path)
+        self.committed = committed
+        self.size = 0
         self._fh: Any = None
 
     @abc.abstractmethod
     async def open(self) -> Self:
         """Open for appending (after whatever repair or header the format needs)."""
 
+    async def _open_append(self) -> None:
+        if self.committed is not None:
+            truncate_to(self.path, self.committed)
+        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
+        self.size = os.fstat(self._fh.fileno()).st_size
+
+    async def sync(self) -> None:
+        """Make everything written so far durable (before a commit records ``size``)."""
+        if self._fh is not None:
+            await asyncio.to_thread(os.fdatasync, self._fh.fileno())
+
     async def _write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
+        self.size += len(view)
         while view:
             n = await self._fh.write(view)
             view = view[n:]
@@ -119,8 +162,9 @@ class PageLog(_AppendFile):
     """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     async def open(self) -> PageLog:
-        repair_tail(self.path)
-        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
+        if self.committed is None:  # a state dir from before committed offsets
+            repair_tail(self.path)
+        await self._open_append()
         return self
 
     async def append(self, records: list[dict[str, Any]]) -> None:
@@ -135,6 +179,7 @@ class PageLog(_AppendFile):
             # same group to SQLite on the loop right after). Big appends still go
             # through aiofiles, so a congested disk cannot stall the loop for long.
             fd = self._fh.fileno()
+            self.size += len(view)
             while view:
                 view = view[os.write(fd, view):]
         await self._write(view)
@@ -169,18 +214,18 @@ class WarcWriter(_AppendFile):
     one gzip member per record, the convention WARC readers expect. Records of a
     commit group are written in one call; a kill -9 in the middle of it can
     leave a torn last record (those pages are fetched and written again on
-    resume).
+    resume), which ``open`` cuts back to the last committed offset.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | Path, committed: int | None = None) -> None:
+        super().__init__(path, committed)
         self.gzip = self.path.name.endswith(".gz")
         self.records = 0
 
     async def open(self) -> WarcWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
-        if self.records == 0 and self.path.stat().st_size == 0:
+        await self._open_append()
+        if self.size == 0:
             await self._write(self._warcinfo())
         return self
 

@@ -21,13 +21,14 @@ from dedup import Canonicalizer, UrlSeen
 from dedup.seen import host_of
 from dedup.statedir import LEDGER_FILE, is_state_dir
 
-__all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "SCOPE_KEY",
-           "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl", "open_crawl",
-           "require_state_dir"]
+__all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
+           "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl",
+           "open_crawl", "require_state_dir"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
 TOTALS_KEY = "dedup_totals"
+OUTPUTS_KEY = "outputs"  # committed sizes of pages.jsonl ("pages") and the WARC ("warc")
 FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
 COUNTER_KEYS = ("links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
@@ -49,6 +50,13 @@ def _open_seen(state_dir: Path, settings: Settings, *, create: bool,
                        autocommit=False)
     return UrlSeen(state_dir, confirm_cache_size=d.confirm_cache_size,
                    canon_cache_size=d.canon_cache_size, create=False, autocommit=False)
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except FileNotFoundError:
+        return 0
 
 
 def check_new_state_dir(state_dir: str | Path) -> None:
@@ -96,6 +104,8 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     try:
         seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
         seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
+        warc = Path(settings.output.warc) if settings.output.warc else None
+        seen.ledger.meta_set(OUTPUTS_KEY, {"pages": 0, "warc": _size(warc)})
         if meta is not None:
             seen.ledger.meta_set(FLEET_KEY, meta)
         admitted = seen.admit_resolved(seeds, depth=0)

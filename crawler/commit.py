@@ -24,18 +24,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from crawler.frontier import Frontier, Item
 from crawler.outcome import FetchResult
-from crawler.output import PageLog, WarcWriter, iso_time
+from crawler.output import PAGES_FILE, PageLog, WarcWriter, iso_time
 from crawler.state import OUTPUTS_KEY, TOTALS_KEY
 from dedup import State, UrlSeen
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "output_files"]
 
 Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
 WarcPage = tuple[str, str, bytes, float]  # (url, content type, body, fetched at)
+
+
+def output_files(seen: UrlSeen, warc: str) -> tuple[PageLog, WarcWriter | None]:
+    """The crawl's pages.jsonl and WARC (``warc`` = "" for none), to be cut back on
+    opening to the sizes the ledger has committed."""
+    committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
+    return (PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")),
+            WarcWriter(warc, committed.get("warc")) if warc else None)
 
 
 class GroupCommit:

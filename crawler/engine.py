@@ -35,19 +35,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawler.checkpoint import Checkpoint
-from crawler.commit import GroupCommit
+from crawler.commit import GroupCommit, output_files
 from crawler.fetch import Fetcher
 from crawler.frontier import Frontier, Item
 from crawler.links import extract_links
 from crawler.netguard import check_literal_host
-from crawler.output import PAGES_FILE, PageLog, WarcWriter, read_json
+from crawler.output import read_json
 from crawler.politeness import Politeness
 from crawler.progress import Progress, SessionCounts, crawl_status
 from crawler.robots import RobotsCache
 from crawler.scope import Scope, hostname_of
 from crawler.settings import Settings
 from crawler.signals import stop_on_signals
-from crawler.state import HOST_COUNTS_FILE, OUTPUTS_KEY
+from crawler.state import HOST_COUNTS_FILE
 from dedup import State, UrlSeen
 from dedup.seen import host_of
 
@@ -98,10 +98,7 @@ class Engine:
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
                                    max_crawl_delay=settings.politeness.max_crawl_delay)
                        if settings.politeness.obey_robots else None)
-        outputs = seen.ledger.meta_get(OUTPUTS_KEY) or {}  # committed sizes: cut back to
-        self.pagelog = PageLog(self.state_dir / PAGES_FILE, outputs.get("pages"))
-        self.warc = (WarcWriter(settings.output.warc, outputs.get("warc"))
-                     if settings.output.warc else None)
+        self.pagelog, self.warc = output_files(seen, settings.output.warc)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      totals=self.checkpoint.totals)
         self._warc_pages = self.warc is not None

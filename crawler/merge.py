@@ -12,8 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.output import PAGES_FILE, complete_lines
-from crawler.state import FLEET_KEY, CrawlError, require_state_dir
+from crawler.output import PAGES_FILE
+from crawler.state import (
+    FLEET_KEY,
+    CrawlError,
+    committed_pages,
+    require_state_dir,
+    set_committed_pages,
+)
 from dedup import GeometryMismatch, Ledger, StateLocked, UrlSeen
 from dedup.atomic import atomic_write_bytes
 from dedup.shards import ShardedBloom, merge_files
@@ -107,6 +113,7 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[
     result = merge_states(out, ins)
     with Ledger(ledger_path(out)) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
-    pages = b"".join(b"".join(complete_lines(d / PAGES_FILE, missing_ok=True)) for d in ins)
+    pages = b"".join(b"".join(committed_pages(d)) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)
+    set_committed_pages(out)
     return result.rows, result.duplicates

@@ -14,16 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crawler.output import write_json_atomic
+from crawler.output import PAGES_FILE, write_json_atomic
 from crawler.scope import Scope, read_seeds
 from crawler.settings import Settings, settings_from_dict
-from dedup import Canonicalizer, UrlSeen
+from crawler.statecreate import building, check_resources
+from dedup import Canonicalizer, Ledger, UrlSeen
 from dedup.seen import host_of
-from dedup.statedir import LEDGER_FILE, is_state_dir
+from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
-           "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl",
-           "open_crawl", "require_state_dir"]
+           "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "check_new_state_dir", "committed_pages",
+           "create_crawl", "open_crawl", "require_state_dir", "set_committed_pages",
+           "store_changes"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
@@ -84,39 +86,39 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     admits only its own seeds; the scope is still every seed's host) and its
     identity as ``meta`` (stored under ``FLEET_KEY``).
     Returns (seen, scope, problems with seed lines).
-    Raises CrawlError (directory in use or not empty) or SeedError.
+    The directory is built beside ``state_dir`` and renamed into place complete
+    (``crawler.statecreate``): a failed or killed start leaves no half-made crawl.
+    Raises CrawlError (directory in use or not empty), ConfigError (the machine
+    cannot hold or write it) or SeedError — all before anything is created.
     """
     state_dir = Path(state_dir)
     check_new_state_dir(state_dir)
+    check_resources(settings, state_dir, CrawlError)
     seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
     scope = Scope.for_seeds([url for url, _ in seeds], settings.crawl.allow_domains)
     if owns is not None:
         seeds = [(url, key) for url, key in seeds if owns(host_of(url))]
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        probe = state_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise CrawlError(f"cannot write state directory {state_dir}: "
-                         f"{exc.strerror or exc}") from None
-    seen = _open_seen(state_dir, settings, create=True, crawl_id=crawl_id)
-    try:
-        seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
-        seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
-        warc = Path(settings.output.warc) if settings.output.warc else None
-        seen.ledger.meta_set(OUTPUTS_KEY, {"pages": 0, "warc": _size(warc)})
-        if meta is not None:
-            seen.ledger.meta_set(FLEET_KEY, meta)
-        admitted = seen.admit_resolved(seeds, depth=0)
-        if settings.crawl.max_pages_per_host:
-            write_json_atomic(state_dir / HOST_COUNTS_FILE,
-                              dict(Counter(n.host for n in admitted)))
-        seen.ledger.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
-        seen.commit()
-    except BaseException:
-        seen.close()
-        raise
+    with building(state_dir, CrawlError) as tmp:
+        seen = _open_seen(tmp, settings, create=True, crawl_id=crawl_id)
+        try:
+            seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
+            seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
+            warc = Path(settings.output.warc) if settings.output.warc else None
+            seen.ledger.meta_set(OUTPUTS_KEY, {"pages": 0, "warc": _size(warc)})
+            if meta is not None:
+                seen.ledger.meta_set(FLEET_KEY, meta)
+            admitted = seen.admit_resolved(seeds, depth=0)
+            if settings.crawl.max_pages_per_host:
+                write_json_atomic(tmp / HOST_COUNTS_FILE,
+                                  dict(Counter(n.host for n in admitted)))
+            seen.ledger.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
+            seen.commit()
+            counters = dict(seen.counters)
+        finally:
+            seen.close()
+    seen = _open_seen(state_dir, settings, create=False)
+    for k, v in counters.items():  # one session: the seeds count in this run's figures
+        seen.counters[k] = seen.counters.get(k, 0) + v
     return seen, scope, problems
 
 
@@ -139,6 +141,38 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
         seen.close()
         raise
     return seen, settings, Scope.from_dict(scope)
+
+
+def store_changes(seen: UrlSeen, settings: Settings,
+                  changes: dict[str, dict[str, Any]]) -> Settings:
+    """``settings`` with ``changes`` (limits, politeness) frozen into the ledger as the new
+    values, committed before the crawl continues so every later resume keeps them."""
+    changed = settings.with_values(**changes)
+    seen.ledger.meta_set(CONFIG_KEY, changed.to_dict())
+    seen.commit()
+    return changed
+
+
+def committed_pages(state_dir: Path) -> list[bytes]:
+    """The pages.jsonl lines of ``state_dir`` its ledger counts as committed (each with
+    its newline): what a merge or resize carries over, never a line of a page that a
+    crash left unmarked (it is fetched again)."""
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+        size = (ledger.meta_get(OUTPUTS_KEY) or {}).get("pages")
+    try:
+        with open(state_dir / PAGES_FILE, "rb") as fh:
+            data = fh.read() if size is None else fh.read(size)
+    except FileNotFoundError:
+        return []
+    return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
+
+
+def set_committed_pages(state_dir: Path) -> None:
+    """Record ``state_dir``'s pages.jsonl, as it now is, as committed (after a merge or
+    resize wrote it whole); its WARC offset is dropped (appending goes on at its end)."""
+    size = _size(state_dir / PAGES_FILE)
+    with Ledger(ledger_path(state_dir)) as ledger:
+        ledger.meta_set(OUTPUTS_KEY, {"pages": size})
 
 
 def require_state_dir(path: str | Path) -> Path:

@@ -103,11 +103,34 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--warc", dict(metavar="FILE", help="also write fetched HTML to a WARC file")),
 ]
 _VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay")
+# what `resume` may change (stored as the new values), and where each lives in Settings
+RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", "max_depth"),
+                "--concurrency": ("crawl", "concurrency"),
+                "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay")}
+# crawl flags `resume` refuses with a message instead of "unrecognized arguments"
+FROZEN_FLAGS = ("--allow-domain", "--allow-private", "--warc", "--config", "--state")
 
 
 def add_crawl_options(p: argparse.ArgumentParser) -> None:
     for flag, kwargs in CRAWL_OPTIONS:
         p.add_argument(flag, **kwargs)
+
+
+def add_resume_options(p: Any) -> None:
+    """The crawl options ``resume`` accepts: limits and politeness (see RESUME_FLAGS)."""
+    for flag, kwargs in CRAWL_OPTIONS:
+        if flag in RESUME_FLAGS:
+            p.add_argument(flag, **kwargs)
+
+
+def resume_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The settings sections ``resume``'s flags change: {section: {key: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for flag, (section, key) in RESUME_FLAGS.items():
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            out.setdefault(section, {})[key] = value
+    return out
 
 
 def _dest(flag: str) -> str:

@@ -10,19 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from crawler.cli.args import (
+    FROZEN_FLAGS,
     UsageError,
     add_crawl_options,
+    add_resume_options,
     crawl_id,
     crawl_settings,
     int_at_least,
     progress_for,
+    resume_changes,
     warn,
 )
 from crawler.engine import run_crawl
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
-from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl
+from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
 
 __all__ = ["add_crawl", "add_resume"]
 
@@ -100,14 +103,37 @@ def add_resume(sub: Any) -> None:
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    g = p.add_argument_group(
+        "changing limits", "Stored as the crawl's new values (later resumes keep them). "
+        "What decides which URLs are the same or in scope (filter geometry, "
+        "canonicalization, allowed domains) is frozen at 'crawl' and cannot change.")
+    add_resume_options(g)
+    for flag in FROZEN_FLAGS:
+        g.add_argument(flag, dest=f"frozen_{flag.strip('-').replace('-', '_')}",
+                       action="append", nargs="?", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_resume)
 
 
+def _refuse_frozen(args: argparse.Namespace) -> None:
+    for flag in FROZEN_FLAGS:
+        if getattr(args, f"frozen_{flag.strip('-').replace('-', '_')}") is not None:
+            raise UsageError(f"resume cannot change {flag}: it is frozen when the crawl "
+                             "starts (it decides which URLs are the same or in scope); "
+                             "start a new crawl with 'bloomcrawl crawl' to change it")
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
+    _refuse_frozen(args)
+    changes = resume_changes(args)
     if is_fleet_dir(Path(args.dir)):
+        if changes:
+            raise UsageError("resume of a fleet directory cannot change limits; resume "
+                             "each worker's directory (DIR/worker-I) with them")
         return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
     seen, settings, scope = open_crawl(args.dir)
     try:
+        if changes:
+            settings = store_changes(seen, settings, changes)
         progress = progress_for(settings, args.quiet)
         meta = seen.ledger.meta_get(FLEET_KEY)
         if meta is None:

@@ -15,8 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawler.fleet.owner import owner_function, owner_of
-from crawler.output import PAGES_FILE, complete_lines, read_json, write_json_atomic
-from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
+from crawler.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.state import (
+    FLEET_KEY,
+    HOST_COUNTS_FILE,
+    TOTALS_KEY,
+    committed_pages,
+    set_committed_pages,
+)
 from dedup import Ledger
 from dedup.atomic import atomic_write_bytes
 from dedup.seen import host_of
@@ -96,6 +102,8 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
         raise
     _carry_outputs(dirs, out, w, to)
     for i in range(to):
+        set_committed_pages(worker_dir(out, i))
+    for i in range(to):
         with Ledger(ledger_path(worker_dir(out, i))) as ledger:
             meta = dict(ledger.meta_get(FLEET_KEY))
             meta.update(workers=to, worker_id=i)
@@ -132,8 +140,7 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
     """pages.jsonl and host_counts.json follow their hosts to the new owners."""
     if to * 2 == w:
         for i in range(to):
-            pages = b"".join(ln for j in (i, i + to)
-                             for ln in complete_lines(dirs[j] / PAGES_FILE, missing_ok=True))
+            pages = b"".join(ln for j in (i, i + to) for ln in committed_pages(dirs[j]))
             atomic_write_bytes(worker_dir(out, i) / PAGES_FILE, pages)
             counts: dict[str, int] = {}
             for j in (i, i + to):
@@ -143,7 +150,7 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
         return
     for i, d in enumerate(dirs):
         parts: dict[int, list[bytes]] = {i: [], i + w: []}
-        for ln in complete_lines(d / PAGES_FILE, missing_ok=True):
+        for ln in committed_pages(d):
             url = json.loads(ln)["url"]
             part = parts.get(owner_of(host_of(url), to))
             if part is None:

@@ -9,6 +9,7 @@ page, nothing torn and nothing missing.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 
@@ -20,6 +21,18 @@ from crawler.state import TOTALS_KEY
 from dedup import UrlSeen
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
+
+
+async def output_grew(proc, path, timeout: float = 5.0) -> None:
+    """Return as soon as ``path`` grows: the kill then lands between a group's writes
+    and its ledger commit more often than at a random moment."""
+    size = path.stat().st_size if path.exists() else 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while proc.returncode is None and loop.time() < deadline:
+        if path.exists() and path.stat().st_size != size:
+            return
+        await asyncio.sleep(0.0005)
 
 
 def warc_uris(path) -> list[str]:
@@ -40,15 +53,16 @@ async def test_kill9_loop_with_warc_leaves_every_line_and_record_exactly_once(tm
         kills = 0
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet",
                 "--warc", str(warc)]
-        for n in sorted(rng.sample(range(5, total - 20), 10)):
+        for n in sorted(rng.sample(range(5, total - 20), 12)):
             proc = await start_cli(*args)
             await run_until(proc, running, n)
+            await output_grew(proc, state / "pages.jsonl")  # a group is being written
             if proc.returncode is None:
                 proc.kill()
                 kills += 1
             await proc.wait()
             args = ["resume", str(state), "--quiet"]
-        assert kills >= 8
+        assert kills >= 10
         done = await run_cli(*args)
         assert done.rc == 0, done.stderr
     records = read_pages(state / "pages.jsonl")

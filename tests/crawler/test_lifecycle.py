@@ -99,8 +99,12 @@ async def test_kill9_while_starting_never_wedges_the_state_dir(tmp_path, small_s
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config),
                 "--quiet", "--max-pages", "40"]
         proc = await start_cli(*args)
-        # the process imports for ~0.3-1 s, then creates the dir and starts fetching
-        await asyncio.sleep(rng.uniform(0.2, 1.2))
+        # kill in the first ~100 ms after anything appears where the state dir goes
+        while proc.returncode is None and not any(
+                p.name.startswith((state.name, f".{state.name}"))
+                for p in tmp_path.iterdir()):
+            await asyncio.sleep(0.0005)
+        await asyncio.sleep(rng.uniform(0, 0.1))
         if proc.returncode is None:
             proc.kill()
         await proc.wait()

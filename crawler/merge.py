@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.output import PAGES_FILE
+from crawler.output import PAGES_FILE, write_json_atomic
 from crawler.state import (
     FLEET_KEY,
     CrawlError,
@@ -26,7 +26,10 @@ from dedup.shards import ShardedBloom, merge_files
 from dedup.snapshot import read_header
 from dedup.statedir import is_state_dir, ledger_path, shards_dir
 
-__all__ = ["MergedFiles", "merge_shard_files", "merge_state_dirs"]
+__all__ = ["MERGE_MARK", "MergedFiles", "check_merge_output", "merge_shard_files",
+           "merge_state_dirs"]
+
+MERGE_MARK = "MERGED.json"  # in a merge's output: what it is, so a later merge may replace it
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,23 @@ def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
         warn(f"{state_dir} is in use: its shard files may lack its newest URLs")
 
 
+def check_merge_output(output: Path) -> None:
+    """Refuse an output that is not new, empty or an earlier merge's output: writing shard
+    files into a crawl's state directory (stopped or live) would replace its filter, and
+    into an unrelated directory would mix them with whatever is there."""
+    if not output.exists():
+        return
+    if not output.is_dir():
+        raise CrawlError(f"merge output {output}: exists and is not a directory")
+    if is_state_dir(output):
+        raise CrawlError(f"merge output {output}: is a crawl's state directory; merging into "
+                         "it would replace its filter. Choose a new directory (or use "
+                         "'merge --state -o NEW' to unite crawls)")
+    if any(output.iterdir()) and not (output / MERGE_MARK).is_file():
+        raise CrawlError(f"merge output {output}: not empty and not an earlier merge's "
+                         "output; choose a new or empty directory")
+
+
 def _shard_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
@@ -66,6 +86,7 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
                       warn: Callable[[str], None]) -> MergedFiles:
     """OR every input's shard files, shard by shard, into ``output`` (its shards/ if it is
     a state directory). An input is a shard file, a directory of them or a state dir."""
+    check_merge_output(Path(output))
     for raw in inputs:
         if is_state_dir(raw):
             catch_up(Path(raw), warn)
@@ -91,12 +112,12 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
                 raise CrawlError(f"merge input {d}: lacks shard(s) "
                                  f"{sorted(want - have)[:10]} that other inputs have")
     out = Path(output)
-    if is_state_dir(out):
-        out = shards_dir(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CrawlError(f"output directory {out}: {exc.strerror or exc}") from None
+    write_json_atomic(out / MERGE_MARK, {"merged_from": [str(Path(p).resolve())
+                                                         for p in inputs]})
     for index in sorted(groups):
         merge_files(ShardedBloom.shard_path(out, index), groups[index])
     return MergedFiles(sum(len(g) for g in groups.values()), len(groups), out)

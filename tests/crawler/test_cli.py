@@ -212,16 +212,33 @@ def test_merge_ors_shards_of_state_dirs_and_refuses_other_geometry(tmp_path, cap
     assert "not found" in one_error_line(capsys.readouterr().err)
 
 
-def test_merge_into_a_state_dir_writes_its_shards(tmp_path, capsys):
+def test_merge_output_is_new_empty_or_an_earlier_merge_only(tmp_path, capsys):
     for name, host in (("a", "a.test"), ("b", "b.test")):
         with UrlSeen(tmp_path / name, capacity=1000, shards=2) as seen:
             seen.admit([f"http://{host}/x"])
             seen.snapshot()
-    assert main(["merge", "-o", str(tmp_path / "a"), str(tmp_path / "a"),
-                 str(tmp_path / "b")]) == 0
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    shards_before = sorted((tmp_path / "a" / "shards").iterdir())
+    before = [f.read_bytes() for f in shards_before]
+    assert main(["merge", "-o", a, a, b]) == 1  # a stopped crawl's state dir
+    assert "is a crawl's state directory" in one_error_line(capsys.readouterr().err)
+    assert [f.read_bytes() for f in sorted((tmp_path / "a" / "shards").iterdir())] == before
+    with UrlSeen(tmp_path / "b", capacity=1000, shards=2):  # a live one (lock held)
+        assert main(["merge", "-o", b, a]) == 1
+    assert "is a crawl's state directory" in one_error_line(capsys.readouterr().err)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["merge", "-o", str(other), a, b]) == 1
+    assert "not empty and not an earlier merge" in one_error_line(capsys.readouterr().err)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for out in (empty, tmp_path / "new", tmp_path / "new"):  # the last: an earlier merge's
+        assert main(["merge", "-o", str(out), a, b]) == 0, capsys.readouterr().err
+        merged = ShardedBloom.load(out)
+        assert "http://b.test/x" in merged and "http://a.test/x" in merged
     capsys.readouterr()
-    merged = ShardedBloom.load(tmp_path / "a" / "shards")
-    assert "http://b.test/x" in merged and "http://a.test/x" in merged
 
 
 def test_forget_and_check_on_a_missing_dir_exit_1(tmp_path, capsys):

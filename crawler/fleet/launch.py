@@ -22,6 +22,7 @@ from crawler.fleet.identity import (
     write_fleet_file,
 )
 from crawler.fleet.localredis import LocalRedis
+from crawler.fleet.resize import refuse_if_resized
 from crawler.fleet.supervisor import supervise
 from crawler.settings import Settings, load_settings
 from crawler.state import CrawlError, check_new_state_dir
@@ -73,6 +74,7 @@ def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: 
 
 def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool) -> int:
     """Resume every worker of fleet dir ``fd``; returns the exit status."""
+    refuse_if_resized(fd.root)
     local: LocalRedis | None = None
     if fd.redis == LOCAL:
         if redis:

@@ -44,6 +44,20 @@ from crawler.fleet.redis_url import has_password, redact
 
 # -- resize ------------------------------------------------------------------------------------
 
+RESIZED_FILE = "RESIZED.json"  # in a fleet dir on a shared Redis: the fleet it became
+
+
+def refuse_if_resized(root: Path) -> None:
+    """A fleet on a shared Redis that was resized has handed its un-acknowledged links
+    (re-routed in that Redis) to the new fleet: resuming or resizing it again would run
+    two fleets on one set of streams, so both are refused, naming the new fleet."""
+    moved = read_json(root / RESIZED_FILE, None)
+    if moved is not None:
+        raise FleetError(f"{root} was resized into {moved['into']} (their shared Redis now "
+                         f"routes its links there); continue with 'bloomcrawl resume "
+                         f"{moved['into']}'")
+
+
 
 def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
                  progress: Callable[[str], None] = lambda _m: None) -> list[Path]:
@@ -59,6 +73,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     from crawler.fleet.transport import reshard
     from dedup.resize import check_compatible, resize
 
+    refuse_if_resized(src.root)
     w = src.workers
     if not (to * 2 == w or to == w * 2):
         raise FleetError(f"can only halve (W -> W/2, W even) or double (W -> 2W) a fleet, "
@@ -121,6 +136,8 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     else:
         redis_field = redis_url or src.redis
     write_fleet_file(out, src.crawl_id, to, redis_field)
+    if local_copy is None:  # the shared Redis was re-routed: the source is now retired
+        write_json_atomic(src.root / RESIZED_FILE, {"into": str(out.resolve())})
     return [r.path for r in results]
 
 

@@ -1,0 +1,71 @@
+"""``resize`` twice from the same stopped fleet: the source stays resumable (issue 11 #13)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from tests.fleet.test_distributed import (
+    SLOW_SPEC,
+    check_exact,
+    fleet_worker_dirs,
+    owned_site,
+    served_at_least,
+    worker_settings,
+)
+from tests.support.helpers import config_toml, run_cli, start_cli, write_seeds
+from tests.support.redisserver import require_redis_binary
+
+
+@pytest.mark.slow
+async def test_resize_twice_from_one_fleet_leaves_it_and_both_copies_resumable(tmp_path):
+    require_redis_binary()
+    async with owned_site(SLOW_SPEC, 2) as running:
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "worker.toml"
+        config.write_text(config_toml(worker_settings()))
+        src, a, b = tmp_path / "f2", tmp_path / "a", tmp_path / "b"
+        proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
+                               "--config", str(config))
+        await served_at_least(running, 60)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+        for out in (a, b):
+            done = await run_cli("resize", "--from-state", str(src), "--to", "1", "-o",
+                                 str(out))
+            assert done.rc == 0, done.stderr
+        done = await run_cli("resume", str(src), "--quiet")  # the source, after both
+        assert done.rc == 0, done.stderr
+        check_exact(fleet_worker_dirs(src), running, max_refetches=2 * 8)
+
+
+@pytest.mark.slow
+async def test_resize_twice_from_a_fleet_on_a_shared_redis_is_refused_by_name(tmp_path,
+                                                                              redis_server):
+    async with owned_site(SLOW_SPEC, 2) as running:
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "worker.toml"
+        config.write_text(config_toml(worker_settings()))
+        src, a, b = tmp_path / "f2", tmp_path / "a", tmp_path / "b"
+        proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
+                               "--config", str(config), "--redis", redis_server.url)
+        await served_at_least(running, 60)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+        done = await run_cli("resize", "--from-state", str(src), "--to", "1", "-o", str(a))
+        assert done.rc == 0, done.stderr
+        # its links in the shared Redis now belong to the resized fleet
+        for argv in (["resize", "--from-state", str(src), "--to", "1", "-o", str(b)],
+                     ["resume", str(src)]):
+            again = await run_cli(*argv)
+            assert again.rc == 1, again.stderr
+            assert f"was resized into {a}" in again.stderr, again.stderr
+            assert f"bloomcrawl resume {a}" in again.stderr
+        assert not b.exists()
+        done = await run_cli("resume", str(a), "--quiet")
+        assert done.rc == 0, done.stderr
+        check_exact(fleet_worker_dirs(a), running, max_refetches=2 * 8)

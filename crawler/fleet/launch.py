@@ -22,10 +22,12 @@ from crawler.fleet.identity import (
     write_fleet_file,
 )
 from crawler.fleet.localredis import LocalRedis
+from crawler.fleet.redis_url import password_of, redact
 from crawler.fleet.resize import refuse_if_resized
 from crawler.fleet.supervisor import supervise
 from crawler.settings import Settings, load_settings
 from crawler.state import CrawlError, check_new_state_dir
+from crawler.statecreate import check_resources
 
 __all__ = ["resume_fleet", "start_fleet"]
 
@@ -37,6 +39,9 @@ def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: 
     ``worker_flags[i]``: the crawl options worker ``i`` is started with.
     """
     check_new_state_dir(state)
+    check_resources(settings, state, CrawlError)
+    if redis:  # before the fleet dir exists: an unreachable Redis leaves nothing behind
+        asyncio.run(_reachable(redis))
     created = not state.exists()
     try:
         state.mkdir(parents=True, exist_ok=True)
@@ -70,6 +75,20 @@ def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: 
     finally:
         if local is not None:
             local.stop()
+
+
+async def _reachable(url: str) -> None:
+    from crawler.fleet.monitor import TRANSIENT, client, reason
+
+    r = client(url)
+    try:
+        async with asyncio.timeout(10):
+            await r.ping()
+    except (TimeoutError, *TRANSIENT) as exc:
+        raise CrawlError(f"cannot reach Redis at {redact(url)}: "
+                         f"{reason(exc, password_of(url))}") from None
+    finally:
+        await r.aclose()
 
 
 def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 from collections import Counter
 
 import pytest
@@ -125,3 +126,15 @@ async def test_kill9_while_starting_never_wedges_the_state_dir(tmp_path, small_s
     assert outcomes["state dir"] and outcomes["nothing"], outcomes
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert leftovers == []  # a later start removed the dead builds
+
+
+def test_fleet_with_an_unreachable_redis_creates_nothing(tmp_path, capsys):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
+    state = tmp_path / "fleet"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["fleet", str(seeds), "--state", str(state), "--workers", "2",
+                 "--redis", f"redis://127.0.0.1:{port}/0"]) == 1
+    assert "cannot reach Redis at redis://127.0.0.1" in one_error_line(capsys.readouterr().err)
+    assert not state.exists()

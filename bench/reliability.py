@@ -1,7 +1,7 @@
 """kill -9 loop: crawl the bundled sample site with --warc, SIGKILL it N times, resume.
 
-    .venv/bin/python bench/reliability.py [--kills 20] [--seed 0] [--pages 250]
-        [--hosts 4] [--concurrency 8] [--out FILE]
+    .venv/bin/python bench/reliability.py [--kills 20] [--seed 0] [--pages 400]
+        [--hosts 4] [--concurrency 32] [--out FILE]
 
 Why a loop of real processes: exactly-once output and a resumable state dir are
 promises about crashes, and only a real SIGKILL of a real ``python -m crawler``
@@ -17,10 +17,10 @@ are "early" (uniformly
 within 100 ms of the start becoming visible: the state dir appearing for
 ``crawl``, a file of it changing for ``resume``; interpreter start-up is not
 counted, since nothing can go wrong before the process touches its state), the
-rest after a random number of further page requests (spread so that all kills
+rest after a random number of further distinct URLs served (spread so that all kills
 land before the crawl ends) plus up to 30 ms. After a kill the harness does what
 a user would: ``resume DIR`` if DIR exists, else ``crawl`` again. A command that
-exits non-zero without being killed is retried once; if it fails again, and
+exits non-zero without being killed is retried once (not killed); if it fails again, and
 ``crawl`` into the same DIR fails too, the dir is **wedged**: it is counted,
 kept aside for inspection, and the crawl starts over in a fresh dir (server
 counts and WARC file reset) so that the remaining kills still test something.
@@ -62,9 +62,9 @@ RUN_TIMEOUT = 600.0  # one crawl/resume run that takes longer is "hung"
 class Options:
     kills: int = 20
     seed: int = 0
-    pages: int = 250
+    pages: int = 400
     hosts: int = 4
-    concurrency: int = 8
+    concurrency: int = 32  # the crawl's own default ([crawl] concurrency)
     max_depth: int = 10
     site_delay: float = 0.005  # server-side seconds per page: keeps fetches in flight
 
@@ -135,9 +135,9 @@ class Loop:
         remaining = max(1, reachable - len(served))
         left = self.opts.kills - self.kills_sent
         n = self.rng.randint(1, max(1, 2 * remaining // (left + 1)))
-        target = sum(served.values()) + n
+        target = len(served) + n  # distinct URLs: refetches after a kill are not progress
         deadline = loop.time() + RUN_TIMEOUT
-        while proc.returncode is None and sum(self.served().values()) < target:
+        while proc.returncode is None and len(self.served()) < target:
             if loop.time() > deadline:
                 return
             await asyncio.sleep(0.002)
@@ -182,7 +182,9 @@ class Loop:
         failures = 0
         for _ in range(4 * self.opts.kills + 20):
             args = self.resume_args() if self.state.exists() else self.crawl_args()
-            run = await self.run(args, self.kills_sent < self.opts.kills, reachable)
+            # no kill for a retry: it would hide whether the dir is usable
+            arm = self.kills_sent < self.opts.kills and failures == 0
+            run = await self.run(args, arm, reachable)
             if run.killed:
                 failures = 0
                 continue

@@ -27,7 +27,6 @@ _spec.loader.exec_module(checks)
 
 KILLS = 3  # with --seed 3 the first is "early", while `crawl` creates its state dir
 CONCURRENCY = 8
-ISSUE_11 = "issue 11 items 1-2: outputs not yet tied to the ledger commit"
 
 
 def warc_record(uri: str, body: bytes) -> bytes:
@@ -87,7 +86,7 @@ def result(tmp_path_factory) -> dict:
         [sys.executable, str(BENCH / "reliability.py"), "--kills", str(KILLS), "--seed", "3",
          "--pages", "40", "--hosts", "2", "--concurrency", str(CONCURRENCY), "--out", str(out)],
         capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr  # 1: it found something (see the xfails)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: it found something (the tests below name it)
     got = json.loads(out.read_text())
     assert proc.returncode == (0 if got["ok"] else 1)
     assert "lost URLs:" in proc.stderr and json.loads(proc.stdout)["counts"] == got["counts"]
@@ -105,8 +104,6 @@ def test_no_url_is_lost(result):
     assert result["counts"]["lost_urls"] == 0, result["lost_sample"]
 
 
-@pytest.mark.xfail(strict=False, reason="issue 11 item 3: a kill while `crawl` creates its "
-                   "state dir leaves a dir neither `resume` nor `crawl` accepts")
 def test_no_state_dir_is_wedged(result):
     assert result["counts"]["wedged_state_dirs"] == 0, result["wedged"]
 
@@ -116,13 +113,11 @@ def test_refetches_stay_within_what_was_in_flight(result):
     assert result["counts"]["duplicate_fetches"] <= result["in_flight_bound"]
 
 
-@pytest.mark.xfail(strict=False, reason=ISSUE_11)
 def test_no_duplicate_pages_line_or_warc_record(result):
     c = result["counts"]
     assert (c["duplicate_lines"], c["duplicate_warc_records"]) == (0, 0)
 
 
-@pytest.mark.xfail(strict=False, reason=ISSUE_11)
 def test_no_torn_warc_record_or_pages_line(result):
     c = result["counts"]
     assert (c["torn_warc_records"], c["torn_lines"]) == (0, 0)

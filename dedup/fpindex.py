@@ -276,9 +276,12 @@ class FingerprintIndex:
                 p.unlink(missing_ok=True)
 
     def _tiers(self) -> list[int]:
+        # tier t holds runs of about buffer * fanout**t records; the bounds sit halfway
+        # between, so a flush a little over ``buffer_records`` (the owner flushes
+        # whole batches) or a merge that lost duplicates stays in its tier
         tiers = []
         for r in self._runs:
-            t, size = 0, self.buffer_records
+            t, size = 0, self.buffer_records * (1 + self.fanout) // 2
             while r.count > size:
                 t, size = t + 1, size * self.fanout
             tiers.append(t)

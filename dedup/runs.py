@@ -52,6 +52,8 @@ SEQ_MASK = np.uint64((1 << 63) - 1)
 _HEAD = struct.Struct("<8sIIQQQI")
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
+FILTER_BITS = 8  # bits per record of a run's probe filter: ~12% of absent keys pass it
+_FILTER_MAX = 1 << 32  # bits; keeps ``(lo >> 32) * m`` within uint64
 # A probe to answer: (position in the caller's batch, hi, lo) as Python ints.
 Probe = tuple[int, int, int]
 
@@ -129,6 +131,17 @@ def write_run(path: str | os.PathLike[str],
     return written
 
 
+def filter_size(count: int) -> int:
+    """Bits of a run's probe filter (at least 8, a multiple of 8)."""
+    return min(_FILTER_MAX, max(8, -(-count * FILTER_BITS // 8) * 8))
+
+
+def filter_positions(lo: np.ndarray, m: int) -> np.ndarray:
+    """Each key's bit in a filter of ``m`` bits: the top 32 bits of ``lo`` scaled to
+    ``[0, m)`` (fingerprints are uniform hashes: no hashing needed)."""
+    return ((lo >> np.uint64(32)) * np.uint64(m)) >> np.uint64(32)
+
+
 def directory_bits(count: int, block: int) -> int:
     """``k``: the directory has ``2**k`` buckets, about ``block`` records each."""
     k = 1
@@ -153,14 +166,21 @@ class SortedKeys:
 
     def __init__(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray,
                  counts: np.ndarray, bits: int,
-                 views: list[memoryview] | None = None) -> None:
+                 views: list[memoryview] | None = None,
+                 bloom: np.ndarray | None = None) -> None:
         self.count = len(hi)
+        # a one-probe Bloom filter over lo (None: none): most keys a page asks about
+        # are absent from most runs, and a filter bit is cheaper than a bisect
+        self.bloom = bloom
+        self._bloom = memoryview(bloom) if bloom is not None else None
+        self._m = len(bloom) * 8 if bloom is not None else 0
         self.hi, self.lo, self.seq = hi, lo, seq
         self.shift = 64 - bits
-        start = np.zeros(len(counts) + 1, dtype=np.int64)
+        wide = self.count >= 1 << 31
+        start = np.zeros(len(counts) + 1, dtype=np.int64 if wide else np.int32)
         np.cumsum(counts, out=start[1:])
         self.start = start
-        self._start = memoryview(start).cast("B").cast("q")
+        self._start = memoryview(start).cast("B").cast("q" if wide else "i")
         if views is None:
             views = [_columns(a, 1)[0] for a in (hi, lo, seq)]
         self._hi, self._lo, self._seq = views
@@ -179,9 +199,15 @@ class SortedKeys:
         in C: cheaper than numpy's fixed cost per call for a page's dozen keys.
         """
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
+        bloom, m = self._bloom, self._m
         hits: list[tuple[int, int]] = []
         miss: list[Probe] = []
         for t in todo:
+            if bloom is not None:
+                x = ((t[2] >> 32) * m) >> 32
+                if not (bloom[x >> 3] >> (x & 7)) & 1:
+                    miss.append(t)
+                    continue
             h = t[1]
             j = h >> shift
             a, b = start[j], start[j + 1]
@@ -266,6 +292,8 @@ class Run:
         got, prev = 0, None
         bits = directory_bits(self.count, self.block)
         counts = np.zeros(1 << bits, dtype=np.int64)
+        m = filter_size(self.count)
+        bloom = np.zeros(m // 8, dtype=np.uint8)
         for start in range(0, self.count, _CHUNK):
             chunk = np.ascontiguousarray(self._rec[start:start + _CHUNK])
             got = zlib.crc32(chunk.data, got)
@@ -277,10 +305,14 @@ class Run:
                 raise RunFileError(f"run file {self.path}: records out of order or range")
             prev = (int(hi[-1]), int(lo[-1]))
             counts += bucket_counts(hi, bits)
+            x = filter_positions(lo, m)
+            np.bitwise_or.at(bloom, (x >> np.uint64(3)).astype(np.intp),
+                             (np.uint8(1) << (x & np.uint64(7)).astype(np.uint8)))
         if got != crc:
             raise RunFileError(f"run file {self.path}: record checksum mismatch")
         rec = self._rec
-        return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, _columns(rec, 3))
+        return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, _columns(rec, 3),
+                          bloom)
 
     def records(self, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` as an ``(n, 3)`` uint64 array (a view of the map)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from dedup.merging import merge_newer, newest_unique
-from dedup.runs import SEQ_MASK, SortedKeys
+from dedup.runs import SEQ_MASK, SortedKeys, filter_add, filter_size
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -35,14 +35,17 @@ def _empty() -> Columns:
 class Buffer:
     """The newest records in RAM: sorted columns plus a small dict of the latest."""
 
-    def __init__(self, recent_max: int = 8192) -> None:
+    def __init__(self, recent_max: int = 8192, capacity: int = 1 << 18) -> None:
         self.recent_max = recent_max
+        self._filter_bits = filter_size(capacity)  # fuller, never wrong, past capacity
         self.clear()
 
     def clear(self) -> None:
         self.recent: dict[int, int] = {}  # (hi << 64 | lo) -> raw seq
         self._pending: list[Columns] = []  # the recent dict's records, as added
-        self.sorted = SortedKeys.build(*_empty())
+        # the sorted part's probe filter, as runs have: only ever gains bits until take
+        self._bloom = np.zeros(self._filter_bits // 8, dtype=np.uint8)
+        self.sorted = SortedKeys.build(*_empty(), bloom=self._bloom)
         self.size = 0  # records added since the last take (a key may count twice)
         self.top = -1  # highest seq held: a batch entirely above it is the newest
 
@@ -66,9 +69,10 @@ class Buffer:
             return
         cols = [np.concatenate(c) for c in zip(*self._pending, strict=True)]
         new = newest_unique(*cols, drop_tombstones=False)
+        filter_add(self._bloom, new[1])
         s = self.sorted
         merged = merge_newer((s.hi, s.lo, s.seq), new) if s.count else new
-        self.sorted = SortedKeys.build(*merged)
+        self.sorted = SortedKeys.build(*merged, bloom=self._bloom)
         self.recent = {}
         self._pending = []
 
@@ -85,7 +89,8 @@ class Buffer:
         top = self.top
         self.clear()
         if len(rest[0]):
-            self.sorted = SortedKeys.build(*rest)
+            filter_add(self._bloom, rest[1])
+            self.sorted = SortedKeys.build(*rest, bloom=self._bloom)
             self.size = len(rest[0])
             self.top = top
         return out
@@ -93,4 +98,4 @@ class Buffer:
     def nbytes(self) -> int:
         """Bytes of the sorted columns and their directory (the dict not counted)."""
         s = self.sorted
-        return s.hi.nbytes + s.lo.nbytes + s.seq.nbytes + s.start.nbytes
+        return s.hi.nbytes + s.lo.nbytes + s.seq.nbytes + s.start.nbytes + self._bloom.nbytes

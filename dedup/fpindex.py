@@ -78,7 +78,8 @@ class FingerprintIndex:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
-        self._buffer = Buffer(recent_max=min(8192, max(4, buffer_records // 32)))
+        self._buffer = Buffer(recent_max=min(8192, max(4, buffer_records // 32)),
+                              capacity=buffer_records)
         self._merge: _Merge | None = None
         self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
         self._runs: list[Run] = []  # newest first
@@ -228,9 +229,11 @@ class FingerprintIndex:
         return sum(r.count for r in self._runs) + self._buffer.size
 
     def stats(self) -> dict[str, Any]:
-        """Runs, their records and bytes, the buffer size, the mark, whether merging."""
+        """Runs, their records and bytes, the buffer's records and bytes (sorted part),
+        the mark, whether merging."""
         return {"runs": len(self._runs), "run_records": [r.count for r in self._runs],
                 "bytes": sum(r.nbytes for r in self._runs), "buffer": self._buffer.size,
+                "buffer_bytes": self._buffer.nbytes(),
                 "mark": self.mark, "merging": self._merge is not None}
 
     @classmethod

@@ -72,8 +72,8 @@ def merge_runs(runs: Sequence[Run], *, drop_tombstones: bool,
 def merge_newer(old: tuple[np.ndarray, np.ndarray, np.ndarray],
                 new: tuple[np.ndarray, np.ndarray, np.ndarray]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge two sorted unique record sets, ``new`` winning on equal keys (its seqs
-    are all higher): the index buffer folding its recent records into its sorted part.
+    """Merge two sorted unique record sets, the higher seq winning on equal keys:
+    the index buffer folding its recent records into its sorted part.
 
     Linear in practice: a stable sort of two concatenated sorted runs is one
     timsort merge. Only when two records share a ``hi`` (a re-admission, a

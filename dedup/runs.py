@@ -142,6 +142,13 @@ def filter_positions(lo: np.ndarray, m: int) -> np.ndarray:
     return ((lo >> np.uint64(32)) * np.uint64(m)) >> np.uint64(32)
 
 
+def filter_add(bloom: np.ndarray, lo: np.ndarray) -> None:
+    """Set the filter bits of the keys with these ``lo`` halves."""
+    x = filter_positions(lo, len(bloom) * 8)
+    np.bitwise_or.at(bloom, (x >> np.uint64(3)).astype(np.intp),
+                     np.uint8(1) << (x & np.uint64(7)).astype(np.uint8))
+
+
 def directory_bits(count: int, block: int) -> int:
     """``k``: the directory has ``2**k`` buckets, about ``block`` records each."""
     k = 1
@@ -187,10 +194,11 @@ class SortedKeys:
 
     @classmethod
     def build(cls, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray,
-              block: int = BLOCK_RECORDS) -> SortedKeys:
-        """Index contiguous sorted unique columns held in RAM."""
+              block: int = BLOCK_RECORDS, bloom: np.ndarray | None = None) -> SortedKeys:
+        """Index contiguous sorted unique columns held in RAM (``bloom``: a filter
+        already holding every key's bit, or None)."""
         bits = directory_bits(len(hi), block)
-        return cls(hi, lo, seq, bucket_counts(hi, bits), bits)
+        return cls(hi, lo, seq, bucket_counts(hi, bits), bits, bloom=bloom)
 
     def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
         """Key by key: ``([(position, raw seq) found], [probes not found])``.
@@ -305,9 +313,7 @@ class Run:
                 raise RunFileError(f"run file {self.path}: records out of order or range")
             prev = (int(hi[-1]), int(lo[-1]))
             counts += bucket_counts(hi, bits)
-            x = filter_positions(lo, m)
-            np.bitwise_or.at(bloom, (x >> np.uint64(3)).astype(np.intp),
-                             (np.uint8(1) << (x & np.uint64(7)).astype(np.uint8)))
+            filter_add(bloom, lo)
         if got != crc:
             raise RunFileError(f"run file {self.path}: record checksum mismatch")
         rec = self._rec

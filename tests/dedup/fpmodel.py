@@ -24,6 +24,12 @@ def replay(index: FingerprintIndex, rows: Iterable[Row]) -> None:
                       np.array([seq], np.uint64), tombstone=tomb)
 
 
+def add_rows(index: FingerprintIndex, rows: Sequence[Row], *, tombstone: bool) -> None:
+    """Index ledger rows ``(seq, hi, lo, _)`` in one ``add`` call."""
+    index.add(np.array([r[1] for r in rows], np.uint64), np.array([r[2] for r in rows], np.uint64),
+              np.array([r[0] for r in rows], np.uint64), tombstone=tombstone)
+
+
 def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:
     """fingerprint -> seq of its admission, for the keys present after ``rows``."""
     model: dict[tuple[int, int], int] = {}

@@ -64,7 +64,7 @@ class PolitenessSettings:
 @dataclass(frozen=True, slots=True)
 class SnapshotSettings:
     interval: float = 300.0
-    every_new_urls: int = 100_000
+    every_new_urls: int = 500_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from crawler.netguard import check_literal_host
 from crawler.output import PAGES_FILE, PageLog, WarcWriter, read_json
 from crawler.politeness import Politeness
 from crawler.progress import Progress, SessionCounts, crawl_status
+from crawler.retry import ErrorCounts, Retries
 from crawler.robots import RobotsCache
 from crawler.scope import Scope, hostname_of
 from crawler.settings import Settings
@@ -95,8 +96,10 @@ class Engine:
         self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
                                      self._host_counts if self._cap else None)
         self.fetcher = Fetcher(settings.fetch)
+        # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
-                                   max_crawl_delay=settings.politeness.max_crawl_delay)
+                                   max_crawl_delay=settings.politeness.max_crawl_delay,
+                                   error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog = PageLog(self.state_dir / PAGES_FILE)
         self.warc = WarcWriter(settings.output.warc) if settings.output.warc else None
@@ -111,6 +114,8 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
+        self.retries = Retries(c)
+        self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         if transport is not None:
             from crawler.fleet.relay import Relay  # imports the Redis client
@@ -254,16 +259,13 @@ class Engine:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
         if robots is not None:
             try:
-                allowed = await robots.allowed(url)
+                answer = await robots.check(url)
             except BaseException:
                 frontier.done(item, requested=False, counted=False)
                 raise
             self.politeness.set_crawl_delay(item.host, robots.crawl_delay(url))
-            if not allowed:
-                frontier.done(item, requested=False, counted=False)
-                self.session.skipped += 1
-                await self.committer.commit_page(item, None, url, 0, 0, State.SKIPPED, "robots.txt",
-                                                 warc=self._warc_pages)
+            if not answer.allowed:
+                await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
         try:
             wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
@@ -273,6 +275,10 @@ class Engine:
         except BaseException:
             frontier.done(item)
             raise
+        if res.failed and res.retryable and self._retry_later(
+                item, hold_host=res.status is None or res.interrupted,
+                at_least=res.retry_after or 0.0):
+            return
         links_found = links_new = 0
         remote: list[Remote] = []
         final_url: str | None = url
@@ -282,8 +288,10 @@ class Engine:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
                 final_url = target[0] if target is not None else None
-                if target is not None:
-                    links_new, remote = self.admit((target,), item.depth)  # a hop, not a level
+                # A redirect target is a level deeper: an endless chain of unique
+                # redirects ends at max_depth like an endless chain of links.
+                if target is not None and item.depth < self.settings.crawl.max_depth:
+                    links_new, remote = self.admit((target,), item.depth + 1)
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self.settings.crawl.honor_nofollow)
@@ -301,9 +309,49 @@ class Engine:
         self.session.pages += 1
         if failed:
             self.session.failed += 1
+        error = res.error
+        self.retries.forget(item.seq)
+        self.errors.count(error, failed=failed)
         await self.committer.commit_page(item, res, final_url, links_found, links_new,
-                                         State.FAILED if failed else State.FETCHED, res.error,
+                                         State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages)
+
+    async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
+        """robots.txt says no: skipped for good, retried later, or given up (failed)."""
+        frontier = self.frontier
+        if unavailable is None:  # a real Disallow
+            frontier.done(item, requested=False, counted=False)
+            self.session.skipped += 1
+            await self.committer.commit_page(item, None, item.url, 0, 0, State.SKIPPED,
+                                             "robots.txt", warc=self._warc_pages)
+            return
+        if retryable and self._retry_later(item, hold_host=True, requested=False):
+            return
+        # Given up: retried to the end, or refused for good (an SSRF refusal names
+        # itself, not robots.txt: the page would be refused just the same).
+        self.retries.forget(item.seq)
+        error = f"robots.txt unavailable: {unavailable}" if retryable else unavailable
+        frontier.done(item, requested=False)
+        self.session.pages += 1
+        self.session.failed += 1
+        self.errors.count(error, failed=True)
+        await self.committer.commit_page(item, None, item.url, 0, 0, State.FAILED, error,
+                                         warc=self._warc_pages)
+
+    def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
+                     at_least: float = 0.0) -> bool:
+        """Put ``item`` back for a later round (``crawler.retry``); False: give it up.
+
+        While stopping nothing is retried: the URL just stays QUEUED for resume.
+        """
+        if self.stopping:
+            self.frontier.done(item, requested=requested, counted=False)
+            return True
+        delay = self.retries.delay(item.seq, at_least=at_least)
+        if delay is None:
+            return False
+        self.frontier.defer(item, delay, hold_host=hold_host, requested=requested)
+        return True
 
     def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int
               ) -> tuple[int, list[Remote]]:
@@ -378,7 +426,7 @@ class Engine:
             elapsed=time.monotonic() - self._started if self._started else 0.0,
             base=self._base, session=self.session, in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
-            shards=self.seen.nshards, state_dir=str(self.state_dir))
+            shards=self.seen.nshards, state_dir=str(self.state_dir), errors=self.errors.counts)
         if self.relay is not None:
             out.update(self.relay.status())
         if final:

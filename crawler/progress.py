@@ -58,8 +58,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
         f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
         f" pages/s)",
-        f"  pages:  {s['fetched']} fetched ({s['errors']} with errors), "
-        f"{s['skipped']} skipped, {s['queued']} still queued",
+        f"  pages:  {s['fetched']} fetched ({s['fetched_with_errors']} with errors: 4xx, too "
+        f"large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
+        f"{s['queued']} still queued",
         f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
@@ -77,7 +78,8 @@ def format_stats(s: dict[str, Any]) -> str:
     """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
     lines = [
         f"crawl {s['crawl_id']} in {s['state_dir']}",
-        f"  pages:  {s['fetched']} fetched, {s['failed']} failed, {s['skipped']} skipped, "
+        f"  pages:  {s['fetched']} fetched ({s.get('fetched_with_errors', 0)} with errors: "
+        f"4xx, too large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
         f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
@@ -166,18 +168,20 @@ class SessionCounts:
     """What this run of a crawl did (the ledger's counts cover every run)."""
 
     pages: int = 0  # fetched this run (successes and failures)
-    failed: int = 0
+    failed: int = 0  # given up this run
     skipped: int = 0
     queued_new: int = 0  # URLs queued this run
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
                  in_flight: int, hosts: int, counters: dict[str, int], info: dict[str, Any],
-                 shards: int, state_dir: str) -> dict[str, Any]:
+                 shards: int, state_dir: str, errors: dict[str, int] | None = None
+                 ) -> dict[str, Any]:
     """Live figures (cheap: no ledger scan) for the status line and the summary.
 
     ``base`` is the ledger's counts when the run started; ``counters`` the
-    URL-seen test's counters (only ``COUNTER_KEYS`` are shown).
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``errors`` the
+    pages recorded with an error over every run (``crawler.retry.ErrorCounts``).
     """
     marked = session.pages + session.skipped
     out: dict[str, Any] = {
@@ -187,6 +191,8 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
         "rate": session.pages / elapsed if elapsed else 0.0,
         "fetched": base["fetched"] + base["failed"] + session.pages,
         "errors": base["failed"] + session.failed,
+        "failed": base["failed"] + session.failed,
+        "fetched_with_errors": (errors or {}).get("fetched_with_errors", 0),
         "skipped": base["skipped"] + session.skipped,
         "queued": max(0, base["queued"] + session.queued_new - marked),
         "in_flight": in_flight,

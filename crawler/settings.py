@@ -51,6 +51,9 @@ class CrawlSettings:
     honor_nofollow: bool = False
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
+    retry_rounds: int = 5
+    retry_delay: float = 5.0
+    retry_delay_max: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,9 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_rounds"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_delay_max"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "per_host"): (lambda v: v >= 1, ">= 1"),
     ("politeness", "delay"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "max_crawl_delay"): (lambda v: v >= 0, ">= 0"),

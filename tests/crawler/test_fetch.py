@@ -12,7 +12,14 @@ from email.utils import format_datetime
 import pytest
 import pytest_asyncio
 
-from crawler.fetch import Fetcher, FetchSettings, parse_content_type, parse_retry_after
+from crawler.fetch import (
+    Fetcher,
+    FetchSettings,
+    TextFetch,
+    _looks_like_html,
+    parse_content_type,
+    parse_retry_after,
+)
 from crawler.links import extract_links
 from crawler.netguard import GuardedResolver, PrivateAddressError, is_public_address
 from tests.support.faultserver import MB, FaultServer, HostMap, fault_server
@@ -262,18 +269,37 @@ async def test_redirect_is_returned_not_followed(srv: FaultServer) -> None:
 
 async def test_get_text_follows_redirects_and_decodes(srv: FaultServer) -> None:
     async with Fetcher(FAST) as f:
-        status, text = await f.get_text(srv.url("/redirect?to=/html%3Flinks%3D2"))
-        assert status == 200 and text is not None and "/html/page/1" in text
-        assert await f.get_text(srv.url("/loop/a"), max_redirects=3) == (302, None)
+        got = await f.get_text(srv.url("/redirect?to=/html%3Flinks%3D2"))
+        assert got.status == 200 and got.text is not None and "/html/page/1" in got.text
+        assert await f.get_text(srv.url("/loop/a"), max_redirects=3) == TextFetch(
+            302, None, "too many redirects")
         assert srv.log.count("/loop/a") + srv.log.count("/loop/b") == 4
-        assert await f.get_text(srv.url("/status/404")) == (404, None)
-        status, text = await f.get_text(srv.url("/big?mb=2"), max_bytes=1000)
-        assert status == 200 and text is not None and len(text.encode()) == 1000
+        assert await f.get_text(srv.url("/status/404")) == TextFetch(404, None, "http 404")
+        got = await f.get_text(srv.url("/big?mb=2"), max_bytes=1000)
+        assert got.status == 200 and got.text is not None and len(got.text.encode()) == 1000
 
 
 async def test_get_text_network_error_has_no_status(srv: FaultServer) -> None:
     async with Fetcher(replace(FAST, read_timeout=0.2)) as f:
-        assert await f.get_text(srv.url("/hang")) == (None, None)
+        assert await f.get_text(srv.url("/hang")) == TextFetch(None, None, "timeout", True)
+
+
+async def test_get_text_body_timing_out_is_no_answer_not_an_empty_file(srv: FaultServer) -> None:
+    # headers (200) arrive, then the body trickles past the deadline: that is not
+    # an empty robots.txt (which would mean "no rules"), it is no answer at all
+    async with Fetcher(replace(FAST, read_timeout=0.5, total_timeout=0.6, retries=0)) as f:
+        got = await f.get_text(srv.url("/slowbody?every=0.1&n=30"))
+    assert (got.status, got.text, got.error, got.retryable) == (None, None, "timeout", True)
+
+
+async def test_a_trickling_body_is_cut_by_one_deadline_for_every_attempt(srv: FaultServer) -> None:
+    # each byte comes before the read timeout; retries would restart the clock
+    settings = replace(FAST, read_timeout=0.5, total_timeout=1.0, retries=2, backoff_base=0.01)
+    async with Fetcher(settings) as f:
+        r = await f.fetch(srv.url("/slowbody?every=0.1&n=100"))
+    assert (r.status, r.error, r.retryable) == (200, "timeout", True)
+    assert r.elapsed < 1.9  # one deadline of 1 s; before: 3 attempts x 1 s
+    assert srv.log.count("/slowbody") == 1
 
 
 # --- connection limit -------------------------------------------------------------------------
@@ -380,3 +406,14 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(format_datetime(now - timedelta(seconds=30), usegmt=True), now) == 0
     for bad in ("-5", "soon", "", "nan", "inf", None):
         assert parse_retry_after(bad, now) is None, bad
+
+
+# --- sniffing untyped bodies -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("head", "want"), [
+    (b"<!DOCTYPE html><html>", True), (b"\n  <HTML lang=en>", True), (b"<p>text", True),
+    (b"<!-- c -->", True), (b"%PDF-1.7\n", False), (b'{"a": 1}', False), (b"<htmlx>", False),
+    (b"<?xml version='1.0'?><rss>", False), (b"", False), (b"plain text <html>", False),
+])
+def test_untyped_bodies_are_html_only_when_they_start_like_html(head: bytes, want: bool) -> None:
+    assert _looks_like_html(head) is want

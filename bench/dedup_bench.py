@@ -43,7 +43,7 @@ from run import emit
 
 from dedup import BloomFilter, ShardedBloom
 from dedup.fingerprint import fingerprint_many, halves
-from dedup.snapshot import merge_files
+from dedup.shards import merge_files
 
 ERROR_RATE = 0.01
 BATCH = 100_000       # keys per add_many/contains_many call for ours

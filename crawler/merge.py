@@ -16,8 +16,9 @@ from crawler.output import PAGES_FILE, complete_lines
 from crawler.state import FLEET_KEY, CrawlError, require_state_dir
 from dedup import GeometryMismatch, Ledger, StateLocked, UrlSeen
 from dedup.atomic import atomic_write_bytes
-from dedup.shards import ShardedBloom
-from dedup.snapshot import merge_files, read_header
+from dedup.shards import ShardedBloom, merge_files
+from dedup.snapshot import read_header
+from dedup.statedir import is_state_dir, ledger_path, shards_dir
 
 __all__ = ["MergedFiles", "merge_shard_files", "merge_state_dirs"]
 
@@ -31,9 +32,9 @@ class MergedFiles:
 
 def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
     """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
-    with Ledger(state_dir / "ledger.sqlite", readonly=True) as ledger:
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
         hwm = ledger.hwm()
-    files = sorted((state_dir / "shards").glob("shard-*.bloom"))
+    files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
     if files and all(read_header(f).hwm >= hwm for f in files):
         return
     try:
@@ -48,7 +49,7 @@ def _shard_files(path: Path) -> list[Path]:
         return [path]
     if not path.is_dir():
         raise CrawlError(f"merge input {path}: not found")
-    folder = path / "shards" if (path / "shards").is_dir() else path
+    folder = shards_dir(path) if shards_dir(path).is_dir() else path
     files = sorted(folder.glob("shard-*.bloom"))
     if not files:
         raise CrawlError(f"merge input {path}: no shard files (shard-*.bloom)")
@@ -60,7 +61,7 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
     """OR every input's shard files, shard by shard, into ``output`` (its shards/ if it is
     a state directory). An input is a shard file, a directory of them or a state dir."""
     for raw in inputs:
-        if (Path(raw) / "ledger.sqlite").is_file():
+        if is_state_dir(raw):
             catch_up(Path(raw), warn)
     groups: dict[int, list[Path]] = {}
     counts: dict[int, Path] = {}
@@ -84,8 +85,8 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
                 raise CrawlError(f"merge input {d}: lacks shard(s) "
                                  f"{sorted(want - have)[:10]} that other inputs have")
     out = Path(output)
-    if (out / "ledger.sqlite").exists():
-        out = out / "shards"
+    if is_state_dir(out):
+        out = shards_dir(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -104,7 +105,7 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[
     ins = [require_state_dir(raw) for raw in inputs]
     out = Path(output)
     result = merge_states(out, ins)
-    with Ledger(out / "ledger.sqlite") as ledger:
+    with Ledger(ledger_path(out)) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(b"".join(complete_lines(d / PAGES_FILE, missing_ok=True)) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)

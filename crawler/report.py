@@ -11,6 +11,7 @@ from crawler.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import UrlSeen
 from dedup.shards import ShardedBloom
 from dedup.snapshot import read_header
+from dedup.statedir import is_state_dir
 
 __all__ = ["is_shard_dir", "shard_dir_stats", "state_stats"]
 
@@ -36,7 +37,7 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
 def is_shard_dir(path: str | Path) -> bool:
     """A directory of shard files with no ledger (what ``merge -o OUT`` writes)."""
     d = Path(path)
-    return (d.is_dir() and not (d / "ledger.sqlite").exists()
+    return (d.is_dir() and not is_state_dir(d)
             and ShardedBloom.shard_path(d, 0).exists())
 
 

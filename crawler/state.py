@@ -19,6 +19,7 @@ from crawler.scope import Scope, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from dedup import Canonicalizer, UrlSeen
 from dedup.seen import host_of
+from dedup.statedir import LEDGER_FILE, is_state_dir
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "SCOPE_KEY",
            "TOTALS_KEY", "CrawlError", "check_new_state_dir", "create_crawl", "open_crawl",
@@ -53,7 +54,7 @@ def _open_seen(state_dir: Path, settings: Settings, *, create: bool,
 def check_new_state_dir(state_dir: str | Path) -> None:
     """Refuse a directory that holds a crawl or anything else (before touching Redis)."""
     state_dir = Path(state_dir)
-    if (state_dir / "ledger.sqlite").exists():
+    if is_state_dir(state_dir):
         raise CrawlError(f"{state_dir} already holds a crawl; continue it with "
                          f"'bloomcrawl resume {state_dir}' or choose another --state directory")
     if state_dir.exists():
@@ -114,8 +115,8 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     state_dir = Path(state_dir)
     if not state_dir.is_dir():
         raise CrawlError(f"state directory {state_dir}: not found")
-    if not (state_dir / "ledger.sqlite").exists():
-        raise CrawlError(f"{state_dir} is not a bloomcrawl state directory (no ledger.sqlite)")
+    if not is_state_dir(state_dir):
+        raise CrawlError(f"{state_dir} is not a bloomcrawl state directory (no {LEDGER_FILE})")
     seen = UrlSeen(state_dir, create=False, autocommit=False)
     try:
         frozen = seen.ledger.meta_get(CONFIG_KEY)
@@ -135,6 +136,6 @@ def require_state_dir(path: str | Path) -> Path:
     d = Path(path)
     if not d.is_dir():
         raise CrawlError(f"state directory {d}: not found")
-    if not (d / "ledger.sqlite").exists():
-        raise CrawlError(f"{d} is not a bloomcrawl state directory (no ledger.sqlite)")
+    if not is_state_dir(d):
+        raise CrawlError(f"{d} is not a bloomcrawl state directory (no {LEDGER_FILE})")
     return d

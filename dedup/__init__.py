@@ -7,16 +7,18 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
 
 from dedup.bloom import BloomFilter
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
+from dedup.errors import GeometryMismatch, SnapshotError, StateLocked
 from dedup.fingerprint import fingerprint, fingerprint_many
+from dedup.geometry import Geometry
 from dedup.ledger import Ledger, QueuedRow, State
-from dedup.seen import NewUrl, StateLocked, UrlSeen
+from dedup.seen import NewUrl, UrlSeen
 from dedup.shards import ShardedBloom
-from dedup.snapshot import GeometryMismatch, SnapshotError
 
 __all__ = [
     "BloomFilter",
     "CanonRules",
     "Canonicalizer",
+    "Geometry",
     "GeometryMismatch",
     "Ledger",
     "NewUrl",

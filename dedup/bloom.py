@@ -1,40 +1,18 @@
-"""A scalable Bloom filter whose batch operations are numpy over the bit buffer.
+"""A scalable Bloom filter over string/bytes keys, with vectorized batch operations.
 
-Keys are reduced once to a 128-bit MurmurHash3 fingerprint (see
-:mod:`dedup.fingerprint`); its halves give the k bit positions by
-Kirsch–Mitzenmacher double hashing, ``(h1 + i*h2) mod m`` in uint64 wraparound
-arithmetic, computed for a whole batch as a ``(k, n)`` array. Lookups gather
-the k words of every key at once; insertions set bits with fancy ``|=`` and
-then re-set the few bits lost where two positions of a batch share a word
-(``words[idx] |= mask`` alone keeps only the last write per word; see
-``_set_bits``).
+The bits and the probing live in :mod:`dedup.layers`; this module is the
+filter's surface: keys in, answers out, health, merging, and saving itself to a
+snapshot file through the codec in :mod:`dedup.snapshot` (which knows nothing
+of filters: it reads and writes a header and raw layer bytes).
 
-Growth follows the scalable Bloom filter of Almeida et al. (RedisBloom's
-"expansion"): when the newest layer has taken ``capacity * growth**i`` new keys,
-a layer with ``growth`` times the capacity and a tighter error rate is added.
-Layer ``i`` gets ``p * (1 - r) * r**i`` with ``r = 0.2``, so the compound false
-positive rate stays under ``p`` at any size. Every layer hashes with its own salt
-mixed into ``h1``, so their false positives are independent.
-
-Storage: a layer's bits for a set of filters of identical geometry live in one
-2-D uint64 array (one row per filter, zero-initialised by ``calloc`` so untouched
-rows cost no memory), exposed per filter as a zero-copy little-endian
-``bitarray``. A plain :class:`BloomFilter` owns a one-row stack; a
-:class:`~dedup.shards.ShardedBloom` owns one stack for all its shards, so a batch
-spread over 64 shards is still one vectorized pass, not 64 small ones.
-
-Threading: exactly one thread may write a filter; others may read it (a
-snapshot thread), and may miss bits being set meanwhile — the ledger's
-high-water mark covers those.
+Growth: layer ``i`` gets error rate ``p * (1 - r) * r**i`` with ``r = 0.2``, so
+the compound false positive rate stays under ``p`` at any size.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from os import PathLike
 from typing import Any
@@ -42,164 +20,18 @@ from typing import Any
 import numpy as np
 from bitarray import bitarray
 
-from dedup.fingerprint import HASH_ALGO, fingerprint, fingerprint_many, halves
+from dedup.fingerprint import fingerprint, fingerprint_many, halves
+from dedup.geometry import Geometry, require_same
+from dedup.layers import CHUNK, LayerStack, estimate_count
+from dedup.snapshot import SnapshotHeader, read_file, write_file
 
 log = logging.getLogger("dedup.bloom")
 
-TIGHTENING = 0.2          # error-rate ratio between consecutive layers
 WARN_FILL = 0.8           # warn once past this share of the planned capacity
-MAX_LAYERS = 64
-MAX_K = 64
-MAX_M = 2**40             # bits in one layer of one filter (128 GiB)
-MAX_CAPACITY = 2**48
-MAX_GROWTH = 1024
-MAX_SEED = 2**32 - 1      # mmh3 seeds are uint32
-CHUNK = 8192              # keys per vectorized pass: keeps the (k, n) temporaries in L2
 SMALL = 4                 # batches this small go key by key (numpy call overhead dominates)
 
-_M64 = 2**64 - 1
-_LN2 = math.log(2)
-_GOLDEN = 0x9E3779B97F4A7C15
-_STEPS = np.arange(MAX_K, dtype=np.uint64)[:, None]
-_ONE = np.uint64(1)
-_SIX = np.uint64(6)
-_LOW6 = np.uint64(63)
 _U64 = np.dtype(np.uint64)
-
-
-@dataclass(frozen=True, slots=True)
-class LayerGeometry:
-    """Size of layer ``index`` of a filter: it holds ``capacity`` keys at ``error_rate``."""
-
-    index: int
-    capacity: int
-    error_rate: float
-    m: int
-    k: int
-
-
-def layer_geometry(capacity: int, error_rate: float, growth: int, index: int) -> LayerGeometry:
-    """Geometry of layer ``index``: ``m = ceil(-n ln p / ln2^2)`` rounded up to whole uint64
-    words, ``k = round(m/n ln 2)`` clamped to 1..64. Raises ValueError past ``MAX_M`` bits."""
-    n = capacity * growth**index
-    p = error_rate * (1 - TIGHTENING) * TIGHTENING**index
-    bits = math.ceil(-n * math.log(p) / _LN2**2) if p > 0 else math.inf
-    if not bits <= MAX_M:
-        raise ValueError(f"layer {index} of a filter for {capacity} keys at error rate "
-                         f"{error_rate} would need more than 2**40 bits")
-    m = max(64, -(-bits // 64) * 64)
-    k = min(MAX_K, max(1, round(m / n * _LN2)))
-    return LayerGeometry(index, n, p, m, k)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def validate_geometry(capacity: Any, error_rate: Any, seed: Any, growth: Any) -> None:
-    """Raise ValueError unless the parameters describe a filter this module can build."""
-    if not (_is_int(capacity) and 1 <= capacity <= MAX_CAPACITY):
-        raise ValueError(f"capacity must be an integer in 1..2**48, not {capacity!r}")
-    if not (isinstance(error_rate, numbers.Real) and 0 < error_rate < 1):
-        raise ValueError(f"error_rate must be between 0 and 1, not {error_rate!r}")
-    if not (_is_int(seed) and 0 <= seed <= MAX_SEED):
-        raise ValueError(f"seed must be an integer in 0..2**32-1, not {seed!r}")
-    if not (_is_int(growth) and 1 <= growth <= MAX_GROWTH):
-        raise ValueError(f"growth must be an integer in 1..1024, not {growth!r}")
-    layer_geometry(int(capacity), float(error_rate), int(growth), 0)
-
-
-def estimate_count(m: int, k: int, set_bits: int) -> float:
-    """Swamidass–Baldi estimate of the keys in a layer: ``-m/k ln(1 - X/m)``."""
-    x = min(set_bits, m - 1)  # a full layer would be infinite; cap it
-    return -m / k * math.log1p(-x / m)
-
-
-class _Arena:
-    """Layer ``index`` of ``rows`` filters of identical geometry: one row of words each."""
-
-    __slots__ = ("bits", "capacity", "counts", "flat", "index", "k", "m", "m64", "salt",
-                 "salt64", "words")
-
-    def __init__(self, geo: LayerGeometry, rows: int) -> None:
-        self.index, self.capacity, self.m, self.k = geo.index, geo.capacity, geo.m, geo.k
-        self.m64 = np.uint64(geo.m)
-        self.salt = (geo.index * _GOLDEN) & _M64  # 0 for layer 0: plain Kirsch–Mitzenmacher
-        self.salt64 = np.uint64(self.salt)
-        self.words = np.zeros((rows, geo.m // 64), dtype=np.uint64)
-        self.flat = self.words.reshape(-1)
-        self.bits = bitarray(buffer=self.words, endian="little")  # all rows, for single bits
-        self.counts = np.zeros(rows, dtype=np.int64)  # exact definitely-new adds per row
-
-    def row_bits(self, row: int) -> bitarray:
-        """Zero-copy bitarray of one filter's bits in this layer."""
-        return bitarray(buffer=self.words[row], endian="little")
-
-    def positions(self, h1: int, h2: int) -> list[int]:
-        """The k bit positions of one key (pure-Python twin of :func:`_probe`)."""
-        x = (h1 + self.salt) & _M64
-        m = self.m
-        return [((x + i * h2) & _M64) % m for i in range(self.k)]
-
-
-def _probe(arena: _Arena, h1: np.ndarray, h2: np.ndarray,
-           base: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bit positions of n keys in one layer, as ``(word index, bit index, bit value)``
-    arrays of shape ``(k, n)``; ``base`` offsets each key to its row in the arena."""
-    pos = _STEPS[:arena.k] * h2  # uint64 arrays wrap silently: the wraparound we want
-    pos += h1 + arena.salt64 if arena.salt else h1
-    q = pos // arena.m64  # pos %= m, but floor_divide by a scalar is ~2x faster (libdivide)
-    q *= arena.m64
-    pos -= q
-    bit = pos & _LOW6
-    pos >>= _SIX
-    if base is not None:
-        pos += base
-    widx = pos.view(np.intp)  # < 2**58, so the same values
-    got = arena.flat[widx]
-    got >>= bit
-    got &= _ONE
-    return widx, bit, got
-
-
-def _set_bits(arena: _Arena, probe: tuple[np.ndarray, np.ndarray, np.ndarray],
-              cols: np.ndarray | None, n: int) -> None:
-    """Set the bits of the probed keys ``cols`` (all n if None).
-
-    ``flat[idx] |= mask`` alone loses bits: when positions share a word, only the
-    last write of that word survives. ``np.bitwise_or.at`` is exact but has no
-    fast path (~18 ns per element). So: write with fancy indexing, then rewrite
-    just the positions whose bit did not stick, until none is missing. Every
-    pass makes at least one write per distinct word stick and earlier passes'
-    bits are never overwritten, so it ends after at most (largest number of
-    positions sharing one word) passes — nearly always one or two.
-    Bits already set are rewritten rather than filtered out: that is cheaper."""
-    widx, bit, _ = probe
-    if cols is not None and cols.size < n:
-        widx, bit = np.take(widx, cols, axis=1), np.take(bit, cols, axis=1)
-    mask = np.left_shift(_ONE, bit, out=bit).reshape(-1)  # the bit indices are not reused
-    widx = widx.reshape(-1)
-    flat = arena.flat
-    while widx.size:
-        flat[widx] |= mask
-        lost = (flat[widx] & mask) == 0
-        widx, mask = widx[lost], mask[lost]
-
-
-def _first_occurrences(h1: np.ndarray, h2: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """The entries of ``idx`` whose fingerprint did not occur earlier in ``idx``."""
-    if idx.size < 2:
-        return idx
-    a = h1[idx]
-    s = np.sort(a)
-    if not (s[1:] == s[:-1]).any():
-        return idx
-    pairs = np.empty(idx.size, dtype=[("h1", _U64), ("h2", _U64)])
-    pairs["h1"] = a
-    pairs["h2"] = h2[idx]
-    _, first = np.unique(pairs, return_index=True)  # stable: index of the first occurrence
-    first.sort()
-    return idx[first]
+PathArg = str | PathLike[str]
 
 
 def _as_hashes(h: np.ndarray) -> np.ndarray:
@@ -207,187 +39,6 @@ def _as_hashes(h: np.ndarray) -> np.ndarray:
     if h.ndim != 2 or h.shape[1] != 2:
         raise ValueError(f"expected an (n, 2) array of fingerprint halves, got shape {h.shape}")
     return h if h.dtype == _U64 else h.astype(_U64)
-
-
-class _Stack:
-    """The layers of ``rows`` filters sharing capacity, error rate, seed and growth.
-
-    Row r's filter has ``nlayers[r]`` layers; arena j exists once any row needs
-    it. All batch logic lives here so a single filter (one row) and a sharded
-    filter (one row per shard, ``rows`` chosen per key) run the same code.
-    """
-
-    def __init__(self, rows: int, capacity: int, error_rate: float, seed: int,
-                 growth: int) -> None:
-        validate_geometry(capacity, error_rate, seed, growth)
-        self.rows = rows
-        self.capacity = int(capacity)
-        self.error_rate = float(error_rate)
-        self.seed = int(seed)
-        self.growth = int(growth)
-        self.arenas = [_Arena(layer_geometry(self.capacity, self.error_rate, self.growth, 0),
-                              rows)]
-        self.nlayers = np.ones(rows, dtype=np.intp)
-        self._full_logged = False
-
-    # -- layers ------------------------------------------------------------------
-
-    def arena(self, j: int) -> _Arena | None:
-        """Arena j, allocated on first use; None if no such layer can exist."""
-        while len(self.arenas) <= j:
-            nxt = len(self.arenas)
-            try:
-                if nxt >= MAX_LAYERS:
-                    raise ValueError(f"more than {MAX_LAYERS} layers")
-                geo = layer_geometry(self.capacity, self.error_rate, self.growth, nxt)
-            except ValueError as exc:
-                if not self._full_logged:
-                    self._full_logged = True
-                    log.error("Bloom filter cannot grow (%s); its newest layer keeps filling "
-                              "and its false-positive rate will rise", exc)
-                return None
-            self.arenas.append(_Arena(geo, self.rows))
-        return self.arenas[j]
-
-    def grow(self, row: int) -> bool:
-        """Give ``row`` one more (empty) layer; False when it cannot grow."""
-        j = int(self.nlayers[row])
-        a = self.arena(j)
-        if a is None:
-            return False
-        a.words[row] = 0
-        a.counts[row] = 0
-        self.nlayers[row] = j + 1
-        return True
-
-    def _room(self) -> np.ndarray:
-        """Keys each row's newest layer takes before the row grows."""
-        top = self.nlayers - 1
-        room = np.empty(self.rows, dtype=np.int64)
-        for j, a in enumerate(self.arenas):
-            on = top == j
-            room[on] = a.capacity - a.counts[on]
-        return room
-
-    # -- batch operations ----------------------------------------------------------
-
-    def _bases(self, rows: np.ndarray | None) -> list[np.ndarray | None]:
-        if rows is None:
-            return [None] * len(self.arenas)
-        r = rows.astype(_U64)
-        return [r * np.uint64(a.words.shape[1]) for a in self.arenas]
-
-    def contains(self, h: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        """For each key of ``h`` (row ``rows[i]``, or row 0 if None): in any layer?"""
-        out = np.empty(len(h), dtype=bool)
-        for a in range(0, len(h), CHUNK):
-            b = min(a + CHUNK, len(h))
-            out[a:b] = self._contains_chunk(h[a:b, 0], h[a:b, 1],
-                                            None if rows is None else rows[a:b])
-        return out
-
-    def _contains_chunk(self, h1: np.ndarray, h2: np.ndarray,
-                        rows: np.ndarray | None) -> np.ndarray:
-        bases = self._bases(rows)
-        _, _, got = _probe(self.arenas[0], h1, h2, bases[0])
-        found = got.all(axis=0)
-        for j in range(1, len(self.arenas)):
-            # later layers only for keys not found yet, in rows that have layer j
-            ask = ~found if rows is None else ~found & (self.nlayers[rows] > j)
-            idx = np.flatnonzero(ask)
-            if idx.size:
-                base = bases[j]
-                _, _, got = _probe(self.arenas[j], h1[idx], h2[idx],
-                                   None if base is None else base[idx])
-                found[idx[got.all(axis=0)]] = True
-        return found
-
-    def add(self, h: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        """Insert keys; True where a key was definitely new (its first occurrence)."""
-        out = np.empty(len(h), dtype=bool)
-        for a in range(0, len(h), CHUNK):
-            b = min(a + CHUNK, len(h))
-            out[a:b] = self._add_chunk(np.ascontiguousarray(h[a:b, 0]),
-                                       np.ascontiguousarray(h[a:b, 1]),
-                                       None if rows is None else rows[a:b])
-        return out
-
-    def _add_chunk(self, h1: np.ndarray, h2: np.ndarray,
-                   rows: np.ndarray | None) -> np.ndarray:
-        n = len(h1)
-        probes = [_probe(arena, h1, h2, base)
-                  for arena, base in zip(self.arenas, self._bases(rows), strict=True)]
-        present = probes[0][2].all(axis=0)
-        for _, _, got in probes[1:]:
-            present |= got.all(axis=0)
-        new_idx = _first_occurrences(h1, h2, np.flatnonzero(~present))
-        new = np.zeros(n, dtype=bool)
-        new[new_idx] = True
-        if not new_idx.size:
-            return new
-
-        if rows is None:  # one filter: no per-row bookkeeping
-            j = int(self.nlayers[0]) - 1
-            arena = self.arenas[j]
-            if new_idx.size > arena.capacity - arena.counts[0]:
-                self._add_spilling(0, h1[new_idx], h2[new_idx])
-            else:
-                _set_bits(arena, probes[j], new_idx, n)
-                arena.counts[0] += new_idx.size
-            return new
-
-        key_rows = rows[new_idx]
-        over = np.bincount(key_rows, minlength=self.rows) > self._room()
-        if over.any():  # some row's newest layer fills up: those rows go key by key
-            spill = over[key_rows]
-            for row in np.flatnonzero(over):
-                sel = new_idx[spill & (key_rows == row)]
-                self._add_spilling(int(row), h1[sel], h2[sel])
-            new_idx, key_rows = new_idx[~spill], key_rows[~spill]
-        top = self.nlayers[key_rows] - 1
-        for j, probe in enumerate(probes):
-            cols = new_idx if len(probes) == 1 else new_idx[top == j]
-            if cols.size:
-                _set_bits(self.arenas[j], probe, cols, n)
-                self.arenas[j].counts += np.bincount(rows[cols], minlength=self.rows)
-        return new
-
-    def _add_spilling(self, row: int, h1: np.ndarray, h2: np.ndarray) -> None:
-        """Insert keys known to be new into ``row``, growing it whenever a layer fills."""
-        a = 0
-        while a < len(h1):
-            j = int(self.nlayers[row]) - 1
-            arena = self.arenas[j]
-            room = arena.capacity - int(arena.counts[row])
-            if room <= 0 and self.grow(row):
-                continue
-            b = len(h1) if room <= 0 else min(len(h1), a + room)  # can't grow: overfill
-            base = np.full(b - a, row * arena.words.shape[1], dtype=_U64)
-            _set_bits(arena, _probe(arena, h1[a:b], h2[a:b], base), None, b - a)
-            arena.counts[row] += b - a
-            a = b
-
-    # -- one key at a time (no numpy call overhead) ------------------------------------
-
-    def contains_one(self, h1: int, h2: int, row: int) -> bool:
-        for j in range(int(self.nlayers[row])):
-            arena = self.arenas[j]
-            base, bits = row * arena.m, arena.bits
-            if all(bits[base + p] for p in arena.positions(h1, h2)):
-                return True
-        return False
-
-    def add_one(self, h1: int, h2: int, row: int) -> bool:
-        if self.contains_one(h1, h2, row):
-            return False
-        arena = self.arenas[int(self.nlayers[row]) - 1]
-        if arena.counts[row] >= arena.capacity and self.grow(row):
-            arena = self.arenas[int(self.nlayers[row]) - 1]
-        base, bits = row * arena.m, arena.bits
-        for p in arena.positions(h1, h2):
-            bits[base + p] = 1
-        arena.counts[row] += 1
-        return True
 
 
 def _chunks(keys: Iterable[str | bytes], size: int) -> Iterator[Sequence[str | bytes]]:
@@ -400,12 +51,12 @@ def _chunks(keys: Iterable[str | bytes], size: int) -> Iterator[Sequence[str | b
         yield batch
 
 
-class _StackFilter:
+class StackedFilter:
     """What a BloomFilter and a ShardedBloom (whose shards share one _Stack) have in
     common: the geometry read off their storage, and the batch API built on each
     class's own ``_add``, ``_contains`` and ``_check_capacity``."""
 
-    _stack: _Stack
+    _stack: LayerStack
 
     def _add(self, h: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -462,7 +113,7 @@ class _StackFilter:
         return self._stack.arenas[0].k
 
 
-class BloomFilter(_StackFilter):
+class BloomFilter(StackedFilter):
     """A Bloom filter over string/bytes keys with vectorized batch operations.
 
     ``add_many``/``contains_many`` hash a whole batch (one MurmurHash3 per key) and
@@ -473,28 +124,53 @@ class BloomFilter(_StackFilter):
 
     def __init__(self, capacity: int, error_rate: float = 0.01, *, seed: int = 0,
                  growth: int = 2) -> None:
-        self._stack = _Stack(1, capacity, error_rate, seed, growth)
+        geometry = Geometry(capacity=capacity, error_rate=error_rate, shards=1, seed=seed,
+                            growth=growth)
+        self._stack = LayerStack(1, geometry)
         self._row = 0
         self._warn = True
 
     @classmethod
-    def _view(cls, stack: _Stack, row: int) -> BloomFilter:
+    def view(cls, stack: LayerStack, row: int) -> BloomFilter:
         """The filter stored in row ``row`` of ``stack`` (a shard of a ShardedBloom)."""
         bf = cls.__new__(cls)
         bf._stack, bf._row, bf._warn = stack, row, False
         return bf
 
     @classmethod
-    def _empty(cls, capacity: int, error_rate: float, seed: int, growth: int,
-               layers: int) -> BloomFilter:
-        """A filter with ``layers`` empty layers (for loading a snapshot into)."""
+    def empty(cls, capacity: int, error_rate: float, *, seed: int, growth: int,
+              layers: int) -> BloomFilter:
+        """A filter with ``layers`` empty layers (to load or copy bits into)."""
         bf = cls(capacity, error_rate, seed=seed, growth=growth)
         for _ in range(layers - 1):
             if not bf._stack.grow(0):
                 raise ValueError(f"a filter of this geometry cannot have {layers} layers")
         return bf
 
-    # -- geometry --------------------------------------------------------------------
+    def move_into(self, stack: LayerStack, row: int) -> BloomFilter:
+        """Make this filter's content row ``row`` of ``stack`` (of the same geometry).
+
+        A standalone filter becomes that row itself (its bits move into the shared
+        storage); a row of another stack is copied and a view of the new row returned."""
+        if self._stack is stack and self._row == row:
+            return self
+        for j in range(self.layers):
+            if stack.arena(j) is None:
+                raise ValueError(f"shard {row}: cannot hold {self.layers} layers")
+        for j, arena in enumerate(stack.arenas):
+            if j < self.layers:
+                arena.words[row] = self.layer_words(j)
+                arena.counts[row] = self._layer_count(j)
+            else:  # rows above a filter's layer count stay zero (lookups rely on it)
+                arena.words[row] = 0
+                arena.counts[row] = 0
+        stack.nlayers[row] = self.layers
+        if self._stack.rows == 1:
+            self._stack, self._row, self._warn = stack, row, False
+            return self
+        return BloomFilter.view(stack, row)
+
+    # -- geometry and layers -----------------------------------------------------------
 
     @property
     def capacity(self) -> int:
@@ -509,16 +185,20 @@ class BloomFilter(_StackFilter):
         """Exact number of definitely-new adds (estimated for layers filled by merging)."""
         return sum(int(a.counts[self._row]) for a in self._stack.arenas[:self.layers])
 
-    def _geometry(self) -> dict[str, Any]:
-        return {"hash_algo": HASH_ALGO, "seed": self.seed, "m": self.m, "k": self.k,
+    def shape(self) -> dict[str, Any]:
+        """What a filter must share with this one to be ORed into it, in the order a
+        mismatch is reported (``m`` before ``capacity``: it is the cause users see)."""
+        g = self._stack.geometry
+        return {"hash": g.hash, "seed": self.seed, "m": self.m, "k": self.k,
                 "capacity": self.capacity, "error_rate": self.error_rate,
                 "growth": self.growth}
 
-    def _layer_words(self, j: int) -> np.ndarray:
+    def layer_words(self, j: int) -> np.ndarray:
         """Layer j's words (a zero-copy, writable view)."""
         return self._stack.arenas[j].words[self._row]
 
-    def _layer_bits(self, j: int) -> bitarray:
+    def layer_bits(self, j: int) -> bitarray:
+        """Layer j's bits (a zero-copy little-endian bitarray)."""
         return self._stack.arenas[j].row_bits(self._row)
 
     def _layer_count(self, j: int) -> int:
@@ -571,17 +251,17 @@ class BloomFilter(_StackFilter):
 
     # -- health ----------------------------------------------------------------------
 
-    def _fills(self) -> list[tuple[int, int, int]]:
+    def fills(self) -> list[tuple[int, int, int]]:
         """``(set bits, m, k)`` per layer."""
-        return [(self._layer_bits(j).count(), a.m, a.k)
+        return [(self.layer_bits(j).count(), a.m, a.k)
                 for j, a in enumerate(self._stack.arenas[:self.layers])]
 
     def __len__(self) -> int:
-        return round(sum(estimate_count(m, k, x) for x, m, k in self._fills()))
+        return round(sum(estimate_count(m, k, x) for x, m, k in self.fills()))
 
     def info(self) -> dict[str, Any]:
         """Geometry and health: fill ratio, estimated count and current false-positive rate."""
-        fills = self._fills()
+        fills = self.fills()
         bits = sum(m for _, m, _ in fills)
         return {
             "m": self.m, "k": self.k, "bits": bits, "bytes": bits // 8,
@@ -598,14 +278,14 @@ class BloomFilter(_StackFilter):
         """OR ``other`` into this filter (same geometry). Layers are ORed pairwise."""
         if not isinstance(other, BloomFilter):
             return NotImplemented
-        check_geometry(self._geometry(), other._geometry())
+        require_same(self.shape(), other.shape())
         for j in range(other.layers):
             if j >= self.layers and not self._stack.grow(self._row):
                 raise ValueError("cannot add a layer to merge into")
-            mine, theirs = self._layer_words(j), other._layer_words(j)
+            mine, theirs = self.layer_words(j), other.layer_words(j)
             np.bitwise_or(mine, theirs, out=mine)
             arena = self._stack.arenas[j]
-            union = estimate_count(arena.m, arena.k, self._layer_bits(j).count())
+            union = estimate_count(arena.m, arena.k, self.layer_bits(j).count())
             self._set_layer_count(j, max(self._layer_count(j), other._layer_count(j),
                                          round(union)))
         return self
@@ -620,17 +300,17 @@ class BloomFilter(_StackFilter):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BloomFilter):
             return NotImplemented
-        return (self._geometry() == other._geometry() and self.layers == other.layers
-                and all(np.array_equal(self._layer_words(j), other._layer_words(j))
+        return (self.shape() == other.shape() and self.layers == other.layers
+                and all(np.array_equal(self.layer_words(j), other.layer_words(j))
                         for j in range(self.layers)))
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def copy(self) -> BloomFilter:
-        out = BloomFilter._empty(self.capacity, self.error_rate, self.seed, self.growth,
-                                 self.layers)
+        out = BloomFilter.empty(self.capacity, self.error_rate, seed=self.seed,
+                                growth=self.growth, layers=self.layers)
         for j in range(self.layers):
-            out._layer_words(j)[:] = self._layer_words(j)
+            out.layer_words(j)[:] = self.layer_words(j)
             out._set_layer_count(j, self._layer_count(j))
         out._warn = self._warn
         return out
@@ -642,26 +322,43 @@ class BloomFilter(_StackFilter):
 
     # -- persistence -------------------------------------------------------------------
 
-    def save(self, path: str | PathLike[str]) -> None:
+    def save(self, path: PathArg) -> None:
         """Write a snapshot file (shard 0 of 1), atomically."""
-        from dedup.snapshot import write_snapshot  # snapshot imports this module
-
         write_snapshot(path, self)
 
     @classmethod
-    def load(cls, path: str | PathLike[str]) -> BloomFilter:
-        from dedup.snapshot import read_snapshot  # snapshot imports this module
-
+    def load(cls, path: PathArg) -> BloomFilter:
         return read_snapshot(path)[0]
 
 
-def check_geometry(a: dict[str, Any], b: dict[str, Any], where: str = "") -> None:
-    """Raise GeometryMismatch naming the first field on which ``a`` and ``b`` differ."""
-    for field, value in a.items():
-        if b.get(field) != value:
-            from dedup.snapshot import GeometryMismatch  # snapshot imports this module
+def write_snapshot(path: PathArg, bf: BloomFilter, *, shard_index: int = 0,
+                   shard_count: int = 1, hwm: int = 0, crawl_id: str = "") -> SnapshotHeader:
+    """Write ``bf`` to ``path`` atomically (as shard ``shard_index`` of ``shard_count``
+    covering the ledger up to ``hwm``) and return the header written."""
+    table = bf.layer_table()  # fixes the layer count even if a writer grows the filter now
+    return write_file(path, [bf.layer_words(j) for j in range(len(table))],
+                      table=table, seed=bf.seed, capacity=bf.capacity,
+                      error_rate=bf.error_rate, growth=bf.growth, shard_index=shard_index,
+                      shard_count=shard_count, hwm=hwm, crawl_id=crawl_id)
 
-            raise GeometryMismatch(f"{where}{field} differs: {value} != {b.get(field)}")
+
+def read_snapshot(path: PathArg, *,
+                  crawl_id: str | None = None) -> tuple[BloomFilter, SnapshotHeader]:
+    """Load and verify a snapshot. With ``crawl_id``, a file of another crawl is refused.
+    The filter is allocated only once the codec has validated the whole header."""
+    made: list[BloomFilter] = []
+
+    def buffers(h: SnapshotHeader) -> list[np.ndarray]:
+        bf = BloomFilter.empty(h.capacity, h.error_rate, seed=h.seed, growth=h.growth,
+                               layers=len(h.layers))
+        made.append(bf)
+        return [bf.layer_words(j) for j in range(len(h.layers))]
+
+    header = read_file(path, buffers, crawl_id=crawl_id)
+    bf = made[0]
+    for j, (_, _, count) in enumerate(header.layers):
+        bf._set_layer_count(j, count)
+    return bf, header
 
 
 def _split(fp: bytes) -> tuple[int, int]:

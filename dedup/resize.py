@@ -47,10 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from dedup.atomic import fsync_dir
+from dedup.bloom import read_snapshot, write_snapshot
+from dedup.errors import GeometryMismatch
+from dedup.geometry import require_same
 from dedup.ledger import Ledger
 from dedup.seen import UrlSeen
-from dedup.shards import ShardedBloom
-from dedup.snapshot import GeometryMismatch, merge_files, read_snapshot, write_snapshot
+from dedup.shards import ShardedBloom, merge_files
+from dedup.statedir import ledger_path, require_state_dir, shards_dir
 
 PathArg = str | os.PathLike[str]
 FORGET_CHUNK = 50_000
@@ -69,16 +72,8 @@ class ResizedState:
 # -- checks -------------------------------------------------------------------------------
 
 
-def _ledger_path(state_dir: Path) -> Path:
-    path = state_dir / "ledger.sqlite"
-    if not path.is_file():
-        raise FileNotFoundError(f"{state_dir}: not a bloomcrawl state directory "
-                                "(no ledger.sqlite)")
-    return path
-
-
 def _identity(state_dir: Path) -> dict[str, Any]:
-    with Ledger(_ledger_path(state_dir), readonly=True) as ledger:
+    with Ledger(ledger_path(require_state_dir(state_dir)), readonly=True) as ledger:
         return {"geometry": ledger.meta_get("geometry"),
                 "canon_rules": ledger.meta_get("canon_rules"),
                 "crawl_id": ledger.meta_get("crawl_id")}
@@ -97,16 +92,11 @@ def check_compatible(state_dirs: Sequence[PathArg]) -> dict[str, Any]:
         raise GeometryMismatch(f"{dirs[0]}: the ledger records no filter geometry")
     for d in dirs[1:]:
         other = _identity(d)
-        if other["crawl_id"] != first["crawl_id"]:
-            raise GeometryMismatch(f"{d}: crawl_id differs: {other['crawl_id']!r}, but "
-                                   f"{dirs[0]} has {first['crawl_id']!r}")
-        if other["canon_rules"] != first["canon_rules"]:
-            raise GeometryMismatch(f"{d}: canonicalization rules differ from {dirs[0]}'s")
-        g1, g2 = first["geometry"], other["geometry"] or {}
-        for key in sorted(set(g1) | set(g2)):
-            if g1.get(key) != g2.get(key):
-                raise GeometryMismatch(f"{d}: {key} differs: {g2.get(key)!r}, but {dirs[0]} "
-                                       f"has {g1.get(key)!r}")
+        # crawl id, then rules, then the geometry: the first difference is the one to fix
+        require_same({"crawl_id": other["crawl_id"], "canon_rules": other["canon_rules"],
+                      **(other["geometry"] or {})},
+                     {"crawl_id": first["crawl_id"], "canon_rules": first["canon_rules"],
+                      **first["geometry"]}, f"{d} (vs {dirs[0]}): ")
     return first
 
 
@@ -184,25 +174,25 @@ def merge_states(out_dir: PathArg, in_dirs: Sequence[PathArg]) -> ResizedState:
 
 
 def _merge_into(tmp: Path, ins: list[Path], crawl_id: str, nshards: int) -> tuple[int, int, int]:
-    ledger_path = tmp / "ledger.sqlite"
+    out_ledger = ledger_path(tmp)
     offered = 0
     for j, src in enumerate(ins):
         with UrlSeen(src, create=False) as seen:
             seen.snapshot()  # its shards now cover every row of its ledger
             if j == 0:
-                _copy_ledger(src / "ledger.sqlite", ledger_path)
+                _copy_ledger(ledger_path(src), out_ledger)
                 offered += len(seen.ledger)
                 continue
-            with Ledger(ledger_path) as ledger:
+            with Ledger(out_ledger) as ledger:
                 offered += len(seen.ledger)
                 ledger.import_rows(seen.ledger.rows())
-    with Ledger(ledger_path) as ledger:
+    with Ledger(out_ledger) as ledger:
         hwm, rows = ledger.hwm(), len(ledger)
-    shard_dir = tmp / "shards"
+    shard_dir = shards_dir(tmp)
     shard_dir.mkdir()
     for i in range(nshards):
         target = ShardedBloom.shard_path(shard_dir, i)
-        merge_files(target, [ShardedBloom.shard_path(src / "shards", i) for src in ins],
+        merge_files(target, [ShardedBloom.shard_path(shards_dir(src), i) for src in ins],
                     crawl_id=crawl_id)
         bf, header = read_snapshot(target, crawl_id=crawl_id)
         write_snapshot(target, bf, shard_index=header.shard_index,
@@ -229,7 +219,7 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
         raise ValueError("the same output directory is given twice")
     if src.resolve() in {p.resolve() for p in outs}:
         raise ValueError(f"{src}: the input cannot be one of the outputs")
-    _ledger_path(src)
+    require_state_dir(src)
     tmps: list[Path] = []
     try:
         for out in outs:
@@ -237,12 +227,12 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
         with UrlSeen(src, create=False) as seen:
             seen.snapshot()
             for tmp in tmps:
-                _copy_ledger(src / "ledger.sqlite", tmp / "ledger.sqlite")
-                (tmp / "shards").mkdir()
+                _copy_ledger(ledger_path(src), ledger_path(tmp))
+                (shards_dir(tmp)).mkdir()
                 for i in range(seen.nshards):
                     shutil.copyfile(seen.shard_path(i),
-                                    ShardedBloom.shard_path(tmp / "shards", i))
-            ledgers = [Ledger(tmp / "ledger.sqlite") for tmp in tmps]
+                                    ShardedBloom.shard_path(shards_dir(tmp), i))
+            ledgers = [Ledger(ledger_path(tmp)) for tmp in tmps]
             try:
                 _drop_foreign_rows(src, seen.ledger.rows(), ledgers, owner)
                 results = [ResizedState(out, len(ledger), 0, ledger.hwm())

@@ -2,9 +2,11 @@
 
 ``UrlSeen`` owns a state directory::
 
-    DIR/ledger.sqlite        every admitted URL (the truth, and the durable frontier)
-    DIR/shards/shard-NNNNN.bloom   one snapshot per filter shard
-    DIR/lock                 held while a process writes the directory
+    ledger        every admitted URL (the truth, and the durable frontier)
+    shards/       one snapshot per filter shard
+    lock          held while a process writes the directory
+
+(file names and the lock: :mod:`dedup.statedir`).
 
 Order of writes: a batch of new URLs is committed to the ledger first, then its
 bits are set, then the "applied" high-water mark moves. A snapshot records the
@@ -14,7 +16,6 @@ shard's mark, so a crash at any point leaves no false negative.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import uuid
@@ -25,22 +26,19 @@ from typing import Any
 
 import numpy as np
 
+from dedup.bloom import read_snapshot, write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
+from dedup.errors import GeometryMismatch, SnapshotError
 from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.geometry import Geometry, require_same
 from dedup.ledger import Ledger, State
+from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
-from dedup.snapshot import GeometryMismatch, SnapshotError, read_snapshot, write_snapshot
+from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
+
+__all__ = ["NewUrl", "UrlSeen", "host_of"]
 
 log = logging.getLogger("dedup.seen")
-
-HASH_ALGO = "murmur3_x64_128"
-DEFAULT_GEOMETRY = {"capacity": 10_000_000, "error_rate": 0.01, "shards": 64, "seed": 0,
-                    "growth": 2}
-
-
-class StateLocked(RuntimeError):
-    """Another process is writing this state directory."""
-
 
 @dataclass(frozen=True, slots=True)
 class NewUrl:
@@ -56,41 +54,6 @@ class NewUrl:
 def host_of(url: str) -> str:
     """``host[:port]`` of a normalized absolute URL, without userinfo."""
     return url.split("/", 3)[2].rpartition("@")[2]
-
-
-class _ConfirmCache:
-    """Keys recently admitted or confirmed present in the ledger (two-generation LRU).
-
-    Navigation links repeat on every page; remembering that they are in the
-    ledger keeps them off the fingerprint, the filter and SQLite. Two sets
-    swapped when the young one fills give O(1) inserts and evictions with
-    LRU-like retention.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._half = max(1, size // 2)
-        self._young: set[str] = set()
-        self._old: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        if key in self._young:
-            return True
-        if key in self._old:
-            self.add(key)
-            return True
-        return False
-
-    def add(self, key: str) -> None:
-        self._young.add(key)
-        if len(self._young) >= self._half:
-            self._old, self._young = self._young, set()
-
-    def discard(self, key: str) -> None:
-        self._young.discard(key)
-        self._old.discard(key)
-
-    def __len__(self) -> int:
-        return len(self._young) + len(self._old)
 
 
 class UrlSeen:
@@ -112,17 +75,16 @@ class UrlSeen:
                  autocommit: bool = True) -> None:
         self.state_dir = Path(state_dir)
         self.readonly = readonly
-        ledger_path = self.state_dir / "ledger.sqlite"
-        if not ledger_path.exists() and (not create or readonly):
-            raise FileNotFoundError(f"{self.state_dir}: not a bloomcrawl state directory "
-                                    "(no ledger.sqlite)")
+        if not create or readonly:
+            require_state_dir(self.state_dir)
         self._lock_fd: int | None = None
         if not readonly:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            (self.state_dir / "shards").mkdir(exist_ok=True)
-            self._lock_fd = _lock(self.state_dir)
+            shards_dir(self.state_dir).mkdir(exist_ok=True)
+            self._lock_fd = lock(self.state_dir)
         try:
-            self.ledger = Ledger(ledger_path, readonly=readonly, autocommit=autocommit)
+            self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
+                                 autocommit=autocommit)
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
@@ -137,12 +99,11 @@ class UrlSeen:
         self.geometry = self._settle_geometry(asked)
         self.rules = self._settle_rules(rules)
         self.crawl_id = self._settle_crawl_id(crawl_id)
-        g = self.geometry
-        self.seed: int = g["seed"]
-        self.nshards: int = g["shards"]
+        self.seed: int = self.geometry.seed
+        self.nshards: int = self.geometry.shards
         self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
-        self._confirmed = _ConfirmCache(confirm_cache_size)
+        self._confirmed = RecentKeys(confirm_cache_size)
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
@@ -152,20 +113,17 @@ class UrlSeen:
 
     # -- opening -----------------------------------------------------------------
 
-    def _settle_geometry(self, asked: dict[str, Any]) -> dict[str, Any]:
+    def _settle_geometry(self, asked: dict[str, Any]) -> Geometry:
+        asked = {k: v for k, v in asked.items() if v is not None}
         stored = self.ledger.meta_get("geometry")
         if stored is None:
-            geometry = {k: (DEFAULT_GEOMETRY[k] if v is None else v) for k, v in asked.items()}
-            geometry["hash"] = HASH_ALGO
-            _validate_geometry(geometry)
+            geometry = Geometry(**asked)
             if not self.readonly:
-                self.ledger.meta_set("geometry", geometry)
+                self.ledger.meta_set("geometry", geometry.to_dict())
             return geometry
-        for key, value in asked.items():
-            if value is not None and value != stored.get(key):
-                raise GeometryMismatch(f"{self.state_dir}: {key} differs: this crawl was "
-                                       f"created with {stored.get(key)!r}, asked for {value!r}")
-        return stored
+        require_same(asked, {k: stored.get(k) for k in asked},
+                     f"{self.state_dir}: asked for != created with: ")
+        return Geometry.from_dict(stored)
 
     def _settle_rules(self, rules: CanonRules | None) -> CanonRules:
         stored = self.ledger.meta_get("canon_rules")
@@ -195,11 +153,11 @@ class UrlSeen:
 
     def _empty_filter(self) -> ShardedBloom:
         g = self.geometry
-        return ShardedBloom(shards=g["shards"], capacity=g["capacity"],
-                            error_rate=g["error_rate"], seed=g["seed"], growth=g["growth"])
+        return ShardedBloom(shards=g.shards, capacity=g.capacity, error_rate=g.error_rate,
+                            seed=g.seed, growth=g.growth)
 
     def shard_path(self, i: int) -> Path:
-        return ShardedBloom.shard_path(self.state_dir / "shards", i)
+        return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
 
     def _load_shards(self) -> int:
         """Install valid shard snapshots, then replay the ledger past each one's mark."""
@@ -352,7 +310,7 @@ class UrlSeen:
         out.update({
             "fill": info["fill"], "estimated_count": info["estimated_count"],
             "expected_fpr": info["expected_fpr"], "layers": info["layers"],
-            "capacity": self.geometry["capacity"], "error_rate": self.geometry["error_rate"],
+            "capacity": self.geometry.capacity, "error_rate": self.geometry.error_rate,
             "shards": self.nshards, "bytes": info["bytes"], "crawl_id": self.crawl_id,
             "damaged_shards": list(self.damaged_shards),
         })
@@ -399,11 +357,6 @@ class UrlSeen:
             raise
         return seen
 
-    def filter_info(self) -> dict[str, Any]:
-        """The filter's health (fill, estimated count, expected FPR, layers) without the
-        ledger scan that ``stats()`` does: cheap enough for a live progress line."""
-        return self.bloom.info()
-
     def close(self) -> None:
         """Commit pending rows and release the directory (no snapshot is implied)."""
         self.ledger.close()
@@ -419,27 +372,6 @@ class UrlSeen:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _lock(state_dir: Path) -> int:
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StateLocked(f"{state_dir}: in use by another bloomcrawl process") from None
-    return fd
-
-
-def _validate_geometry(g: dict[str, Any]) -> None:
-    if not (isinstance(g["capacity"], int) and g["capacity"] >= 1):
-        raise ValueError(f"capacity must be a positive integer, not {g['capacity']!r}")
-    if not 0 < g["error_rate"] < 1:
-        raise ValueError(f"error_rate must be between 0 and 1, not {g['error_rate']!r}")
-    if not (isinstance(g["shards"], int) and 1 <= g["shards"] <= 65536):
-        raise ValueError(f"shards must be 1..65536, not {g['shards']!r}")
-    if not (isinstance(g["growth"], int) and g["growth"] >= 1):
-        raise ValueError(f"growth must be an integer >= 1, not {g['growth']!r}")
 
 
 def _rules_to_json(rules: CanonRules) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -24,17 +26,19 @@ from dedup.bloom import (
     SMALL,
     WARN_FILL,
     BloomFilter,
-    _is_int,
-    _Stack,
-    _StackFilter,
-    check_geometry,
-    estimate_count,
+    StackedFilter,
     log,
+    read_snapshot,
+    write_snapshot,
 )
-from dedup.fingerprint import HASH_ALGO, fingerprint, shard_of
-from dedup.snapshot import SnapshotError, read_header, read_snapshot, write_snapshot
+from dedup.errors import SnapshotError
+from dedup.fingerprint import fingerprint, shard_of
+from dedup.geometry import MAX_SHARDS, Geometry, require_same
+from dedup.layers import LayerStack, estimate_count
+from dedup.snapshot import SnapshotHeader, read_header
 
-MAX_SHARDS = 65536
+__all__ = ["MAX_SHARDS", "ShardedBloom", "merge_files", "shard_capacity"]
+
 HEADROOM_SIGMAS = 4
 
 
@@ -92,24 +96,22 @@ class _ShardList(list[BloomFilter]):
     __delitem__ = __iadd__ = __imul__ = _fixed
 
 
-class ShardedBloom(_StackFilter):
+class ShardedBloom(StackedFilter):
     """S Bloom filters of identical geometry behind the surface of one."""
 
     def __init__(self, shards: int = 64, capacity: int = 10_000_000, error_rate: float = 0.01,
                  *, seed: int = 0, growth: int = 2) -> None:
-        if not (_is_int(shards) and 1 <= shards <= MAX_SHARDS):
-            raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, not {shards!r}")
-        if not (_is_int(capacity) and capacity >= 1):
-            raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
-        self.nshards = int(shards)
-        self.capacity = int(capacity)
-        self.shard_capacity = shard_capacity(self.capacity, self.nshards)
-        self._build(error_rate, seed, growth)
+        self._build(Geometry(capacity=capacity, error_rate=error_rate, shards=shards, seed=seed,
+                             growth=growth), shard_capacity(capacity, shards))
 
-    def _build(self, error_rate: float, seed: int, growth: int) -> None:
-        self._stack = _Stack(self.nshards, self.shard_capacity, error_rate, seed, growth)
+    def _build(self, geometry: Geometry, shard_cap: int) -> None:
+        self.geometry = geometry
+        self.nshards = geometry.shards
+        self.capacity = geometry.capacity
+        self.shard_capacity = shard_cap
+        self._stack = LayerStack(self.nshards, replace(geometry, capacity=shard_cap, shards=1))
         self.shards: list[BloomFilter] = _ShardList(
-            self, (BloomFilter._view(self._stack, i) for i in range(self.nshards)))
+            self, (BloomFilter.view(self._stack, i) for i in range(self.nshards)))
         self._warn = True
 
     @property
@@ -121,8 +123,9 @@ class ShardedBloom(_StackFilter):
     def count(self) -> int:
         return sum(int(a.counts.sum()) for a in self._stack.arenas)
 
-    def _geometry(self) -> dict[str, Any]:
-        return {"shards": self.nshards, **self.shards[0]._geometry()}
+    def shape(self) -> dict[str, Any]:
+        """What a sharded filter must share with this one to be ORed into it."""
+        return {"shards": self.nshards, **self.shards[0].shape()}
 
     @staticmethod
     def shard_path(directory: str | PathLike[str], i: int) -> Path:
@@ -133,25 +136,8 @@ class ShardedBloom(_StackFilter):
         (its bits move into the shared storage); a shard of another ShardedBloom is copied."""
         if not isinstance(bf, BloomFilter):
             raise TypeError(f"a shard must be a BloomFilter, not {type(bf).__name__}")
-        if bf._stack is self._stack and bf._row == i:
-            return bf
-        check_geometry(self.shards[0]._geometry(), bf._geometry(), f"shard {i}: ")
-        stack = self._stack
-        for j in range(bf.layers):
-            if stack.arena(j) is None:
-                raise ValueError(f"shard {i}: cannot hold {bf.layers} layers")
-        for j, arena in enumerate(stack.arenas):
-            if j < bf.layers:
-                arena.words[i] = bf._layer_words(j)
-                arena.counts[i] = bf._layer_count(j)
-            else:  # rows above a shard's layer count stay zero (lookups rely on it)
-                arena.words[i] = 0
-                arena.counts[i] = 0
-        stack.nlayers[i] = bf.layers
-        if bf._stack.rows == 1:
-            bf._stack, bf._row, bf._warn = stack, i, False
-            return bf
-        return BloomFilter._view(stack, i)
+        require_same(self.shards[0].shape(), bf.shape(), f"shard {i}: ")
+        return bf.move_into(self._stack, i)
 
     # -- keys --------------------------------------------------------------------------
 
@@ -195,11 +181,11 @@ class ShardedBloom(_StackFilter):
     # -- health --------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return round(sum(estimate_count(m, k, x) for bf in self.shards for x, m, k in bf._fills()))
+        return round(sum(estimate_count(m, k, x) for bf in self.shards for x, m, k in bf.fills()))
 
     def info(self) -> dict[str, Any]:
         """Totals over all shards, plus the emptiest and fullest shard's fill ratio."""
-        per = [bf._fills() for bf in self.shards]
+        per = [bf.fills() for bf in self.shards]
         bits = sum(m for fills in per for _, m, _ in fills)
         fill = [sum(x for x, _, _ in f) / sum(m for _, m, _ in f) for f in per]
         return {
@@ -221,7 +207,7 @@ class ShardedBloom(_StackFilter):
     def __ior__(self, other: ShardedBloom) -> ShardedBloom:
         if not isinstance(other, ShardedBloom):
             return NotImplemented
-        check_geometry(self._geometry(), other._geometry())
+        require_same(self.shape(), other.shape())
         for mine, theirs in zip(self.shards, other.shards, strict=True):
             mine |= theirs
         return self
@@ -236,7 +222,7 @@ class ShardedBloom(_StackFilter):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ShardedBloom):
             return NotImplemented
-        return (self._geometry() == other._geometry()
+        return (self.shape() == other.shape()
                 and all(a == b for a, b in zip(self.shards, other.shards, strict=True)))
 
     __hash__ = None  # type: ignore[assignment]  # mutable
@@ -246,16 +232,14 @@ class ShardedBloom(_StackFilter):
                growth: int) -> ShardedBloom:
         """An empty filter whose shards hold ``shard_cap`` keys each (as its files say)."""
         out = cls.__new__(cls)
-        out.nshards = shards
-        out.capacity = _capacity_of(shard_cap, shards)
-        out.shard_capacity = shard_cap
-        out._build(error_rate, seed, growth)
+        out._build(Geometry(capacity=_capacity_of(shard_cap, shards), error_rate=error_rate,
+                            shards=shards, seed=seed, growth=growth), shard_cap)
         return out
 
     def copy(self) -> ShardedBloom:
         out = ShardedBloom._sized(self.nshards, self.shard_capacity, self.error_rate,
                                   self.seed, self.growth)
-        out.capacity = self.capacity
+        out.capacity, out.geometry = self.capacity, self.geometry
         for j, arena in enumerate(self._stack.arenas):
             if out._stack.arena(j) is None:
                 raise ValueError("cannot copy: layer limit")
@@ -299,15 +283,35 @@ class ShardedBloom(_StackFilter):
                                 f"but missing {missing[:5]} extra {extra[:5]}")
         out = cls._sized(head.shard_count, head.capacity, head.error_rate, head.seed,
                          head.growth)
-        want = {"shard_count": head.shard_count, "hash_algo": HASH_ALGO, "seed": head.seed,
-                "capacity": head.capacity, "error_rate": head.error_rate,
-                "growth": head.growth, "crawl_id": head.crawl_id}
+        want = {**head.shape(), "crawl_id": head.crawl_id}
         for i in range(head.shard_count):
             path = cls.shard_path(directory, i)
             bf, h = read_snapshot(path, crawl_id=crawl_id)
-            got = {f: getattr(h, f) for f in want}
-            check_geometry(want, got, f"{path.name}: ")
+            require_same(want, {**h.shape(), "shard_index": head.shard_index,
+                                "crawl_id": h.crawl_id}, f"{path.name}: ")
             if h.shard_index != i:
                 raise SnapshotError(f"{path.name}: holds shard {h.shard_index}, not {i}")
             out.shards[i] = bf
         return out
+
+
+def merge_files(out: str | PathLike[str], inputs: Sequence[str | PathLike[str]], *,
+                crawl_id: str | None = None) -> SnapshotHeader:
+    """OR shard files of identical geometry into ``out`` (written atomically; ``out`` may
+    be one of the inputs). The result equals the filter of the union of the inputs, bit
+    for bit; its high-water mark is the inputs' maximum. Its crawl id is ``crawl_id``, or
+    the inputs' if they all agree, else empty."""
+    if not inputs:
+        raise ValueError("merge_files needs at least one input")
+    headers = [read_header(p) for p in inputs]  # refuse before reading any bits
+    for p, h in zip(inputs[1:], headers[1:], strict=True):
+        require_same(headers[0].shape(), h.shape(), f"{os.fspath(p)}: ")
+    merged, _ = read_snapshot(inputs[0])
+    for p in inputs[1:]:
+        merged |= read_snapshot(p)[0]
+    if crawl_id is None:
+        ids = {h.crawl_id for h in headers}
+        crawl_id = ids.pop() if len(ids) == 1 else ""
+    return write_snapshot(out, merged, shard_index=headers[0].shard_index,
+                          shard_count=headers[0].shard_count,
+                          hwm=max(h.hwm for h in headers), crawl_id=crawl_id)

@@ -1,5 +1,9 @@
 """Snapshot files: one Bloom filter shard per file, versioned, checksummed, written atomically.
 
+This module is the file codec only: a header, raw layer bytes and checksums. It
+knows nothing of filters; :mod:`dedup.bloom` hands it the layers' buffers to
+write, or a function that allocates them once the header has been validated.
+
 Layout (all integers little-endian)::
 
     header      144 bytes  magic b"BLOOMCRL", format version, header size, shard
@@ -30,27 +34,24 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from dedup.atomic import atomic_write
-from dedup.bloom import (
-    MAX_K,
-    MAX_LAYERS,
-    MAX_M,
-    BloomFilter,
-    check_geometry,
-    layer_geometry,
-    validate_geometry,
-)
+from dedup.errors import GeometryMismatch, SnapshotError
 from dedup.fingerprint import HASH_ALGO
+from dedup.geometry import MAX_K, MAX_LAYERS, MAX_M, MAX_SHARDS, Geometry, layer_geometry
+
+__all__ = ["HEADER_SIZE", "GeometryMismatch", "SnapshotError", "SnapshotHeader", "read_file",
+           "read_header", "write_file"]
 
 MAGIC = b"BLOOMCRL"
 FORMAT_VERSION = 1
-MAX_SHARDS = 65536
 CRAWL_ID_BYTES = 64
 IO_CHUNK = 4 << 20
 HASH_ALGOS = {1: HASH_ALGO}
@@ -62,14 +63,6 @@ _LAYER = struct.Struct("<QQQ")
 HEADER_SIZE = _HEAD.size + _CRC.size
 
 PathArg = str | PathLike[str]
-
-
-class SnapshotError(ValueError):
-    """A snapshot file is missing, damaged, or does not fit; the message names the file."""
-
-
-class GeometryMismatch(SnapshotError):
-    """Two filters (or files) cannot be merged; the message names the differing field."""
 
 
 @dataclass(frozen=True)
@@ -94,13 +87,23 @@ class SnapshotHeader:
         return (HEADER_SIZE + len(self.layers) * _LAYER.size + _CRC.size
                 + sum(m // 8 for m, _, _ in self.layers) + _CRC.size)
 
+    def shape(self) -> dict[str, Any]:
+        """What another shard file must share with this one to be ORed with it."""
+        return {"hash": self.hash_algo, "seed": self.seed, "shard_count": self.shard_count,
+                "shard_index": self.shard_index, "m": self.layers[0][0],
+                "k": self.layers[0][1], "capacity": self.capacity,
+                "error_rate": self.error_rate, "growth": self.growth}
+
 
 # -- writing -------------------------------------------------------------------------------
 
 
-def write_snapshot(path: PathArg, bf: BloomFilter, *, shard_index: int = 0, shard_count: int = 1,
-                   hwm: int = 0, crawl_id: str = "") -> SnapshotHeader:
-    """Write ``bf`` to ``path`` atomically and return the header written."""
+def write_file(path: PathArg, buffers: Sequence[np.ndarray], *,
+               table: Sequence[tuple[int, int, int]], seed: int, capacity: int,
+               error_rate: float, growth: int, shard_index: int = 0, shard_count: int = 1,
+               hwm: int = 0, crawl_id: str = "") -> SnapshotHeader:
+    """Write one filter's layers atomically: ``buffers[j]`` holds layer j's ``m/8``
+    bytes and ``table[j]`` its ``(m, k, count)``. Returns the header written."""
     if not (isinstance(shard_count, int) and 1 <= shard_count <= MAX_SHARDS):
         raise ValueError(f"shard_count must be 1..{MAX_SHARDS}, not {shard_count!r}")
     if not (isinstance(shard_index, int) and 0 <= shard_index < shard_count):
@@ -108,19 +111,19 @@ def write_snapshot(path: PathArg, bf: BloomFilter, *, shard_index: int = 0, shar
     if not (isinstance(hwm, int) and 0 <= hwm < 2**63):
         raise ValueError(f"hwm must be a non-negative 64-bit integer, not {hwm!r}")
     _encode_crawl_id(crawl_id)
-    table = bf.layer_table()  # fixes the layer count even if a writer grows the filter now
+    table = tuple(tuple(row) for row in table)
     header = SnapshotHeader(
         version=FORMAT_VERSION, shard_index=shard_index, shard_count=shard_count,
-        hash_algo=HASH_ALGO, seed=bf.seed, capacity=bf.capacity, error_rate=bf.error_rate,
-        growth=bf.growth, layers=table, element_count=sum(c for _, _, c in table), hwm=hwm,
+        hash_algo=HASH_ALGO, seed=seed, capacity=capacity, error_rate=error_rate,
+        growth=growth, layers=table, element_count=sum(c for _, _, c in table), hwm=hwm,
         crawl_id=crawl_id, created=time.time())
     prefix = _pack_header(header) + _pack_table(table)
 
     def body(f: BinaryIO) -> None:
         crc = zlib.crc32(prefix)
         f.write(prefix)
-        for j in range(len(table)):
-            mv = memoryview(bf._layer_words(j)).cast("B")
+        for buf in buffers:
+            mv = memoryview(buf).cast("B")
             for a in range(0, mv.nbytes, IO_CHUNK):
                 chunk = bytes(mv[a:a + IO_CHUNK])  # one copy, so the CRC matches what is written
                 crc = zlib.crc32(chunk, crc)
@@ -163,32 +166,31 @@ def read_header(path: PathArg) -> SnapshotHeader:
         return _read_header(f, os.fspath(path))[0]
 
 
-def read_snapshot(path: PathArg, *,
-                  crawl_id: str | None = None) -> tuple[BloomFilter, SnapshotHeader]:
-    """Load and verify a snapshot. With ``crawl_id``, a file of another crawl is refused."""
+def read_file(path: PathArg, buffers_for: Callable[[SnapshotHeader], Sequence[np.ndarray]],
+              *, crawl_id: str | None = None) -> SnapshotHeader:
+    """Validate a snapshot's header, then read its layers into the writable buffers
+    ``buffers_for(header)`` returns (one per layer, ``m/8`` bytes each) and verify the
+    checksum. With ``crawl_id``, a file of another crawl is refused."""
     name = os.fspath(path)
     with open(path, "rb") as f:
         header, prefix = _read_header(f, name)
         if crawl_id is not None and header.crawl_id != crawl_id:
             raise SnapshotError(f"{name}: belongs to crawl {header.crawl_id!r}, "
                                 f"not {crawl_id!r}")
-        bf = BloomFilter._empty(header.capacity, header.error_rate, header.seed,
-                                header.growth, len(header.layers))
         crc = zlib.crc32(prefix)
-        for j, (_, _, count) in enumerate(header.layers):
-            mv = memoryview(bf._layer_words(j)).cast("B")
+        for j, buf in enumerate(buffers_for(header)):
+            mv = memoryview(buf).cast("B")
             for a in range(0, mv.nbytes, IO_CHUNK):
                 part = mv[a:a + IO_CHUNK]
                 if f.readinto(part) != part.nbytes:
                     raise SnapshotError(f"{name}: truncated while reading layer {j}")
                 crc = zlib.crc32(part, crc)
-            bf._set_layer_count(j, count)
         stored = f.read(_CRC.size)
         if len(stored) != _CRC.size:
             raise SnapshotError(f"{name}: truncated before its checksum")
         if _CRC.unpack(stored)[0] != crc:
             raise SnapshotError(f"{name}: checksum mismatch: the file is corrupted")
-    return bf, header
+    return header
 
 
 def _read_header(f: BinaryIO, name: str) -> tuple[SnapshotHeader, bytes]:
@@ -225,7 +227,8 @@ def _read_header(f: BinaryIO, name: str) -> tuple[SnapshotHeader, bytes]:
     if not math.isfinite(error_rate):
         raise bad(f"error rate {error_rate}")
     try:
-        validate_geometry(capacity, error_rate, seed, growth)
+        Geometry(capacity=capacity, error_rate=error_rate, shards=shard_count, seed=seed,
+                 growth=growth, hash=HASH_ALGOS[algo])
     except ValueError as exc:
         raise bad(str(exc)) from None
     if hwm < 0:
@@ -274,35 +277,3 @@ def _read_header(f: BinaryIO, name: str) -> tuple[SnapshotHeader, bytes]:
         what = "truncated" if size < header.file_size else "trailing bytes"
         raise SnapshotError(f"{name}: {what}: expected {header.file_size} bytes, found {size}")
     return header, raw + table_raw
-
-
-# -- merging -------------------------------------------------------------------------------
-
-
-def _merge_geometry(h: SnapshotHeader) -> dict[str, Any]:
-    return {"hash_algo": h.hash_algo, "seed": h.seed, "shard_count": h.shard_count,
-            "shard_index": h.shard_index, "m": h.layers[0][0], "k": h.layers[0][1],
-            "capacity": h.capacity, "error_rate": h.error_rate, "growth": h.growth}
-
-
-def merge_files(out: PathArg, inputs: Sequence[PathArg], *,
-                crawl_id: str | None = None) -> SnapshotHeader:
-    """OR shard files of identical geometry into ``out`` (written atomically; ``out`` may
-    be one of the inputs). The result equals the filter of the union of the inputs, bit
-    for bit; its high-water mark is the inputs' maximum. Its crawl id is ``crawl_id``, or
-    the inputs' if they all agree, else empty."""
-    if not inputs:
-        raise ValueError("merge_files needs at least one input")
-    headers = [read_header(p) for p in inputs]  # refuse before reading any bits
-    want = _merge_geometry(headers[0])
-    for p, h in zip(inputs[1:], headers[1:], strict=True):
-        check_geometry(want, _merge_geometry(h), f"{os.fspath(p)}: ")
-    merged, _ = read_snapshot(inputs[0])
-    for p in inputs[1:]:
-        merged |= read_snapshot(p)[0]
-    if crawl_id is None:
-        ids = {h.crawl_id for h in headers}
-        crawl_id = ids.pop() if len(ids) == 1 else ""
-    return write_snapshot(out, merged, shard_index=headers[0].shard_index,
-                          shard_count=headers[0].shard_count,
-                          hwm=max(h.hwm for h in headers), crawl_id=crawl_id)

@@ -27,6 +27,7 @@ from crawler.settings import Settings
 from crawler.state import FLEET_KEY
 from dedup import CanonRules, Ledger
 from dedup.atomic import atomic_write_bytes
+from dedup.statedir import is_state_dir, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.fleet.transport import RedisTransport
@@ -76,7 +77,7 @@ def fleet_geometry(geometry: dict[str, Any], rules: CanonRules, scope: Scope) ->
 
 def settings_geometry(settings: Settings) -> dict[str, Any]:
     """The filter geometry a new state dir will record (``UrlSeen`` does the same)."""
-    from dedup.seen import HASH_ALGO
+    from dedup.fingerprint import HASH_ALGO
 
     d = settings.dedup
     return {"capacity": d.capacity, "error_rate": d.error_rate, "shards": d.shards,
@@ -143,7 +144,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     root = Path(root)
     if not root.is_dir():
         raise FleetError(f"fleet directory {root}: not found")
-    dirs = sorted((p for p in root.glob("worker-*") if (p / "ledger.sqlite").is_file()),
+    dirs = sorted((p for p in root.glob("worker-*") if is_state_dir(p)),
                   key=lambda p: _worker_index(p))
     if not dirs:
         raise FleetError(f"{root} is not a fleet directory (no worker-I state directories)")
@@ -151,7 +152,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     for i, d in enumerate(dirs):
         if _worker_index(d) != i:
             raise FleetError(f"{root}: worker-{i} is missing (found {d.name})")
-        with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
+        with Ledger(ledger_path(d), readonly=True) as ledger:
             meta = ledger.meta_get(FLEET_KEY)
         if meta is None:
             raise FleetError(f"{d} is not a fleet worker's state (it was crawled without "
@@ -178,7 +179,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
 def is_fleet_dir(path: Path) -> bool:
     """A fleet directory (``fleet.json``, or worker-I state dirs and no ledger of its own)."""
     return (path / FLEET_FILE).is_file() or (
-        not (path / "ledger.sqlite").exists() and (path / "worker-0" / "ledger.sqlite").exists())
+        not is_state_dir(path) and is_state_dir(path / "worker-0"))
 
 
 def _worker_index(path: Path) -> int:

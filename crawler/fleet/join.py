@@ -58,7 +58,7 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
                            meta: dict[str, Any], redis_url: str, progress: Progress) -> None:
     """Rejoin the fleet recorded in ``meta`` and go on crawling (``seen`` stays open)."""
     transport = transport_for(redis_url, meta, settings,
-                              fleet_geometry(seen.geometry, seen.rules, scope))
+                              fleet_geometry(seen.geometry.to_dict(), seen.rules, scope))
     await transport.connect()
     try:
         now = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], redis_url)

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgpack
 
+from dedup.geometry import first_difference as first_difference  # transport uses it from here
+
 PROTOCOL = "msgpack-1"
 GROUP = "owner"
 Item = tuple[str, str, str, int]  # (url, key, host, depth)
@@ -20,13 +22,6 @@ Item = tuple[str, str, str, int]  # (url, key, host, depth)
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    for key in sorted(set(ours) | set(theirs)):
-        if ours.get(key) != theirs.get(key):
-            return key
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from crawler.fleet.protocol import Delivery, Item
 from crawler.fleet.transport import RedisTransport
 from crawler.settings import DistributedSettings
+from dedup.recent import RecentKeys
 
 __all__ = ["Relay"]
 
@@ -51,29 +52,6 @@ class Crawl(Protocol):
     def message(self, text: str) -> None: ...
 
 
-class _RecentKeys:
-    """Keys forwarded lately (two generations: O(1) inserts, LRU-like eviction).
-
-    Links to another host's pages repeat on many pages; the owner would drop
-    the repeats, but each would still cost stream space and its seen-test.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._half = size // 2
-        self._young: set[str] = set()
-        self._old: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._young or key in self._old
-
-    def add(self, key: str) -> None:
-        if self._half <= 0:
-            return
-        self._young.add(key)
-        if len(self._young) >= self._half:
-            self._old, self._young = self._young, set()
-
-
 class Relay:
     """Links between this worker and the others, and the fleet's end and stop."""
 
@@ -84,7 +62,7 @@ class Relay:
         self._crawl = crawl
         self.receiving = False  # a delivery taken from the stream and not yet acked
         self._wake = asyncio.Event()
-        self._recent = _RecentKeys(settings.forward_cache_size)
+        self._recent = RecentKeys(settings.forward_cache_size)
         self._sending: dict[str, asyncio.Future[None]] = {}  # key -> the batch carrying it
         self._outbox: list[Item] = []  # the batch being filled
         self._outbox_done: asyncio.Future[None] | None = None

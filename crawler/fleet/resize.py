@@ -7,7 +7,6 @@ state dirs (``dedup.resize``), pages.jsonl files, per-host counts, identities,
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from crawler.state import FLEET_KEY, HOST_COUNTS_FILE, TOTALS_KEY
 from dedup import Ledger
 from dedup.atomic import atomic_write_bytes
 from dedup.seen import host_of
+from dedup.statedir import in_use, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
@@ -96,7 +96,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
         raise
     _carry_outputs(dirs, out, w, to)
     for i in range(to):
-        with Ledger(worker_dir(out, i) / "ledger.sqlite") as ledger:
+        with Ledger(ledger_path(worker_dir(out, i))) as ledger:
             meta = dict(ledger.meta_get(FLEET_KEY))
             meta.update(workers=to, worker_id=i)
             if redis_url is not None and src.redis != LOCAL:
@@ -118,21 +118,13 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
 
 def _refuse_if_running(state_dir: Path) -> None:
     """A worker holds its state dir's lock (``dedup.seen``) while it runs."""
-    try:
-        fd = os.open(state_dir / "lock", os.O_RDWR)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if in_use(state_dir):
         raise FleetError(f"{state_dir} is in use by a running worker; stop the fleet "
-                         "before resizing it") from None
-    finally:
-        os.close(fd)  # closing releases the lock
+                         "before resizing it")
 
 
 def _totals(state_dir: Path) -> dict[str, int]:
-    with Ledger(state_dir / "ledger.sqlite", readonly=True) as ledger:
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
         return dict(ledger.meta_get(TOTALS_KEY) or {})
 
 

@@ -30,9 +30,10 @@ from crawler.output import read_pages
 from crawler.scope import Scope
 from crawler.state import FLEET_KEY, create_crawl
 from dedup import Ledger, UrlSeen
+from dedup.bloom import read_snapshot
 from dedup.seen import host_of
 from dedup.shards import ShardedBloom
-from dedup.snapshot import read_header, read_snapshot
+from dedup.snapshot import read_header
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 

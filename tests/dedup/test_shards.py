@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dedup.bloom as bloom_mod
+import dedup.layers as layers_mod
 from dedup.bloom import BloomFilter
 from dedup.fingerprint import fingerprint_many, halves, shard_of
 from dedup.shards import ShardedBloom, shard_capacity
@@ -100,6 +101,7 @@ def test_hash_path_equals_key_path():
 
 def test_growth_per_shard_keeps_every_key_and_the_fpr(monkeypatch):
     monkeypatch.setattr(bloom_mod, "CHUNK", 1024)
+    monkeypatch.setattr(layers_mod, "CHUNK", 1024)
     sb = ShardedBloom(16, 8000, 0.01)
     keys = urls(32_000)
     sb.add_many(keys)

@@ -93,7 +93,7 @@ def test_reopen_uses_snapshot_and_replays_rows_past_it(tmp_path):
         keys = urls(1500)
         assert s.bloom.contains_many(keys).all()  # the filter itself, not the ledger
         assert s.filter_new(keys) == []
-        assert s.geometry["shards"] == 8
+        assert s.geometry.shards == 8
 
 
 def test_crash_between_ledger_commit_and_setting_bits(tmp_path, monkeypatch):
@@ -234,7 +234,7 @@ def _run(code: str) -> None:
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120)
 
 

@@ -16,17 +16,10 @@ from hypothesis import strategies as st
 
 import dedup.atomic as atomic
 import dedup.snapshot as snap
-from dedup.bloom import BloomFilter, layer_geometry
-from dedup.shards import ShardedBloom
-from dedup.snapshot import (
-    HEADER_SIZE,
-    GeometryMismatch,
-    SnapshotError,
-    merge_files,
-    read_header,
-    read_snapshot,
-    write_snapshot,
-)
+from dedup.bloom import BloomFilter, read_snapshot, write_snapshot
+from dedup.geometry import layer_geometry
+from dedup.shards import ShardedBloom, merge_files
+from dedup.snapshot import HEADER_SIZE, GeometryMismatch, SnapshotError, read_header
 
 fast = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])

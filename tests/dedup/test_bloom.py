@@ -11,8 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dedup.bloom as bloom_mod
-from dedup.bloom import BloomFilter, layer_geometry
+import dedup.layers as layers_mod
+from dedup.bloom import BloomFilter
 from dedup.fingerprint import fingerprint, fingerprint_many, halves
+from dedup.geometry import layer_geometry
 from dedup.snapshot import GeometryMismatch
 
 M64 = 2**64 - 1
@@ -27,7 +29,7 @@ def expected_positions(h1: int, h2: int, m: int, k: int) -> set[int]:
 
 
 def set_positions(bf: BloomFilter, layer: int = 0) -> set[int]:
-    return set(bf._layer_bits(layer).search(1))
+    return set(bf.layer_bits(layer).search(1))
 
 
 def first_occurrence_mask(keys: list) -> list[bool]:
@@ -97,7 +99,7 @@ def test_bits_are_exactly_the_kirsch_mitzenmacher_positions(pairs):
     want = set().union(*(expected_positions(a, b, bf.m, bf.k) for a, b in pairs))
     assert set_positions(bf) == want
     # the bitarray is a view of little-endian uint64 words: bit p is bit p%64 of word p//64
-    words = bf._layer_words(0)
+    words = bf.layer_words(0)
     assert {w * 64 + b for w in range(len(words)) for b in range(64)
             if int(words[w]) >> b & 1} == want
 
@@ -114,7 +116,7 @@ def test_no_bit_is_lost_when_positions_share_a_word():
     # h2 = 0 puts all k positions of a key on bit h1 mod m: 64 keys fill word 0 exactly
     same_word = np.array([[b, 0] for b in range(64)], dtype=np.uint64)
     assert bf.add_hashes(same_word).all()
-    assert int(bf._layer_words(0)[0]) == M64
+    assert int(bf.layer_words(0)[0]) == M64
     assert set_positions(bf) == set(range(64))
     # h2 = 1: the k positions of one key are consecutive bits of one word
     consecutive = np.array([[64 * w + 3, 1] for w in range(5, 40)], dtype=np.uint64)
@@ -156,6 +158,7 @@ def test_duplicates_in_a_batch_are_new_only_once(monkeypatch):
     assert bf.add_many(["a", "e", "e"]).tolist() == [False, True, False]
     # across vectorized chunks too
     monkeypatch.setattr(bloom_mod, "CHUNK", 8)
+    monkeypatch.setattr(layers_mod, "CHUNK", 8)
     bf2 = BloomFilter(1000, 0.01)
     keys = [f"k{i % 13}" for i in range(60)]
     assert bf2.add_many(keys).tolist() == first_occurrence_mask(keys)
@@ -244,6 +247,7 @@ def test_growth_is_triggered_by_the_exact_count():
 
 def test_one_batch_spanning_several_layers(monkeypatch):
     monkeypatch.setattr(bloom_mod, "CHUNK", 1 << 20)  # one chunk spills over two layers
+    monkeypatch.setattr(layers_mod, "CHUNK", 1 << 20)
     bf = BloomFilter(1000, 0.01)
     keys = [f"k{i}" for i in range(6000)]
     new = bf.add_many(keys)
@@ -280,7 +284,7 @@ def test_no_false_negatives_through_growth(keys, growth):
 
 
 def test_a_filter_that_cannot_grow_keeps_filling(monkeypatch, caplog):
-    monkeypatch.setattr(bloom_mod, "MAX_LAYERS", 2)
+    monkeypatch.setattr(layers_mod, "MAX_LAYERS", 2)
     bf = BloomFilter(100, 0.01)
     keys = [f"k{i}" for i in range(1000)]
     with caplog.at_level(logging.ERROR, logger="dedup.bloom"):
@@ -316,7 +320,7 @@ def test_info_fields():
     bf = BloomFilter(2000, 0.01, seed=1234)
     bf.add_many(f"u{i}" for i in range(5000))
     info = bf.info()
-    fills = [(bf._layer_bits(j).count(), m, k) for j, (m, k, _) in enumerate(bf.layer_table())]
+    fills = [(bf.layer_bits(j).count(), m, k) for j, (m, k, _) in enumerate(bf.layer_table())]
     bits = sum(m for _, m, _ in fills)
     assert info["layers"] == bf.layers == 2
     assert info["m"] == bf.m and info["k"] == bf.k

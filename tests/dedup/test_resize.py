@@ -8,9 +8,9 @@ import pytest
 
 from crawler.fleet.owner import owner_function, owner_of
 from dedup import GeometryMismatch, Ledger, State, StateLocked, UrlSeen
+from dedup.bloom import read_snapshot
 from dedup.resize import merge_states, resize, split_state
 from dedup.shards import ShardedBloom
-from dedup.snapshot import read_snapshot
 
 CRAWL = "fleet-test"
 GEOM = {"capacity": 20_000, "error_rate": 0.01, "shards": 8, "seed": 7}

@@ -1,0 +1,18 @@
+"""The errors dedup raises for bad files and mismatched filters, in one place so that
+every module (and the crawler) can catch them without importing the module that
+happens to raise them."""
+
+from __future__ import annotations
+
+
+class SnapshotError(ValueError):
+    """A snapshot file is missing, damaged, or does not fit; the message names the file."""
+
+
+class GeometryMismatch(SnapshotError):
+    """Two filters (or files, or state dirs) cannot be merged; the message names the
+    differing field."""
+
+
+class StateLocked(RuntimeError):
+    """Another process is writing this state directory."""

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crawler.admission import Admission, Remote
 from crawler.checkpoint import Checkpoint
 from crawler.commit import GroupCommit
 from crawler.fetch import Fetcher
@@ -50,7 +51,6 @@ from crawler.settings import Settings
 from crawler.signals import stop_on_signals
 from crawler.state import HOST_COUNTS_FILE
 from dedup import State, UrlSeen
-from dedup.seen import host_of
 
 if TYPE_CHECKING:
     from crawler.fleet.relay import Relay
@@ -60,7 +60,6 @@ __all__ = ["Engine", "run_crawl"]
 
 log = logging.getLogger("crawler.engine")
 
-Remote = tuple[str, str, str, int]  # a link for another worker: (url, key, host, depth)
 
 
 class Engine:
@@ -90,11 +89,12 @@ class Engine:
         self.frontier = Frontier(seen.ledger, self.politeness, memory=c.frontier_memory,
                                  max_take=max_take, on_idle=self.end)
         self._canon = seen.canonicalizer
-        self._cap = c.max_pages_per_host
-        self._host_counts: dict[str, int] = (
-            read_json(self.state_dir / HOST_COUNTS_FILE, {}) if self._cap else {})
+        cap = c.max_pages_per_host
+        host_counts: dict[str, int] = (
+            read_json(self.state_dir / HOST_COUNTS_FILE, {}) if cap else {})
+        self.admission = Admission(seen, scope, self.frontier, cap, host_counts)
         self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
-                                     self._host_counts if self._cap else None)
+                                     host_counts if cap else None)
         self.fetcher = Fetcher(settings.fetch)
         # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
@@ -114,7 +114,7 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
-        self.retries = Retries(c)
+        self.retries = Retries(c, self.frontier)
         self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         if transport is not None:
@@ -340,65 +340,21 @@ class Engine:
 
     def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
                      at_least: float = 0.0) -> bool:
-        """Put ``item`` back for a later round (``crawler.retry``); False: give it up.
-
-        While stopping nothing is retried: the URL just stays QUEUED for resume.
-        """
+        """Put ``item`` back for a later round; False: give it up. While stopping,
+        nothing is retried: the URL just stays QUEUED for resume."""
         if self.stopping:
             self.frontier.done(item, requested=requested, counted=False)
             return True
-        delay = self.retries.delay(item.seq, at_least=at_least)
-        if delay is None:
-            return False
-        self.frontier.defer(item, delay, hold_host=hold_host, requested=requested)
-        return True
+        return self.retries.later(item, hold_host=hold_host, requested=requested,
+                                  at_least=at_least)
 
     def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int
               ) -> tuple[int, list[Remote]]:
-        """Scope, per-host cap, URL-seen test (one batch), frontier.
-
-        Returns (URLs queued, in-scope links of hosts another worker owns as
-        ``(url, key, host, depth)`` — always empty for a single process). The
-        owner alone applies the cap and the seen-test to its hosts' links.
-        """
-        allows = self.scope.allows_host
-        cap = self._cap
-        counts = self._host_counts
-        local = self.relay.is_local if self.relay is not None else None
-        keep = []
-        remote: list[Remote] = []
-        for pair in pairs:
-            if pair is None:
-                continue
-            host = host_of(pair[0])
-            if not allows(host):
-                continue
-            if local is not None and not local(host):
-                remote.append((pair[0], pair[1], host, depth))
-                continue
-            if cap and counts.get(host, 0) >= cap:
-                continue
-            keep.append(pair)
-        if not keep:
-            return 0, remote
-        new = self.seen.admit_resolved(keep, depth=depth)
-        if cap and new:
-            ok = []
-            over = []
-            for n in new:
-                c = counts.get(n.host, 0)
-                if c >= cap:
-                    over.append((n.seq, State.SKIPPED, None, "host page cap"))
-                else:
-                    counts[n.host] = c + 1
-                    ok.append(n)
-            if over:  # several links of one page went past the cap together
-                self.seen.ledger.mark_many(over)
-            new = ok
-        if new:
-            self.frontier.add(new)
-            self.session.queued_new += len(new)
-        return len(new), remote
+        """Scope, per-host cap, URL-seen test (one batch), frontier (``crawler.admission``)."""
+        queued, remote = self.admission.admit(
+            pairs, depth, self.relay.is_local if self.relay is not None else None)
+        self.session.queued_new += queued
+        return queued, remote
 
     async def _progress_loop(self) -> None:
         interval = self.settings.output.progress_interval

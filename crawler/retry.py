@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crawler.frontier import Frontier, Item
 from crawler.settings import CrawlSettings
 
 __all__ = ["ERRORS_KEY", "ErrorCounts", "Retries"]
@@ -28,8 +29,9 @@ class Retries:
     which is what a user resuming after an outage wants.
     """
 
-    def __init__(self, settings: CrawlSettings) -> None:
+    def __init__(self, settings: CrawlSettings, frontier: Frontier) -> None:
         self.settings = settings
+        self.frontier = frontier
         self._rounds: dict[int, int] = {}
         self.retried = 0  # rounds handed out this run
 
@@ -42,6 +44,16 @@ class Retries:
         self._rounds[seq] = used + 1
         self.retried += 1
         return max(at_least, min(c.retry_delay_max, c.retry_delay * 2 ** used))
+
+    def later(self, item: Item, *, hold_host: bool, requested: bool = True,
+              at_least: float = 0.0) -> bool:
+        """Defer ``item`` to its next round (its host held back with ``hold_host``);
+        False when its rounds are used up."""
+        delay = self.delay(item.seq, at_least=at_least)
+        if delay is None:
+            return False
+        self.frontier.defer(item, delay, hold_host=hold_host, requested=requested)
+        return True
 
     def forget(self, seq: int) -> None:
         """``seq`` is settled (fetched, or given up)."""

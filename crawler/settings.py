@@ -108,6 +108,7 @@ class DistributedSettings:
     claim_idle: float = 60.0
     retry_for: float = 60.0
     poll_interval: float = 0.2
+    max_restarts: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("dedup", "canon_cache_size"): (lambda v: v >= 0, ">= 0"),
     ("canonical", "max_url_length"): (lambda v: v >= 1, ">= 1"),
     ("distributed", "forward_batch"): (lambda v: v >= 1, ">= 1"),
+    ("distributed", "max_restarts"): (lambda v: v >= 0, ">= 0"),
     ("distributed", "forward_cache_size"): (lambda v: v >= 0, ">= 0 (0: off)"),
     ("distributed", "receive_count"): (lambda v: v >= 1, ">= 1"),
     ("distributed", "receive_block"): (lambda v: 0 < v <= 20, "between 0 and 20 seconds"),

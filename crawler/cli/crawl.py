@@ -19,6 +19,7 @@ from crawler.cli.args import (
     warn,
 )
 from crawler.engine import run_crawl
+from crawler.exits import exit_status
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
@@ -75,18 +76,17 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     progress = progress_for(settings, args.quiet)
     if fleet is not None:
         url, workers, worker_id = fleet
-        asyncio.run(crawl_as_worker(args.state, settings, args.seeds, redis_url=url,
-                                    workers=workers, worker_id=worker_id,
-                                    crawl_id=args.crawl_id, progress=progress, warn=warn))
-        return 0
+        return exit_status(asyncio.run(crawl_as_worker(
+            args.state, settings, args.seeds, redis_url=url, workers=workers,
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
     seen, scope, problems = create_crawl(args.state, settings, args.seeds)
     for problem in problems:
         warn(f"{problem} (skipped)")
     try:
-        asyncio.run(run_crawl(seen, settings, scope, progress=progress, install_signals=True))
+        return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
+                                                 install_signals=True)))
     finally:
         seen.close()
-    return 0
 
 
 def add_resume(sub: Any) -> None:
@@ -114,11 +114,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
             if args.redis:
                 raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
                                  "worker's; resume it without --redis")
-            asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                  install_signals=True))
-        else:
-            url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-            asyncio.run(resume_as_worker(seen, settings, scope, meta, url, progress))
+            return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
+                                                     install_signals=True)))
+        url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
+        return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
+                                                        progress)))
     finally:
         seen.close()
-    return 0

@@ -269,7 +269,9 @@ async def test_seeds_file_without_a_valid_url_is_an_error(tmp_path, bad):
 async def test_snapshots_are_taken_during_the_crawl_off_the_event_loop(tmp_path, site, trigger):
     import threading
 
-    spec = SiteSpec(hosts=2, pages=40, seed=20, delay=0.02)
+    # The snapshot task looks at its triggers once a second: the crawl (2 hosts,
+    # one fetch at a time each, 40 pages of 0.06 s) lasts ~2.4 s, so it sees one.
+    spec = SiteSpec(hosts=2, pages=40, seed=20, delay=0.06)
     async with site(spec) as running:
         settings = fast_settings(snapshot=trigger, crawl={"concurrency": 4},
                                  politeness={"per_host": 1})

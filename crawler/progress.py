@@ -41,13 +41,17 @@ def _pct(x: float) -> str:
 
 
 def format_status(s: dict[str, Any]) -> str:
-    """One line: rate, counts, dedup answers, filter fill."""
+    """One line of at most 80 columns: rate, pages, failures, new URLs, filter fill.
+
+    Every count is at most five characters (``si``), so the line never grows past
+    80 columns whatever the crawl's size; the rest is in the summary and ``stats``.
+    """
+    rate = s.get("rate", 0.0)
+    rate_text = f"{rate:5.1f}" if rate < 1000 else f"{si(rate):>5}"
     return (
-        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {si(s['fetched'])} "
-        f"queued {si(s['queued'])} in-flight {s.get('in_flight', 0)} "
-        f"hosts {si(s.get('hosts', 0))} errors {si(s['errors'])} | "
-        f"dedup new {si(s['new'])} repeats {si(s['repeats'])} "
-        f"bloom-fp {si(s['false_positives'])} | fill {_pct(s['fill'])}"
+        f"{rate_text}/s | fetched {si(s['fetched'])} failed "
+        f"{si(s.get('failed', s.get('errors', 0)))} queued {si(s['queued'])} | "
+        f"new {si(s['new'])} fill {_pct(s['fill'])}"
     )
 
 

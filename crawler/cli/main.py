@@ -16,6 +16,7 @@ import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from importlib.metadata import version as package_version
 from typing import Any
 
 from crawler.cli.args import PROG, Parser, UsageError, err
@@ -42,6 +43,8 @@ COMMANDS: list[Callable[[Any], None]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="A crawler whose URL-seen test is a persistent, "
                     "sharded Bloom filter confirmed by an exact SQLite ledger.")
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {package_version('bloomcrawl')}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for register in COMMANDS:

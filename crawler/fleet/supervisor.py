@@ -35,13 +35,15 @@ from crawler.settings import Settings
 
 def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], workers: int,
                  running: int) -> str:
-    """The combined progress line: the workers' last published figures, summed."""
+    """The combined progress line (at most 80 columns): the workers' last published
+    figures, summed."""
     def total(key: str) -> float:
         return sum(s.get(key, 0) or 0 for s in stats.values())
-    return (f"fleet {running}/{workers} running | {total('rate'):6.1f} pages/s | fetched "
-            f"{si(total('fetched'))} queued {si(total('queued'))} errors "
-            f"{si(total('errors'))} | forwarded {si(status.get('forwarded', 0))} backlog "
-            f"{status.get('backlog', 0)} | idle {status.get('idle', 0)}/{workers}")
+    rate = total("rate")
+    rate_text = f"{rate:5.1f}" if rate < 1000 else f"{si(rate):>5}"
+    return (f"{running}/{workers} up {status.get('idle', 0)} idle | {rate_text}/s | fetched "
+            f"{si(total('fetched'))} failed {si(total('errors'))} queued "
+            f"{si(total('queued'))}")
 
 
 async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_id: str,

@@ -1,0 +1,390 @@
+"""The exact seen-set: fingerprints in an LSM tree (a buffer + immutable sorted runs).
+
+Owned by the ledger, which stays the record of truth: every record carries the
+ledger seq that created it (top bit set = tombstone, "forgotten"), and the
+``MANIFEST`` names the live runs and ``mark``, the highest ledger seq they cover.
+The owner's protocol:
+
+1. commit ledger rows, then :meth:`FingerprintIndex.add` / :meth:`forget` them;
+2. after a commit, :meth:`flush` ``(upto_seq)`` once :attr:`needs_flush` says so:
+   the buffered records with seq <= upto_seq become one new run and ``mark`` moves;
+3. on open, replay ledger rows with seq > :attr:`mark` through ``add``/``forget``.
+
+So a kill -9 anywhere loses nothing: what is not in a run listed by the manifest
+is past ``mark`` and comes back from the ledger. Run files the manifest does not
+list (a flush or merge killed before its manifest write, or merged-away inputs
+killed before their unlink) are orphans and are deleted on open.
+
+Newest wins by seq (ledger seqs only grow), so a tombstone hides older admissions
+and an admission after a forget revives the key. Runs are merged size-tiered
+(``fanout`` runs of a tier -> one run of the next) by a background thread that
+streams a chunked k-way merge (memory: one chunk per input); the owner thread
+installs a finished merge at its next call, so the run list only ever changes on
+the owner's thread. Tombstones are dropped only by merges that include the
+oldest run (nothing older is left for them to hide).
+
+One owner: one process holds the directory (the state dir's lock) and calls the
+index from one thread; only the merge thread runs beside it, on immutable files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dedup.atomic import atomic_write_bytes
+from dedup.merging import merge_runs, newest_unique
+from dedup.runs import BLOCK_RECORDS, SEQ_MASK, TOMBSTONE, Run, write_run
+
+MANIFEST = "MANIFEST"
+MANIFEST_FORMAT = 1
+_RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
+
+
+class ManifestError(ValueError):
+    """The index MANIFEST is damaged or names a file it cannot own."""
+
+
+def _keys(hi: np.ndarray, lo: np.ndarray) -> list[int]:
+    """128-bit Python ints: the buffer's dict keys (cheap for page-sized batches)."""
+    return ((hi.astype(object) << 64) | lo.astype(object)).tolist()
+
+
+class _Buffer:
+    """The newest records in RAM: an append log (for flushing) and a dict (for lookups)."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.hi: list[np.ndarray] = []
+        self.lo: list[np.ndarray] = []
+        self.seq: list[np.ndarray] = []
+        self.newest: dict[int, int] = {}
+        self.size = 0
+        self.top = -1  # highest seq held: a batch entirely above it just overwrites
+
+    def add(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray) -> None:
+        self.hi.append(hi)
+        self.lo.append(lo)
+        self.seq.append(seq)
+        self.size += len(hi)
+        if not len(seq):
+            return
+        masked = seq & SEQ_MASK
+        newest, keys = self.newest, _keys(hi, lo)
+        if int(masked[0]) > self.top and bool(np.all(masked[1:] > masked[:-1])):
+            newest.update(zip(keys, seq.tolist(), strict=True))  # the owner's usual order
+        else:
+            for k, s, raw in zip(keys, masked.tolist(), seq.tolist(), strict=True):
+                old = newest.get(k)
+                if old is None or s >= old & int(SEQ_MASK):
+                    newest[k] = raw
+        self.top = max(self.top, int(masked.max()))
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        return cat(self.hi), cat(self.lo), cat(self.seq)
+
+    def take(self, upto_seq: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Remove and return the records with seq <= ``upto_seq``; the rest stays."""
+        hi, lo, seq = self.columns()
+        old = (seq & SEQ_MASK) <= np.uint64(upto_seq)
+        self.clear()
+        keep = ~old
+        if keep.any():
+            self.add(hi[keep], lo[keep], seq[keep])
+        return hi[old], lo[old], seq[old]
+
+
+class FingerprintIndex:
+    """Exact set of 128-bit fingerprints (as uint64 halves) with forgetting, on disk.
+
+    ``buffer_records`` is when :attr:`needs_flush` turns True; ``fanout`` how many
+    runs of one size tier are merged into one; ``background=False`` merges in the
+    caller's thread during :meth:`flush` (deterministic, for tests and rebuilds).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, buffer_records: int = 1 << 20,
+                 fanout: int = 4, background: bool = True,
+                 block_records: int = BLOCK_RECORDS) -> None:
+        if buffer_records < 1 or fanout < 2:
+            raise ValueError("buffer_records must be >= 1 and fanout >= 2")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.buffer_records, self.fanout = buffer_records, fanout
+        self.background, self.block_records = background, block_records
+        self._buffer = _Buffer()
+        self._merge: _Merge | None = None
+        self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
+        self._runs: list[Run] = []  # newest first
+        try:
+            for name in names:
+                self._runs.append(Run(self.directory / name))
+        except BaseException:
+            self._close_runs()
+            raise
+        self._delete_orphans(set(names))
+
+    # -- owner API ----------------------------------------------------------------------
+    def add(self, his: np.ndarray, los: np.ndarray, seqs: np.ndarray, *,
+            tombstone: bool = False) -> None:
+        """Record that the fingerprints were admitted (or forgotten) at ledger ``seqs``."""
+        self._install()
+        hi, lo, seq = _u64(his), _u64(los), _u64(seqs)
+        if not len(hi) == len(lo) == len(seq):
+            raise ValueError("his, los and seqs must have the same length")
+        if len(seq) and int(seq.max()) > int(SEQ_MASK):
+            raise ValueError("seqs must be below 2**63")
+        self._buffer.add(hi, lo, seq | TOMBSTONE if tombstone else seq)
+
+    def forget(self, his: np.ndarray, los: np.ndarray, seqs: np.ndarray) -> None:
+        """Tombstone the fingerprints at ledger ``seqs``: they read as absent until re-added."""
+        self.add(his, los, seqs, tombstone=True)
+
+    def lookup(self, his: np.ndarray, los: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(present, seq)`` per key, in input order; ``seq`` is -1 where not present.
+
+        Buffer first, then runs newest first, each run one vectorized step on the keys
+        still unanswered, sorted; a key stops at its first (newest) record.
+        """
+        self._install()
+        hi, lo = _u64(his), _u64(los)
+        n = len(hi)
+        raw = np.zeros(n, dtype=np.uint64)
+        todo = np.ones(n, dtype=bool)
+        newest = self._buffer.newest
+        if newest:
+            got = [newest.get(k) for k in _keys(hi, lo)]
+            hit = np.fromiter((g is not None for g in got), dtype=bool, count=n)
+            if hit.any():
+                raw[hit] = np.array([g for g in got if g is not None], dtype=np.uint64)
+                todo &= ~hit
+        if self._runs and todo.any():
+            order = np.flatnonzero(todo)
+            order = order[np.lexsort((lo[order], hi[order]))]
+            for run in self._runs:
+                found, seq = run.contains(hi[order], lo[order])
+                raw[order[found]] = seq[found]
+                todo[order[found]] = False
+                order = order[~found]
+                if not len(order):
+                    break
+        present = ~todo & ((raw & TOMBSTONE) == 0)
+        seq_out = np.full(n, -1, dtype=np.int64)
+        seq_out[present] = (raw[present] & SEQ_MASK).astype(np.int64)
+        return present, seq_out
+
+    @property
+    def needs_flush(self) -> bool:
+        """True once the buffer holds ``buffer_records`` records."""
+        return self._buffer.size >= self.buffer_records
+
+    def flush(self, upto_seq: int) -> None:
+        """Write the buffered records with seq <= ``upto_seq`` as a new run, move
+        ``mark`` to ``upto_seq`` and start a merge if a tier is full.
+
+        Call only after the ledger commit that covers ``upto_seq``.
+        """
+        self._install()
+        hi, lo, seq = self._buffer.take(upto_seq)
+        if len(hi):
+            hi, lo, seq = newest_unique(hi, lo, seq, drop_tombstones=not self._runs)
+        if len(hi):
+            name = self._new_name()
+            write_run(self.directory / name, [(hi, lo, seq)], block_records=self.block_records)
+            self._runs.insert(0, Run(self.directory / name))
+        self.mark = max(self.mark, int(upto_seq))
+        self._write_manifest()
+        self._maybe_merge()
+
+    def wait_merges(self) -> None:
+        """Block until no merge is running or pending, installing each as it ends."""
+        while self._merge is not None:
+            self._merge.thread.join()
+            self._install()
+
+    def close(self, *, wait: bool = False) -> None:
+        """Stop: finish and install a running merge (``wait``) or abandon it (its
+        temporary file is removed); unmap the runs. Unflushed records stay in the
+        ledger past ``mark``."""
+        if self._merge is not None:
+            if wait:
+                self.wait_merges()
+            else:
+                self._merge.stop.set()
+                self._merge.thread.join()
+                self._merge = None
+        self._close_runs()
+
+    def __enter__(self) -> FingerprintIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """Records held (runs + buffer): an upper bound on the present keys, since a
+        key may have records in several runs and tombstones count too."""
+        return sum(r.count for r in self._runs) + self._buffer.size
+
+    def stats(self) -> dict[str, Any]:
+        """Runs, their records and bytes, the buffer size, the mark, whether merging."""
+        return {"runs": len(self._runs), "run_records": [r.count for r in self._runs],
+                "bytes": sum(r.nbytes for r in self._runs), "buffer": self._buffer.size,
+                "mark": self.mark, "merging": self._merge is not None}
+
+    @classmethod
+    def rebuild(cls, directory: str | os.PathLike[str],
+                batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, bool]], *,
+                mark: int, **options: Any) -> FingerprintIndex:
+        """A fresh index in ``directory`` from ledger rows ``(his, los, seqs, tombstone)``
+        in seq order, covering up to ``mark``; the old runs and manifest are removed."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / MANIFEST).unlink(missing_ok=True)
+        background = options.pop("background", True)
+        index = cls(directory, background=False, **options)  # deletes the orphan runs
+        top = 0
+        for his, los, seqs, tomb in batches:
+            index.add(his, los, seqs, tombstone=tomb)
+            if len(seqs):
+                top = max(top, int(np.max(seqs)))
+            if index.needs_flush:
+                index.flush(top)
+        index.flush(mark)
+        index.background = background
+        return index
+
+    # -- internals ----------------------------------------------------------------------
+    def _new_name(self) -> str:
+        name = f"{_RUN_PREFIX}{self._next_id:012d}{_RUN_SUFFIX}"
+        self._next_id += 1
+        return name
+
+    def _write_manifest(self) -> None:
+        body = {"format": MANIFEST_FORMAT, "mark": self.mark, "next_id": self._next_id,
+                "runs": [r.path.name for r in self._runs]}
+        text = json.dumps(body, sort_keys=True)
+        crc = zlib.crc32(text.encode())
+        atomic_write_bytes(self.directory / MANIFEST, f"{text}\n{crc}\n".encode())
+
+    def _delete_orphans(self, live: set[str]) -> None:
+        for p in self.directory.iterdir():
+            orphan_run = p.name.startswith(_RUN_PREFIX) and p.name.endswith(_RUN_SUFFIX)
+            stale_tmp = p.name.startswith(".") and p.name.endswith(".tmp")
+            if (orphan_run and p.name not in live) or stale_tmp:
+                p.unlink(missing_ok=True)
+
+    def _tiers(self) -> list[int]:
+        tiers = []
+        for r in self._runs:
+            t, size = 0, self.buffer_records
+            while r.count > size:
+                t, size = t + 1, size * self.fanout
+            tiers.append(t)
+        return tiers
+
+    def _maybe_merge(self) -> None:
+        if self._merge is not None:
+            return
+        tiers = self._tiers()
+        for i in range(len(tiers) - self.fanout + 1):
+            if len(set(tiers[i:i + self.fanout])) == 1:
+                group = self._runs[i:i + self.fanout]
+                oldest = i + self.fanout == len(self._runs)
+                self._merge = _Merge(self.directory / self._new_name(), group, oldest,
+                                     self.block_records)
+                if self.background:
+                    self._merge.thread.start()
+                else:
+                    self._merge.run()
+                    self._install()
+                return
+
+    def _install(self) -> None:
+        m = self._merge
+        if m is None or m.thread.is_alive() or not m.done.is_set():
+            return
+        self._merge = None
+        if m.error is not None:
+            raise m.error
+        i = self._runs.index(m.inputs[0])
+        new = [Run(m.path)] if m.count else []
+        self._runs[i:i + len(m.inputs)] = new
+        self._write_manifest()
+        for r in m.inputs:
+            r.close()
+            r.path.unlink(missing_ok=True)
+        self._maybe_merge()
+
+    def _close_runs(self) -> None:
+        for r in self._runs:
+            r.close()
+        self._runs = []
+
+
+class _Merge:
+    """One merge of contiguous runs into a new run file, run in a thread or inline."""
+
+    def __init__(self, path: Path, inputs: list[Run], drop_tombstones: bool,
+                 block_records: int) -> None:
+        self.path, self.inputs = path, inputs
+        self.drop_tombstones, self.block_records = drop_tombstones, block_records
+        self.stop, self.done = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        self.count = 0
+        self.thread = threading.Thread(target=self.run, name="fpindex-merge", daemon=True)
+
+    def run(self) -> None:
+        try:
+            self.count = write_run(self.path,
+                                   merge_runs(self.inputs, drop_tombstones=self.drop_tombstones),
+                                   block_records=self.block_records,
+                                   should_stop=self.stop.is_set)
+            if not self.count:
+                self.path.unlink(missing_ok=True)
+        except InterruptedError:
+            pass
+        except BaseException as exc:  # surfaced on the owner's thread by _install
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def _u64(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.uint64).reshape(-1)
+
+
+def _read_manifest(path: Path) -> tuple[int, int, list[str]]:
+    """``(mark, next_id, run names newest first)``; a missing manifest is an empty index."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0, 0, []
+    try:
+        text, crc, *rest = data.decode().split("\n")
+        if int(crc) != zlib.crc32(text.encode()) or rest != [""]:
+            raise ValueError("checksum mismatch")
+        body = json.loads(text)
+        mark, next_id, names = body["mark"], body["next_id"], body["runs"]
+        if body["format"] != MANIFEST_FORMAT:
+            raise ValueError(f"format {body['format']}, this build reads {MANIFEST_FORMAT}")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"index manifest {path} is damaged: {exc}") from exc
+    ok = (isinstance(mark, int) and 0 <= mark < 1 << 63 and isinstance(next_id, int)
+          and next_id >= 0 and isinstance(names, list)
+          and all(isinstance(n, str) and n.startswith(_RUN_PREFIX) and n.endswith(_RUN_SUFFIX)
+                  and "/" not in n and len(n) < 64 for n in names)
+          and len(set(names)) == len(names))
+    if not ok:
+        raise ManifestError(f"index manifest {path} is damaged: bad fields")
+    return mark, next_id, names

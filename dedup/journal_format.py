@@ -1,0 +1,136 @@
+"""The journal's on-disk format (ledger format 2): schema, row types, and how a
+batch's frontier text is packed, one compressed row per host.
+
+A page's new URLs are split by host (the frontier pages in per host). A group's
+row id is its smallest seq; its seqs are stored as offsets from that id, one byte
+each when the batch is small (the usual case: ~10 new URLs a page), else four;
+its URLs are newline-joined (canonical URLs never hold a raw newline: it is
+percent-encoded) and zlib-compressed when that is smaller, behind one tag byte.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from dedup.ledger import State
+
+FP = 16  # bytes per fingerprint
+FORMAT = 2
+ADMIT, FORGET = 0, 1
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, kind INTEGER NOT NULL,
+                  depth INTEGER NOT NULL, fps BLOB NOT NULL);
+CREATE TABLE queue (id INTEGER PRIMARY KEY, host TEXT NOT NULL, depth INTEGER NOT NULL,
+                    seqs BLOB NOT NULL, urls BLOB NOT NULL);
+CREATE INDEX queue_host ON queue(host, id);
+CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status INTEGER,
+                       error TEXT, at REAL NOT NULL);
+"""
+
+class StateFormatError(RuntimeError):
+    """The ledger file is of a format this code does not read (e.g. format 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One ``log`` row: seqs ``seq .. seq+n-1`` with their fingerprints in order."""
+
+    seq: int
+    n: int
+    kind: int
+    depth: int
+    fps: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    """Everything the journal knows about one seq (for ``check``)."""
+
+    seq: int
+    fp: bytes
+    kind: int
+    depth: int
+    url: str | None  # only while its queue row is kept
+    host: str | None
+    state: State | None  # None for a tombstone
+    status: int | None
+    error: str | None
+    at: float | None
+
+
+class PortableRow(NamedTuple):
+    """One seq in the form fleet merge/resize move between journals, in seq order.
+
+    ``state`` None marks a tombstone (a forget); ``url``/``host`` are None once the
+    URL left the frontier (its text lives in the crawl output by then).
+    """
+
+    fp: bytes
+    url: str | None
+    host: str | None
+    depth: int
+    state: State | None
+    status: int | None
+    error: str | None
+
+
+ZLIB_LEVEL = 6
+_RAW, _DEFLATED = b"\x00", b"\x01"
+
+# (first seq, host, seqs, urls) of one host's URLs in one batch
+Group = tuple[int, str, list[int], list[str]]
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of a normalized absolute URL, without userinfo."""
+    return url.split("/", 3)[2].rpartition("@")[2]
+
+
+def groups_by_host(first: int, urls: Sequence[str | None],
+                   hosts: Sequence[str] | None) -> list[Group]:
+    """Split a batch starting at seq ``first`` by host; None urls keep no text."""
+    if hosts is not None and len(hosts) != len(urls):
+        raise ValueError(f"{len(hosts)} hosts for {len(urls)} urls")
+    by_host: dict[str, tuple[list[int], list[str]]] = {}
+    for i, url in enumerate(urls):
+        if url is None:
+            continue
+        if "\n" in url:
+            raise ValueError(f"a URL holds a raw newline: {url!r}")
+        host = hosts[i] if hosts is not None else host_of(url)
+        seqs, texts = by_host.setdefault(host, ([], []))
+        seqs.append(first + i)
+        texts.append(url)
+    return [(seqs[0], host, seqs, texts) for host, (seqs, texts) in by_host.items()]
+
+
+def encode_group(group: Group, depth: int) -> tuple[int, str, int, bytes, bytes]:
+    """The ``queue`` row ``(id, host, depth, seqs, urls)`` of one group.
+
+    The text is deflated only when that makes it smaller (a lone URL grows by
+    the zlib header); its first byte says which. Plain ``bytes`` for small
+    offsets: numpy's per-call cost dominated a group of a few URLs."""
+    first, host, seqs, urls = group
+    offsets = [s - first for s in seqs]
+    packed = (bytes(offsets) if offsets[-1] < 256
+              else np.asarray(offsets, dtype="<u4").tobytes())
+    raw = "\n".join(urls).encode()
+    if len(urls) > 1:
+        deflated = zlib.compress(raw, ZLIB_LEVEL)
+        if len(deflated) < len(raw):
+            return first, host, depth, packed, _DEFLATED + deflated
+    return first, host, depth, packed, _RAW + raw
+
+
+def decode_group(first: int, seqs: bytes, urls: bytes) -> tuple[np.ndarray, list[str]]:
+    """Inverse of ``encode_group``: (seqs int64, urls) of one queue row."""
+    body = zlib.decompress(urls[1:]) if urls[:1] == _DEFLATED else urls[1:]
+    texts = body.decode().split("\n")
+    dtype = np.uint8 if len(seqs) == len(texts) else np.dtype("<u4")
+    return np.frombuffer(seqs, dtype=dtype).astype(np.int64) + first, texts

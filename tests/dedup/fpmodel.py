@@ -1,0 +1,47 @@
+"""A ledger stand-in and a dict model for the fingerprint index tests.
+
+The "ledger" is a list of committed rows ``(seq, hi, lo, tombstone)``; the model
+is what a Python dict of the same rows answers. Shared by the property test and
+the kill -9 test (whose child process appends rows to a text file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from dedup.fpindex import FingerprintIndex
+
+Row = tuple[int, int, int, bool]
+
+
+def replay(index: FingerprintIndex, rows: Iterable[Row]) -> None:
+    """Feed the rows past the index's mark back in, as the owner does on open."""
+    for seq, hi, lo, tomb in rows:
+        if seq > index.mark:
+            index.add(np.array([hi], np.uint64), np.array([lo], np.uint64),
+                      np.array([seq], np.uint64), tombstone=tomb)
+
+
+def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:
+    """fingerprint -> seq of its admission, for the keys present after ``rows``."""
+    model: dict[tuple[int, int], int] = {}
+    for seq, hi, lo, tomb in rows:
+        if tomb:
+            model.pop((hi, lo), None)
+        else:
+            model[(hi, lo)] = seq
+    return model
+
+
+def assert_answers(index: FingerprintIndex, model: dict[tuple[int, int], int],
+                   keys: Sequence[tuple[int, int]]) -> None:
+    """The index answers every key (present and seq) exactly like the model."""
+    his = np.array([k[0] for k in keys], np.uint64)
+    los = np.array([k[1] for k in keys], np.uint64)
+    present, seq = index.lookup(his, los)
+    want_p = [k in model for k in keys]
+    want_s = [model.get(k, -1) for k in keys]
+    assert present.tolist() == want_p
+    assert seq.tolist() == want_s

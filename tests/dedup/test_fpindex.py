@@ -1,0 +1,219 @@
+"""FingerprintIndex answers exactly like a dict of the ledger under any sequence of
+adds, forgets, flushes, merges and reopens (including kill -9 mid-flush and mid-merge)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dedup.fpindex import FingerprintIndex, ManifestError
+from dedup.runs import RunFileError
+from tests.dedup.fpmodel import assert_answers, model_of, replay
+
+# few distinct hi values: many equal-hi streaks across the 4-record blocks
+KEY = st.tuples(st.integers(0, 3), st.integers(0, 40))
+OP = st.one_of(
+    st.tuples(st.just("add"), st.lists(KEY, min_size=1, max_size=8)),
+    st.tuples(st.just("forget"), st.lists(KEY, min_size=1, max_size=4)),
+    st.tuples(st.just("flush"), st.just([])),
+    st.tuples(st.just("merge"), st.just([])),
+    st.tuples(st.just("reopen"), st.just([])),
+)
+ALL_KEYS = [(h, lo) for h in range(5) for lo in range(42)]
+OPTS = {"buffer_records": 6, "fanout": 2, "block_records": 4}
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OP, max_size=40), background=st.booleans())
+def test_answers_like_a_dict(tmp_path_factory: pytest.TempPathFactory,
+                             ops: list, background: bool) -> None:
+    d = tmp_path_factory.mktemp("fpi")
+    ledger: list[tuple[int, int, int, bool]] = []
+    index = FingerprintIndex(d, background=background, **OPTS)
+    try:
+        for op, keys in ops:
+            if op in ("add", "forget"):
+                rows = [(len(ledger) + i + 1, h, lo, op == "forget")
+                        for i, (h, lo) in enumerate(keys)]
+                ledger.extend(rows)  # committed first, then indexed
+                index.add(np.array([r[1] for r in rows], np.uint64),
+                          np.array([r[2] for r in rows], np.uint64),
+                          np.array([r[0] for r in rows], np.uint64),
+                          tombstone=op == "forget")
+            elif op == "flush":
+                index.flush(len(ledger))
+            elif op == "merge":
+                index.wait_merges()
+            else:
+                index.close()
+                index = FingerprintIndex(d, background=background, **OPTS)
+                replay(index, ledger)
+            assert_answers(index, model_of(ledger), ALL_KEYS)
+    finally:
+        index.close()
+
+
+def test_len_stats_and_rebuild(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    his = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    los = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    seqs = np.arange(1, 5001, dtype=np.uint64)
+    with FingerprintIndex(tmp_path / "a", buffer_records=1000, background=False) as idx:
+        idx.add(his, los, seqs)
+        idx.forget(his[:10], los[:10], seqs[:10] + np.uint64(5000))
+        idx.flush(5010)
+        st_ = idx.stats()
+        assert st_["buffer"] == 0 and st_["runs"] == 1 and st_["mark"] == 5010
+        assert len(idx) == 4990  # forgotten keys and their tombstones gone: oldest run
+    batches = [(his[i:i + 700], los[i:i + 700], seqs[i:i + 700], False)
+               for i in range(0, 5000, 700)]
+    batches.append((his[:10], los[:10], seqs[:10] + np.uint64(5000), True))
+    idx = FingerprintIndex.rebuild(tmp_path / "b", batches, mark=5010, buffer_records=1000)
+    try:
+        present, seq = idx.lookup(his, los)
+        assert not present[:10].any() and present[10:].all()
+        assert (seq[10:] == seqs[10:].astype(np.int64)).all()
+        assert idx.mark == 5010 and idx.stats()["buffer"] == 0
+    finally:
+        idx.close()
+
+
+def test_newest_seq_wins_whatever_the_call_order(tmp_path: Path) -> None:
+    one = np.array([7], np.uint64)
+    with FingerprintIndex(tmp_path, background=False) as idx:
+        idx.add(one, one, np.array([10], np.uint64))
+        idx.forget(one, one, np.array([5], np.uint64))  # older than the admission
+        idx.add(np.array([7, 7], np.uint64), np.array([8, 8], np.uint64),
+                np.array([12, 11], np.uint64))  # in-batch order reversed too
+        for _ in range(2):
+            present, seq = idx.lookup(np.array([7, 7], np.uint64), np.array([7, 8], np.uint64))
+            assert present.tolist() == [True, True] and seq.tolist() == [10, 12]
+            idx.flush(12)
+
+
+def _filled(d: Path) -> list[tuple[int, int, int, bool]]:
+    ledger = [(i + 1, i % 3, i, False) for i in range(60)]
+    with FingerprintIndex(d, **OPTS, background=False) as idx:
+        replay(idx, ledger)
+        idx.flush(60)
+    return ledger
+
+
+def test_orphans_are_deleted_and_damage_is_refused(tmp_path: Path) -> None:
+    ledger = _filled(tmp_path)
+    (tmp_path / "run-000000099999.fpr").write_bytes(b"half a run")
+    (tmp_path / ".run-000000099998.fpr.1.abcd.tmp").write_bytes(b"x")
+    with FingerprintIndex(tmp_path, **OPTS) as idx:
+        assert_answers(idx, model_of(ledger), ALL_KEYS)
+    assert not (tmp_path / "run-000000099999.fpr").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+    live = sorted(tmp_path.glob("run-*.fpr"))
+    victim = live[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-5])
+    with pytest.raises(RunFileError, match="truncated or damaged"):
+        FingerprintIndex(tmp_path, **OPTS)
+    victim.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(RunFileError, match=r"checksum|out of order"):
+        FingerprintIndex(tmp_path, **OPTS)
+    victim.write_bytes(data)
+    manifest = tmp_path / "MANIFEST"
+    good = manifest.read_bytes()
+    for bad in (b"", b"{}\n0\n", good.replace(b"run-", b"run/"), b"\xff\xfe",
+                good[:-3] + b"9\n"):
+        manifest.write_bytes(bad)
+        with pytest.raises(ManifestError, match="damaged"):
+            FingerprintIndex(tmp_path, **OPTS)
+    manifest.unlink()  # no manifest: every run is an orphan, the ledger replays it all
+    with FingerprintIndex(tmp_path, **OPTS) as idx:
+        assert idx.mark == 0 and not list(tmp_path.glob("run-*.fpr"))
+        replay(idx, ledger)
+        assert_answers(idx, model_of(ledger), ALL_KEYS)
+
+
+CHILD = r"""
+import random, sys, numpy as np
+from dedup.fpindex import FingerprintIndex
+d, ledger_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(seed)
+from tests.dedup.fpmodel import replay
+rows = []
+for line in open(ledger_path):
+    if line.endswith("\n"):
+        s, h, l, t = line.split()
+        rows.append((int(s), int(h), int(l), t == "1"))
+idx = FingerprintIndex(d, buffer_records=300, fanout=2, block_records=8)
+replay(idx, rows)
+seq = rows[-1][0] if rows else 0
+out = open(ledger_path, "a")
+print("ready", flush=True)
+while True:
+    tomb = rng.random() < 0.2
+    batch = []
+    for _ in range(rng.randrange(1, 40)):
+        seq += 1
+        batch.append((seq, rng.randrange(8), rng.randrange(3000), tomb))
+    out.write("".join(f"{s} {h} {l} {int(t)}\n" for s, h, l, t in batch))
+    out.flush()  # committed: the page cache survives SIGKILL
+    idx.add(np.array([b[1] for b in batch], np.uint64), np.array([b[2] for b in batch],
+            np.uint64), np.array([b[0] for b in batch], np.uint64), tombstone=tomb)
+    if idx.needs_flush:
+        idx.flush(seq)
+"""
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kill9_anywhere_then_replay_is_exact(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    ledger_path = tmp_path / "ledger.txt"
+    ledger_path.touch()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for round_ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "idx"),
+                                  str(ledger_path), str(seed * 10 + round_)],
+                                 stdout=subprocess.PIPE, env=env)
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.05, 0.6))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    rows = []
+    for line in ledger_path.read_text().splitlines(keepends=True):
+        if line.endswith("\n"):
+            s, h, lo, t = line.split()
+            rows.append((int(s), int(h), int(lo), t == "1"))
+    assert len(rows) > 100
+    with FingerprintIndex(tmp_path / "idx", buffer_records=300, fanout=2,
+                          block_records=8) as idx:
+        replay(idx, rows)
+        keys = [(h, lo) for h in range(8) for lo in range(0, 3000, 7)]
+        keys += [(r[1], r[2]) for r in rows[-500:]]
+        assert_answers(idx, model_of(rows), keys)
+
+
+def test_close_abandons_a_running_merge_cleanly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    n = 40_000
+    his, los = (rng.integers(0, 2**64, n, dtype=np.uint64) for _ in range(2))
+    seqs = np.arange(1, n + 1, dtype=np.uint64)
+    idx = FingerprintIndex(tmp_path, buffer_records=10_000, fanout=4)
+    for i in range(0, n, 10_000):
+        idx.add(his[i:i + 10_000], los[i:i + 10_000], seqs[i:i + 10_000])
+        idx.flush(i + 10_000)
+    assert idx.stats()["merging"] or idx.stats()["runs"] == 1
+    idx.close()  # abandons the merge if it still runs: no temp file, no extra run
+    assert not list(tmp_path.glob(".*.tmp"))
+    with FingerprintIndex(tmp_path) as again:
+        assert again.mark == n
+        present, seq = again.lookup(his, los)
+        assert present.all() and (seq == seqs.astype(np.int64)).all()

@@ -1,0 +1,100 @@
+"""Run files: round trip, batched lookup against a dict, hostile and truncated files."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dedup import runs
+from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, write_run
+
+
+def _sorted(keys: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    ks = sorted(keys)
+    return np.array([k[0] for k in ks], np.uint64), np.array([k[1] for k in ks], np.uint64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(keys=st.sets(st.tuples(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300),
+       probes=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2**64 - 1)), max_size=50),
+       block=st.integers(1, 9), split=st.integers(0, 300))
+def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys: set,
+                                 probes: list, block: int, split: int) -> None:
+    path = tmp_path_factory.mktemp("run") / "r.fpr"
+    hi, lo = _sorted(keys)
+    seq = np.arange(len(hi), dtype=np.uint64) * np.uint64(3) + np.uint64(1)
+    seq[::5] |= TOMBSTONE
+    chunks = [(hi[:split], lo[:split], seq[:split]), (hi[split:], lo[split:], seq[split:])]
+    assert write_run(path, chunks, block_records=block) == len(hi)
+    run = Run(path)
+    truth = dict(zip(zip(hi.tolist(), lo.tolist(), strict=True), seq.tolist(), strict=True))
+    asked = sorted(set(probes) | set(list(keys)[:20]))
+    for scan_max in (0, 10**6):  # the binary-search path and the block-scan path
+        with mock.patch.object(runs, "_SCAN_MAX", scan_max):
+            found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
+                                      np.array([a[1] for a in asked], np.uint64))
+        assert found.tolist() == [a in truth for a in asked]
+        assert got.tolist() == [truth.get(a, 0) for a in asked]
+
+
+def test_writer_refuses_unsorted_and_abandons_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "r.fpr"
+    a = np.array([1, 2], np.uint64)
+    with pytest.raises(ValueError, match="strictly increase"):
+        write_run(path, [(a, a, a), (a, a, a)])
+    with pytest.raises(InterruptedError):
+        write_run(path, [(a, a, a)], should_stop=lambda: True)
+    assert list(tmp_path.iterdir()) == []
+    write_run(path, [])
+    assert Run(path).contains(a, a)[0].tolist() == [False, False]
+
+
+def _header(magic=b"BCFPRUN1", version=1, block=170, count=2, mn=1, mx=2, crc=0) -> bytes:
+    body = struct.pack("<8sIIQQQI", magic, version, block, count, mn, mx, crc)
+    return (body + struct.pack("<I", zlib.crc32(body))).ljust(HEADER_SIZE, b"\0")
+
+
+@pytest.mark.parametrize(("head", "tail", "message"), [
+    (b"", b"", "truncated header"),
+    (_header()[:40], b"", "truncated header"),
+    (_header(magic=b"SQLite f"), b"\0" * 48, "bad magic"),
+    (_header()[:-1] + b"\1", b"\0" * 48, "header checksum"),
+    (_header()[:20] + b"\7" + _header()[21:], b"\0" * 48, "header checksum"),
+    (_header(version=9), b"\0" * 48, "format version 9"),
+    (_header(block=0), b"\0" * 48, "bad block size"),
+    (_header(count=2**61), b"\0" * 48, "truncated or damaged"),  # no 48 EB allocation
+    (_header(count=3), b"\0" * 48, "truncated or damaged"),
+    (_header(mn=5, mx=2), b"\0" * 48, "bad seq range"),
+    (_header(mx=2**63), b"\0" * 48, "bad seq range"),
+    (_header(), b"\0" * 48, "out of order"),
+])
+def test_hostile_headers(tmp_path: Path, head: bytes, tail: bytes, message: str) -> None:
+    path = tmp_path / "bad.fpr"
+    path.write_bytes(head + tail)
+    with pytest.raises(RunFileError, match=message):
+        Run(path)
+
+
+def test_every_truncation_and_bit_flip_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.fpr"
+    rng = np.random.default_rng(2)
+    hi, lo = _sorted({(int(h), int(x)) for h, x in rng.integers(0, 2**63, (40, 2))})
+    write_run(path, [(hi, lo, np.arange(1, len(hi) + 1, dtype=np.uint64))], block_records=4)
+    data = path.read_bytes()
+    for cut in range(0, len(data), 7):
+        path.write_bytes(data[:cut])
+        with pytest.raises(RunFileError):
+            Run(path)
+    for pos in range(0, len(data), 5):
+        flipped = bytearray(data)
+        flipped[pos] ^= 0x10
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(RunFileError):
+            Run(path)

@@ -276,8 +276,8 @@ def test_status_line_redraws_in_place_on_a_tty_and_prints_lines_otherwise():
     p.update(STATUS, now=101.0)
     text = tty.getvalue()
     assert text.count("\r") == 2 and "\n" not in text
-    assert "12.5 pages/s" in text and "fetched 1.5k" in text and "bloom-fp 2" in text
-    assert "fill 1.23%" in text and "repeats 30.0k" in text
+    assert " 12.5/s" in text and "fetched 1.5k" in text and "failed 1" in text
+    assert "fill 1.23%" in text and "new 1.5k" in text
 
     plain = _Stream(False)
     p = Progress(plain, interval=1.0, plain_interval=10.0)

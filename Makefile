@@ -16,6 +16,14 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The whole suite under coverage, child processes included (see [tool.coverage] in
+# pyproject.toml); prints the per-file table and the total.
+coverage: $(STAMP)
+	rm -rf .coverage && mkdir -p .coverage
+	$(PY) -m coverage run -m pytest -q
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report
+
 bench: $(STAMP)
 	$(PY) bench/run.py
 
@@ -34,4 +42,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-state
+	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state

@@ -247,10 +247,15 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
         records = read_pages(tmp_path / "state" / "pages.jsonl")
         assert queued > 0
         # everything recorded is marked; everything unrecorded is still queued
+        recorded = {r["url"] for r in records}
         with __import__("dedup").UrlSeen(tmp_path / "state", create=False) as again:
             for r in records:
                 _, row = again.check(r["url"])
                 assert row["state"] != State.QUEUED.name.lower()
+            unrecorded = [(url, state) for _, url, _, _, state, *_ in again.ledger.rows()
+                          if url not in recorded]
+        assert unrecorded  # the stop left work behind ...
+        assert all(state == State.QUEUED for _, state in unrecorded)  # ... all of it queued
 
 
 @pytest.mark.parametrize("bad", ["", "# only a comment\n\n", "ftp://x\nnot a url\n"])

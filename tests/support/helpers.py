@@ -14,6 +14,23 @@ from crawler.settings import Settings
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
+# -- waiting for an event ------------------------------------------------------------------
+
+async def until(condition, *, timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait until ``condition()`` is true (checked every few ms), or fail after ``timeout``.
+
+    For "it has not happened" claims: wait for the event that settles the question
+    (a handler finished, an error was logged), then assert, instead of asserting
+    "not yet" after a fixed sleep, which passes whenever the code is merely slow.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
 # -- crawl settings for tests -------------------------------------------------------------
 
 def fast_settings(**sections: dict) -> Settings:

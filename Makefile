@@ -1,44 +1,60 @@
-# Every target that runs code creates (or reuses) .venv and installs the package
-# with its dev extra first, so a fresh machine needs nothing but python3.
+# Every target that runs code creates (or reuses) .venv and installs what it needs
+# first, so a fresh machine needs nothing but python3. Each install has its own
+# stamp: `make demo` installs the package alone, `make test` adds the `test`
+# extra, bench targets add the `bench` extra (the peers), `.venv/.installed` all.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PKG_STAMP   := $(VENV)/.installed-pkg
+TEST_STAMP  := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
+STAMP       := $(VENV)/.installed
 
-.PHONY: test bench bench-scale demo lint clean
+.PHONY: test coverage bench bench-scale demo lint clean
 
-$(STAMP): pyproject.toml
+$(PKG_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e .
+	touch $(PKG_STAMP)
+
+$(TEST_STAMP): $(PKG_STAMP)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(TEST_STAMP)
+
+$(BENCH_STAMP): $(PKG_STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+$(STAMP): $(TEST_STAMP) $(BENCH_STAMP)
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
 # The whole suite under coverage, child processes included (see [tool.coverage] in
 # pyproject.toml); prints the per-file table and the total.
-coverage: $(STAMP)
+coverage: $(TEST_STAMP)
 	rm -rf .coverage && mkdir -p .coverage
 	$(PY) -m coverage run -m pytest -q
 	$(PY) -m coverage combine -q
 	$(PY) -m coverage report
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(PY) bench/run.py
 
 # URL-seen at scale, UrlSeen vs three peers (bench/README.md, "Scale (10M+ URLs)"):
 # 2M with --cold took 26 min on the shared 2-core box; 10M, several hours.
 # Override, e.g.: make bench-scale SCALE_ARGS="--quick"
 SCALE_ARGS ?= --distinct 10000000 --cold
-bench-scale: $(STAMP)
+bench-scale: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(PY) bench/scale.py $(SCALE_ARGS) --out bench/results/scale.json
 
-demo: $(STAMP)
+demo: $(PKG_STAMP)
 	$(PY) -m crawler.demo
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:

@@ -7,7 +7,7 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
 
 from dedup.bloom import BloomFilter
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
-from dedup.errors import GeometryMismatch, SnapshotError, StateLocked
+from dedup.errors import GeometryMismatch, SnapshotError, StateFormatError, StateLocked
 from dedup.fingerprint import fingerprint, fingerprint_many
 from dedup.geometry import Geometry
 from dedup.ledger import Ledger, QueuedRow, State
@@ -26,6 +26,7 @@ __all__ = [
     "ShardedBloom",
     "SnapshotError",
     "State",
+    "StateFormatError",
     "StateLocked",
     "UrlRejected",
     "UrlSeen",

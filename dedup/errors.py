@@ -16,3 +16,8 @@ class GeometryMismatch(SnapshotError):
 
 class StateLocked(RuntimeError):
     """Another process is writing this state directory."""
+
+
+class StateFormatError(ValueError):
+    """A state file is of a format this code does not read (e.g. a format-1 ledger):
+    the message names the format and the way forward (``bloomcrawl migrate``)."""

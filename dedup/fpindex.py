@@ -115,11 +115,15 @@ class FingerprintIndex:
 
     def __init__(self, directory: str | os.PathLike[str], *, buffer_records: int = 1 << 20,
                  fanout: int = 4, background: bool = True,
-                 block_records: int = BLOCK_RECORDS) -> None:
+                 block_records: int = BLOCK_RECORDS, readonly: bool = False) -> None:
         if buffer_records < 1 or fanout < 2:
             raise ValueError("buffer_records must be >= 1 and fanout >= 2")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # A reader (``stats``/``check`` beside a live crawl) must not create, merge
+        # or delete anything: an unlisted run may be the writer's merge in progress.
+        self.readonly = readonly
+        if not readonly:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
         self._buffer = _Buffer()
@@ -132,7 +136,8 @@ class FingerprintIndex:
         except BaseException:
             self._close_runs()
             raise
-        self._delete_orphans(set(names))
+        if not readonly:
+            self._delete_orphans(set(names))
 
     # -- owner API ----------------------------------------------------------------------
     def add(self, his: np.ndarray, los: np.ndarray, seqs: np.ndarray, *,
@@ -194,6 +199,8 @@ class FingerprintIndex:
 
         Call only after the ledger commit that covers ``upto_seq``.
         """
+        if self.readonly:
+            raise PermissionError(f"{self.directory}: index opened read-only")
         self._install()
         hi, lo, seq = self._buffer.take(upto_seq)
         if len(hi):

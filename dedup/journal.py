@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dedup.errors import StateFormatError
 from dedup.journal_format import (
     ADMIT,
     FORGET,
@@ -45,12 +46,12 @@ from dedup.journal_format import (
     SCHEMA,
     Batch,
     JournalRow,
-    StateFormatError,
+    QueuedRow,
+    State,
     encode_group,
     groups_by_host,
 )
 from dedup.journal_queue import QueueTable, select_in
-from dedup.ledger import QueuedRow, State
 
 # Measured with bench/journal_bench.py (bench/README.md): 1 KiB pages wrote no
 # less than 4 KiB ones; checkpointing every 10,000 WAL pages instead of 1,000
@@ -348,6 +349,11 @@ class Journal:
     def meta_get(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    def meta_items(self) -> dict[str, Any]:
+        """Every caller-set meta value (not the journal's own ``format``/``counters``)."""
+        return {k: json.loads(v) for k, v in self._db.execute(
+            "SELECT key, value FROM meta WHERE key NOT IN ('format', 'counters')")}
 
     def meta_set(self, key: str, value: Any) -> None:
         """Store a JSON value; ``format`` and ``counters`` belong to the journal."""

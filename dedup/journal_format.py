@@ -13,11 +13,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
-
-from dedup.ledger import State
 
 FP = 16  # bytes per fingerprint
 FORMAT = 2
@@ -33,8 +32,26 @@ CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status I
                        error TEXT, at REAL NOT NULL);
 """
 
-class StateFormatError(RuntimeError):
-    """The ledger file is of a format this code does not read (e.g. format 1)."""
+
+class State(IntEnum):
+    """Life cycle of an admitted URL; QUEUED ones are the durable frontier."""
+
+    QUEUED = 0
+    FETCHED = 1
+    FAILED = 2
+    SKIPPED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRow:
+    """A frontier entry paged in from the ledger."""
+
+    seq: int
+    url: str
+    host: str
+    depth: int
+
+
 
 
 @dataclass(frozen=True, slots=True)

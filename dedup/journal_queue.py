@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from dedup.journal_format import decode_group
-from dedup.ledger import QueuedRow  # the frontier's row type, shared with format 1
+from dedup.journal_format import QueuedRow, decode_group
 
 _PARAMS = 30_000  # below SQLite's 32766 host parameters
 _DONE_IN = "SELECT seq FROM outcomes WHERE seq IN "

@@ -17,16 +17,16 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+from dedup.errors import StateFormatError
 from dedup.journal import Journal
-from dedup.journal_format import FORGET, FP, PortableRow, StateFormatError, host_of
-from dedup.ledger import State
+from dedup.journal_format import FORGET, FP, PortableRow, State, host_of
 
 IMPORT_BATCH = 4096  # rows per log row on import: big batches keep the log compact
 
 
 def rows(journal: Journal) -> Iterator[PortableRow]:
     """Every seq of ``journal`` in seq order as a ``PortableRow`` (URL text for
-    queued rows only); three sequential scans (log, queue, outcomes) merged, since
+    rows whose text is still kept); three sequential scans (log, queue, outcomes) merged, since
     each is ordered by seq."""
     groups = journal.queue_groups()
     group = next(groups, None)
@@ -49,15 +49,16 @@ def rows(journal: Journal) -> Iterator[PortableRow]:
                 yield PortableRow(fp, None, None, 0, None, None, None)
                 continue
             _, state, status, error, _ = done.get(b.seq + i, (0, State.QUEUED, None, None, 0))
-            url, host = text.get(b.seq + i, (None, None)) if state == State.QUEUED else (None, None)
+            url, host = text.get(b.seq + i, (None, None))
             yield PortableRow(fp, url, host, b.depth, state, status, error)
 
 
 def import_rows(journal: Journal, source: Iterable[tuple]) -> int:
     """Append rows in the form ``rows()`` yields (7-tuples work too), in order;
-    returns how many. URL text is kept for queued rows only: a done URL's text
-    lives in the crawl output. Open ``journal`` with ``autocommit=False`` and
-    commit after to make the import one transaction."""
+    returns how many. URL text is kept wherever the row carries it (a done URL
+    whose queue text was compacted has none: it lives in the crawl output).
+    Open ``journal`` with ``autocommit=False`` and commit after to make the import
+    one transaction."""
     count = 0
     chunk: list[PortableRow] = []
     for raw in source:
@@ -81,17 +82,18 @@ def _flush(journal: Journal, chunk: list[PortableRow]) -> None:
     if chunk[0].state is None:
         journal.append_forget(fps)
         return
-    urls = [r.url if r.state == State.QUEUED else None for r in chunk]
+    urls = [r.url for r in chunk]
     hosts = [r.host or (host_of(u) if u else "") for r, u in zip(chunk, urls, strict=True)]
     seqs = journal.append(fps, depth=chunk[0].depth, urls=urls, hosts=hosts)
     marks = [(seq, State(r.state), r.status, r.error)
-             for seq, r in zip(seqs, chunk, strict=True) if r.state != State.QUEUED]
+             for seq, r in zip(seqs, chunk, strict=True)
+             if r.state != State.QUEUED or r.status is not None or r.error is not None]
     journal.mark_many(marks)
 
 
 def migrate_v1(path_v1: str | Path, journal: Journal) -> int:
     """Stream a format-1 ledger (table ``urls``) into an empty format-2 ``journal``:
-    seq order kept, URL text kept for QUEUED rows, outcomes for the rest, meta
+    seq order kept, URL text kept for every row, outcomes for the done ones, meta
     (geometry, rules, crawl id, ...) copied. Returns the rows moved.
 
     Seqs are renumbered (format 1 has gaps where rows were forgotten), so the

@@ -1,322 +1,338 @@
-"""The exact truth behind the Bloom filter: one SQLite row per canonical URL.
+"""The exact truth behind the Bloom filter: an append-only journal plus the
+fingerprint index it owns (ledger format 2).
 
-The Bloom filter may say "maybe seen" for a URL it never saw; the ledger is what
-turns that into an exact answer. It is also the durable frontier (rows in state
-QUEUED) and the crash-recovery log: every row has a monotonically increasing
-``seq`` and each shard snapshot records the highest ``seq`` whose bits it holds,
-so rows past that mark are replayed into the filter on load.
+Format 1 kept one SQLite row per URL behind a UNIQUE fingerprint index, so every
+admission dirtied random B-tree pages (217 B stored and ~14 KB written per URL
+at 20M) and every "maybe seen" was a random read. Here the two jobs are split
+the way IRLbot's DRUM and LSM trees split them:
 
-``seq`` is an AUTOINCREMENT key on purpose: a plain rowid may be reused after the
-newest row is deleted (``forget``), and a reused number at or below a snapshot's
-high-water mark would never be replayed — a false negative.
+- ``dedup.journal`` (SQLite) is the record of truth: one appended row per batch,
+  seqs that are never reused, outcomes, the frontier's text, kept counters;
+- ``dedup.fpindex`` is the exact seen-set: 24-byte records ``(fingerprint, seq)``
+  in sorted immutable runs plus an in-memory buffer, looked up a batch at a time
+  and merged in the background. Its ``mark`` says which journal seqs its runs
+  cover; everything past it is replayed from the journal on open, so the index
+  is never ahead of, and never loses anything behind, the journal.
+
+Order of writes: journal append (durable at commit) -> index buffer; the buffer
+becomes a run only after the commit that covers it (``commit``).
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-# SQLite >= 3.32 allows 32766 host parameters; stay well below it.
-_CHUNK = 30_000
-# Rows per multi-row INSERT (6 parameters each).
-_INSERT_ROWS = 1000
+import numpy as np
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS urls (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    fp            BLOB    NOT NULL UNIQUE,
-    url           TEXT    NOT NULL,
-    host          TEXT    NOT NULL,
-    depth         INTEGER NOT NULL DEFAULT 0,
-    state         INTEGER NOT NULL DEFAULT 0,
-    status        INTEGER,
-    error         TEXT,
-    discovered_at REAL    NOT NULL,
-    updated_at    REAL
-);
-CREATE INDEX IF NOT EXISTS urls_queued_host ON urls(host, seq) WHERE state = 0;
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+from dedup.errors import StateFormatError
+from dedup.fingerprint import halves
+from dedup.fpindex import FingerprintIndex
+from dedup.journal import Journal
+from dedup.journal_format import FORGET, PortableRow, QueuedRow, State
+from dedup.journal_transfer import import_rows as _import_rows
+from dedup.journal_transfer import rows as _rows
+from dedup.runs import RunFileError
 
-_COLUMNS = "fp, url, host, depth, state, status, error, discovered_at, updated_at"
+__all__ = ["INDEX_SUFFIX", "Ledger", "QueuedRow", "State", "StateFormatError"]
 
-
-class State(IntEnum):
-    """Life cycle of a ledger row; QUEUED rows are the durable frontier."""
-
-    QUEUED = 0
-    FETCHED = 1
-    FAILED = 2
-    SKIPPED = 3
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedRow:
-    seq: int
-    url: str
-    host: str
-    depth: int
+INDEX_SUFFIX = ".index"  # ledger.sqlite -> ledger.index/: beside the file it belongs to
+# Records buffered in RAM before they become a run: ~100 B each in the buffer's
+# dict, so 256k keeps it near 25 MB; the first tier's runs are 6 MB.
+INDEX_BUFFER = 1 << 18
+_READ_RETRIES = 5
 
 
 class Ledger:
-    """SQLite (WAL) table of every URL ever admitted, keyed by its 16-byte fingerprint.
+    """Journal + fingerprint index of one state directory, behind one small API.
 
-    One writer (the process that owns the state dir); readers such as
-    ``bloomcrawl stats`` may open it concurrently with ``readonly=True``.
-
-    With ``autocommit=False`` writes accumulate in one open transaction until
-    ``commit()`` (group commit): a commit costs a few hundred microseconds of WAL
-    writes here, far more than a page's worth of inserts, so a crawler commits
-    a batch of pages — their links and their fetch outcomes — atomically.
+    One writer (the process holding the state dir's lock); readers such as
+    ``bloomcrawl stats`` open it with ``readonly=True`` beside a running crawl.
+    With ``autocommit=False`` writes accumulate until ``commit()`` (group commit).
     """
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 autocommit: bool = True) -> None:
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:
         self.path = Path(path)
         self.readonly = readonly
-        self.autocommit = autocommit
-        if readonly:
-            if not self.path.exists():
-                raise FileNotFoundError(f"no ledger at {self.path}")
-            uri = f"file:{self.path}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, isolation_level=None,
-                                       check_same_thread=False)
-        else:
-            self._db = sqlite3.connect(self.path, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode: a process crash loses nothing; a power loss may
-            # lose the last commits but never corrupts (and the filter only ever
-            # errs towards "maybe seen", which the ledger then answers).
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            # The fingerprint index takes random inserts, so every group commit
-            # dirties pages all over it; checkpointing every 1000 WAL pages (the
-            # default) copies and fsyncs the same pages back many times over.
-            self._db.execute("PRAGMA wal_autocheckpoint=10000")
-            self._db.executescript(_SCHEMA)
-        self._db.execute("PRAGMA busy_timeout=5000")
+        self.journal = Journal(self.path, readonly=readonly, autocommit=autocommit)
+        try:
+            self.index = self._open_index(index_buffer)
+        except BaseException:
+            self.journal.close()
+            raise
 
-    # -- the URL-seen hot path -------------------------------------------------
+    @property
+    def autocommit(self) -> bool:
+        return self.journal.autocommit
+
+    def _open_index(self, buffer: int) -> FingerprintIndex:
+        """Open the runs and replay the journal past their mark into the buffer.
+
+        An index ahead of the journal (a journal copied or imported without its
+        index, as merge and resize do) is rebuilt from the journal alone."""
+        directory = self.path.with_name(self.path.stem + INDEX_SUFFIX)
+        for attempt in range(_READ_RETRIES):
+            try:
+                index = FingerprintIndex(directory, buffer_records=buffer,
+                                         readonly=self.readonly)
+                break
+            except RunFileError:
+                # a reader raced a merge that replaced the runs it read about
+                if not self.readonly or attempt == _READ_RETRIES - 1:
+                    raise
+                time.sleep(0.05)
+        hwm = self.journal.hwm()
+        if index.mark > hwm:
+            index.close()
+            if self.readonly:
+                raise StateFormatError(f"{directory}: index covers seq {index.mark}, "
+                                       f"the ledger only {hwm}: open it once to rebuild")
+            index = FingerprintIndex.rebuild(directory, self._records(0), mark=hwm,
+                                             buffer_records=buffer)
+            return index
+        for his, los, seqs, tomb in self._records(index.mark):
+            index.add(his, los, seqs, tombstone=tomb)
+        return index
+
+    def _records(self, after: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]:
+        """Journal seqs past ``after`` as index records, admissions and tombstones apart."""
+        for seqs, fps, kinds in self.journal.batches_after(after):
+            h = halves(fps)
+            tomb = kinds == FORGET
+            if not tomb.any():
+                yield h[:, 0], h[:, 1], seqs, False
+                continue
+            for mask, flag in ((~tomb, False), (tomb, True)):
+                if mask.any():
+                    yield h[mask, 0], h[mask, 1], seqs[mask], flag
+
+    # -- the URL-seen path -----------------------------------------------------------
+
+    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
+        """Exact membership of fingerprints given as ``(n, 2)`` uint64 halves: one
+        batched, sorted pass over the buffer and the runs, newest first."""
+        if not len(h):
+            return np.zeros(0, dtype=bool)
+        present, _ = self.index.lookup(h[:, 0], h[:, 1])
+        return present
 
     def find(self, fps: Sequence[bytes]) -> set[bytes]:
-        """Return the subset of ``fps`` present in the ledger: one query per batch."""
-        found: set[bytes] = set()
-        for i in range(0, len(fps), _CHUNK):
-            chunk = fps[i:i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(f"SELECT fp FROM urls WHERE fp IN ({marks})", chunk)
-            found.update(r[0] for r in rows)
-        return found
+        """The subset of ``fps`` (16-byte fingerprints) present."""
+        fps = list(fps)
+        if not fps:
+            return set()
+        present = self.contains_hashes(halves(b"".join(fps)))
+        return {fps[i] for i in np.flatnonzero(present).tolist()}
+
+    def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
+               hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
+        """Admit fingerprints known to be absent (one journal row, one index add).
+
+        ``urls``/``hosts`` keep the frontier text (the crawler); the pure seen-set
+        passes none. ``h`` saves recomputing the halves the caller already has."""
+        seqs = self.journal.append(fps, depth=depth, urls=urls, hosts=hosts)
+        if len(seqs):
+            h = halves(fps) if h is None else h
+            self.index.add(h[:, 0], h[:, 1], np.arange(seqs.start, seqs.stop, dtype=np.uint64))
+            if self.journal.autocommit:
+                self._flush_if_full()
+        return seqs
 
     def insert(self, rows: Sequence[tuple[bytes, str, str, int, int]]) -> range:
-        """Insert new rows ``(fp, url, host, depth, state)`` in one transaction.
-
-        Returns the range of ``seq`` numbers given to them, in order. The caller
-        guarantees the fingerprints are absent (it just asked ``find``), and this
-        connection is the only writer, so the numbers are consecutive.
-        """
+        """Format-1 compatible: admit ``(fp, url, host, depth, state)`` rows of one
+        depth; rows not QUEUED are marked at once."""
         if not rows:
             return range(0)
-        now = time.time()
-        flat = [v for fp, url, host, depth, state in rows
-                for v in (fp, url, host, depth, int(state), now)]
-        if len(rows) <= _INSERT_ROWS:
-            # One multi-row INSERT is atomic by itself (a failing statement is
-            # backed out whole): no savepoint, and its last rowid is the last seq.
-            # Measured 1.4x faster for a page's ~10 rows than executemany in a
-            # savepoint plus a sqlite_sequence query.
-            self._begin()
-            last = self._insert_rows(flat)
-        else:
-            with self._transaction():
-                step = _INSERT_ROWS * 6
-                for i in range(0, len(flat), step):
-                    last = self._insert_rows(flat[i:i + step])
-        return range(last - len(rows) + 1, last + 1)
-
-    def _insert_rows(self, flat: list[Any]) -> int:
-        """INSERT the rows whose 6 values each ``flat`` holds; the last row's seq."""
-        cur = self._db.execute(
-            "INSERT INTO urls (fp, url, host, depth, state, discovered_at) VALUES "
-            + ",".join(["(?,?,?,?,?,?)"] * (len(flat) // 6)), flat)
-        return int(cur.lastrowid)  # type: ignore[arg-type]
+        depths = {r[3] for r in rows}
+        if len(depths) != 1:
+            raise ValueError("insert takes rows of one depth (one journal batch)")
+        seqs = self.append(b"".join(r[0] for r in rows), depth=depths.pop(),
+                           urls=[r[1] for r in rows], hosts=[r[2] for r in rows])
+        done = [(seq, State(r[4]), None, None) for seq, r in zip(seqs, rows, strict=True)
+                if State(r[4]) is not State.QUEUED]
+        self.journal.mark_many(done)
+        return seqs
 
     def hwm(self) -> int:
-        """Highest ``seq`` ever handed out (deleted rows included)."""
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'urls'").fetchone()
-        return int(row[0]) if row else 0
+        """Highest seq ever handed out (tombstones included)."""
+        return self.journal.hwm()
 
-    def fps_after(self, seq: int, *, chunk: int = 65_536) -> Iterator[tuple[list[int], bytes]]:
-        """Yield ``(seqs, concatenated fingerprints)`` of rows past ``seq``, in chunks.
+    def batches_after(self, seq: int) -> Iterator[tuple[np.ndarray, bytes, np.ndarray]]:
+        """``(seqs, fps, kinds)`` past ``seq``: the Bloom filter's replay stream."""
+        return self.journal.batches_after(seq)
 
-        This is the replay stream that closes the gap between a shard snapshot
-        and the ledger after a crash.
-        """
-        cur = self._db.execute("SELECT seq, fp FROM urls WHERE seq > ? ORDER BY seq", (seq,))
-        while batch := cur.fetchmany(chunk):
-            yield [r[0] for r in batch], b"".join(r[1] for r in batch)
+    def fps_after(self, seq: int) -> Iterator[tuple[list[int], bytes]]:
+        """Format-1 compatible replay: ``(seqs, concatenated fingerprints)``."""
+        for seqs, fps, _ in self.journal.batches_after(seq):
+            yield seqs.tolist(), fps
 
-    # -- rows ------------------------------------------------------------------
+    # -- rows ------------------------------------------------------------------------
 
     def get(self, fp: bytes) -> dict[str, Any] | None:
-        cur = self._db.execute(
-            "SELECT seq, url, host, depth, state, status, error, discovered_at, updated_at "
-            "FROM urls WHERE fp = ?", (fp,))
-        row = cur.fetchone()
-        if row is None:
+        """What the ledger knows of one fingerprint (None if absent or forgotten)."""
+        present, seq = self.index.lookup(*halves(fp).T)
+        if not present[0]:
             return None
-        names = [d[0] for d in cur.description]
-        out = dict(zip(names, row, strict=True))
-        out["state"] = State(out["state"]).name.lower()
-        return out
+        row = self.journal.row(int(seq[0]))
+        if row is None:  # pragma: no cover - the index never runs ahead of the journal
+            return None
+        return {"seq": row.seq, "url": row.url, "host": row.host, "depth": row.depth,
+                "state": row.state.name.lower() if row.state is not None else None,
+                "status": row.status, "error": row.error, "updated_at": row.at}
 
     def forget(self, fps: Iterable[bytes]) -> int:
-        """Delete rows so that the URLs count as new again (re-crawl / expiry)."""
-        fps = list(fps)
-        deleted = 0
-        with self._transaction():
-            for i in range(0, len(fps), _CHUNK):
-                chunk = fps[i:i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                deleted += self._db.execute(
-                    f"DELETE FROM urls WHERE fp IN ({marks})", chunk).rowcount
-        return deleted
+        """Tombstone the present fingerprints so they count as new again; returns how
+        many. A forgotten URL still queued leaves the frontier (marked skipped)."""
+        fps = list(dict.fromkeys(fps))
+        if not fps:
+            return 0
+        h = halves(b"".join(fps))
+        present, old = self.index.lookup(h[:, 0], h[:, 1])
+        idx = np.flatnonzero(present)
+        if not len(idx):
+            return 0
+        seqs = self.journal.append_forget(b"".join(fps[i] for i in idx.tolist()))
+        self.index.forget(h[idx, 0], h[idx, 1], np.arange(seqs.start, seqs.stop, dtype=np.uint64))
+        queued = [int(s) for s in old[idx] if self._is_queued(int(s))]
+        self.journal.mark_many([(s, State.SKIPPED, None, "forgotten") for s in queued])
+        if self.journal.autocommit:
+            self._flush_if_full()
+        return len(idx)
+
+    def _is_queued(self, seq: int) -> bool:
+        row = self.journal.row(seq)
+        return row is not None and row.state is State.QUEUED
 
     def mark(self, seq: int, state: State, *, status: int | None = None,
              error: str | None = None) -> None:
-        self.mark_many([(seq, state, status, error)])
+        self.journal.mark(seq, state, status=status, error=error)
 
     def mark_many(self, rows: Iterable[tuple[int, State, int | None, str | None]]) -> None:
-        """Record fetch outcomes in one transaction."""
-        now = time.time()
-        with self._transaction():
-            self._db.executemany(
-                "UPDATE urls SET state = ?, status = ?, error = ?, updated_at = ? WHERE seq = ?",
-                [(int(state), status, error, now, seq) for seq, state, status, error in rows],
-            )
+        """Record fetch outcomes in the open transaction."""
+        self.journal.mark_many(rows)
 
-    def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None) -> list[QueuedRow]:
-        """Page in the durable frontier, oldest first (optionally for one host).
-
-        Without ``host`` this walks the primary key from ``after_seq``; callers
-        page forward with a cursor, so the walk does not revisit old rows."""
-        if host is None:
-            cur = self._db.execute(
-                "SELECT seq, url, host, depth FROM urls WHERE state = 0 AND seq > ? "
-                "ORDER BY seq LIMIT ?", (after_seq, limit))
-        else:
-            cur = self._db.execute(
-                "SELECT seq, url, host, depth FROM urls WHERE state = 0 AND host = ? "
-                "AND seq > ? ORDER BY seq LIMIT ?", (host, after_seq, limit))
-        return [QueuedRow(*r) for r in cur]
+    def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
+               ) -> list[QueuedRow]:
+        """Page in the durable frontier, oldest first (optionally one host's)."""
+        return self.journal.queued(limit, after_seq=after_seq, host=host)
 
     def queued_hosts(self) -> list[str]:
-        return [r[0] for r in self._db.execute(
-            "SELECT DISTINCT host FROM urls WHERE state = 0 ORDER BY host")]
+        return self.journal.queued_hosts()
 
     def counts(self) -> dict[str, int]:
-        """Rows per state. A full scan: for reports, not for a per-page path."""
-        out = {s.name.lower(): 0 for s in State}
-        for state, n in self._db.execute("SELECT state, COUNT(*) FROM urls GROUP BY state"):
-            out[State(state).name.lower()] = n
-        return out
+        """Per-state counts from kept counters: O(1) at any size."""
+        return self.journal.counts()
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM urls").fetchone()[0]
+        """URLs admitted and not forgotten (from the kept counters)."""
+        c = self.journal.counts()
+        return c["admitted"] - c["forgotten"]
 
-    # -- bulk copy (fleet merge / resize) --------------------------------------
+    def compact(self) -> int:
+        """Drop frontier text whose URLs are all done (cheap; at snapshot time)."""
+        return self.journal.compact_queue()
 
-    def rows(self, *, chunk: int = 10_000) -> Iterator[tuple]:
-        """Every row as ``(fp, url, host, depth, state, status, error, discovered_at,
-        updated_at)``, in ``seq`` order: the portable form used to merge and split ledgers."""
-        cur = self._db.execute(f"SELECT {_COLUMNS} FROM urls ORDER BY seq")
-        while batch := cur.fetchmany(chunk):
-            yield from batch
+    # -- bulk copy (fleet merge / resize) -----------------------------------------------
+
+    def rows(self) -> Iterator[PortableRow]:
+        """Every seq in order, in the portable form merge and resize move."""
+        return _rows(self.journal)
+
+    def live_rows(self) -> Iterator[PortableRow]:
+        """The rows of the keys present now: an admission later forgotten is left out
+        (two passes; tombstones are rare, so only their keys are held in memory).
+        Seq order, except that a key readmitted after a forget comes last."""
+        forgotten = {r.fp for r in self.rows() if r.state is None}
+        last: dict[bytes, PortableRow | None] = {}
+        for row in self.rows():
+            if row.fp in forgotten:
+                last[row.fp] = row if row.state is not None else None
+            else:
+                yield row
+        yield from (row for row in last.values() if row is not None)
 
     def import_rows(self, rows: Iterable[tuple]) -> int:
-        """Insert rows in the form ``rows()`` yields; fingerprints already present are
-        kept as they are (union by fingerprint). Returns how many were added."""
+        """Append rows in the form ``live_rows()`` yields, skipping fingerprints
+        already present (union by fingerprint); returns how many were added.
+        Tombstones are ignored: feed ``live_rows()``, not ``rows()``."""
         added = 0
-        batch: list[tuple] = []
-        with self._transaction():
-            for row in rows:
-                batch.append(tuple(row))
-                if len(batch) >= 10_000:
-                    added += self._import(batch)
-                    batch.clear()
-            added += self._import(batch)
+        chunk: list[PortableRow] = []
+        for raw in rows:
+            chunk.append(PortableRow(*raw))
+            if len(chunk) >= 8192:
+                added += self._import(chunk)
+                chunk = []
+        added += self._import(chunk)
         return added
 
-    def _import(self, batch: list[tuple]) -> int:
-        before = self._db.total_changes
-        self._db.executemany(
-            f"INSERT OR IGNORE INTO urls ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
-        return self._db.total_changes - before
+    def _import(self, chunk: list[PortableRow]) -> int:
+        if not chunk:
+            return 0
+        keep = [r for r in chunk if r.state is not None]  # tombstones: nothing to add
+        if not keep:
+            return 0
+        h = halves(b"".join(r.fp for r in keep))
+        present = self.contains_hashes(h)
+        # a fingerprint twice in one chunk keeps its first row
+        _, first = np.unique(h, axis=0, return_index=True)
+        fresh = np.zeros(len(keep), dtype=bool)
+        fresh[first] = True
+        fresh &= ~present
+        new = [keep[i] for i in np.flatnonzero(fresh).tolist()]
+        if not new:
+            return 0
+        start = self.journal.hwm() + 1
+        _import_rows(self.journal, new)
+        end = self.journal.hwm() + 1
+        hn = halves(b"".join(r.fp for r in new))
+        self.index.add(hn[:, 0], hn[:, 1], np.arange(start, end, dtype=np.uint64))
+        if self.journal.autocommit:
+            self._flush_if_full()
+        return len(new)
 
-    # -- metadata --------------------------------------------------------------
+    # -- metadata --------------------------------------------------------------------
 
     def meta_get(self, key: str, default: Any = None) -> Any:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        return self.journal.meta_get(key, default)
 
     def meta_set(self, key: str, value: Any) -> None:
-        with self._transaction():
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                             (key, json.dumps(value, sort_keys=True)))
+        self.journal.meta_set(key, value)
 
-    # -- plumbing --------------------------------------------------------------
+    def meta_items(self) -> dict[str, Any]:
+        return self.journal.meta_items()
 
-    def _begin(self) -> None:
-        """In group-commit mode, open the transaction the next ``commit()`` ends."""
-        if not self.autocommit and not self._db.in_transaction:
-            self._db.execute("BEGIN IMMEDIATE")
-
-    def _transaction(self) -> _Transaction:
-        self._begin()
-        return _Transaction(self._db)
+    # -- transactions ------------------------------------------------------------------
 
     def commit(self) -> None:
-        """Make every pending write durable (a no-op in autocommit mode)."""
-        if self._db.in_transaction:
-            self._db.execute("COMMIT")
+        """Make pending writes durable, then let the index write a run of them."""
+        self.journal.commit()
+        self._flush_if_full()
+
+    def _flush_if_full(self) -> None:
+        if self.index.needs_flush and not self.readonly:
+            self.index.flush(self.journal.hwm())
 
     @property
     def pending(self) -> bool:
-        return self._db.in_transaction
+        return self.journal.pending
+
+    def index_stats(self) -> dict[str, Any]:
+        return self.index.stats()
 
     def close(self) -> None:
-        """Close the connection; pending group-commit writes are committed first."""
-        if not self.readonly:
-            self.commit()
-        self._db.close()
+        """Commit pending writes; an abandoned merge is redone on the next open."""
+        try:
+            if not self.readonly:
+                self.journal.commit()
+        finally:
+            self.index.close()
+            self.journal.close()
 
     def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Transaction:
-    """A savepoint: all of one batch or none of it.
-
-    Outside a transaction a savepoint is itself a transaction (committed on
-    release); inside the group-commit transaction it only undoes its own batch.
-    """
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("SAVEPOINT batch")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type:
-            self._db.execute("ROLLBACK TO batch")
-        self._db.execute("RELEASE batch")

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,7 @@ from dedup.shards import ShardedBloom, merge_files
 from dedup.statedir import ledger_path, require_state_dir, shards_dir
 
 PathArg = str | os.PathLike[str]
-FORGET_CHUNK = 50_000
+IMPORT_CHUNK = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +185,7 @@ def _merge_into(tmp: Path, ins: list[Path], crawl_id: str, nshards: int) -> tupl
                 continue
             with Ledger(out_ledger) as ledger:
                 offered += len(seen.ledger)
-                ledger.import_rows(seen.ledger.rows())
+                ledger.import_rows(seen.ledger.live_rows())
     with Ledger(out_ledger) as ledger:
         hwm, rows = ledger.hwm(), len(ledger)
     shard_dir = shards_dir(tmp)
@@ -226,17 +226,14 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
             tmps.append(_claim_output(out))
         with UrlSeen(src, create=False) as seen:
             seen.snapshot()
-            for tmp in tmps:
-                _copy_ledger(ledger_path(src), ledger_path(tmp))
-                (shards_dir(tmp)).mkdir()
-                for i in range(seen.nshards):
-                    shutil.copyfile(seen.shard_path(i),
-                                    ShardedBloom.shard_path(shards_dir(tmp), i))
-            ledgers = [Ledger(ledger_path(tmp)) for tmp in tmps]
+            ledgers = [Ledger(ledger_path(tmp), autocommit=False) for tmp in tmps]
             try:
-                _drop_foreign_rows(src, seen.ledger.rows(), ledgers, owner)
-                results = [ResizedState(out, len(ledger), 0, ledger.hwm())
-                           for out, ledger in zip(outs, ledgers, strict=True)]
+                _split_rows(src, seen.ledger, ledgers, owner)
+                results = []
+                for out, tmp, ledger in zip(outs, tmps, ledgers, strict=True):
+                    ledger.commit()
+                    results.append(ResizedState(out, len(ledger), 0, ledger.hwm()))
+                    _copy_shards(seen, tmp, ledger.hwm())
             finally:
                 for ledger in ledgers:
                     ledger.close()
@@ -249,24 +246,45 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
     return results
 
 
-def _drop_foreign_rows(src: Path, rows: Iterable[tuple[Any, ...]], ledgers: list[Ledger],
-                       owner: Callable[[str], int]) -> None:
-    """Delete from each output ledger the rows another output owns, in bounded chunks."""
-    drop: list[list[bytes]] = [[] for _ in ledgers]
-    for row in rows:
-        fp, url, host = row[0], row[1], row[2]
-        k = owner(host)
-        if not (isinstance(k, int) and 0 <= k < len(ledgers)):
-            raise ValueError(f"{src}: {url} (host {host}) belongs to output {k!r}, not "
-                             f"to any of the {len(ledgers)} outputs of this split")
-        for j, gone in enumerate(drop):
-            if j != k:
-                gone.append(fp)
-                if len(gone) >= FORGET_CHUNK:
-                    ledgers[j].forget(gone)
-                    gone.clear()
-    for ledger, gone in zip(ledgers, drop, strict=True):
-        ledger.forget(gone)
+def _split_rows(src: Path, ledger: Ledger, outs: list[Ledger],
+                owner: Callable[[str], int]) -> None:
+    """Import into each output the rows its hosts own (the journal is append-only, so
+    outputs are built, not pruned); the metadata goes to every output.
+
+    A row whose host is unknown (its text was compacted) goes to every output: an
+    extra row only answers "seen" for a host that output never admits, while a
+    missing one could refetch a URL."""
+    for key, value in ledger.meta_items().items():
+        for out in outs:
+            out.meta_set(key, value)
+    chunks: list[list[Any]] = [[] for _ in outs]
+    for row in ledger.live_rows():
+        if row.host is None:
+            targets = range(len(outs))
+        else:
+            k = owner(row.host)
+            if not (isinstance(k, int) and 0 <= k < len(outs)):
+                raise ValueError(f"{src}: {row.url} (host {row.host}) belongs to output "
+                                 f"{k!r}, not to any of the {len(outs)} outputs of this split")
+            targets = (k,)
+        for k in targets:
+            chunks[k].append(row)
+            if len(chunks[k]) >= IMPORT_CHUNK:
+                outs[k].import_rows(chunks[k])
+                chunks[k] = []
+    for out, chunk in zip(outs, chunks, strict=True):
+        out.import_rows(chunk)
+
+
+def _copy_shards(seen: UrlSeen, tmp: Path, hwm: int) -> None:
+    """The whole filter for an output, marked with the output's own ledger mark (its
+    seqs are new numbers: the input's marks would hide later rows from replay)."""
+    shards_dir(tmp).mkdir()
+    for i in range(seen.nshards):
+        bf, header = read_snapshot(seen.shard_path(i), crawl_id=seen.crawl_id)
+        write_snapshot(ShardedBloom.shard_path(shards_dir(tmp), i), bf,
+                       shard_index=header.shard_index, shard_count=header.shard_count,
+                       hwm=hwm, crawl_id=seen.crawl_id)
 
 
 # -- resize -------------------------------------------------------------------------------

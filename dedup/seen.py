@@ -102,7 +102,8 @@ class UrlSeen:
         self.seed: int = self.geometry.seed
         self.nshards: int = self.geometry.shards
         self.bloom = self._empty_filter()
-        self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size)
+        self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size,
+                                          seed=self.seed)
         self._confirmed = RecentKeys(confirm_cache_size)
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
@@ -187,9 +188,9 @@ class UrlSeen:
         """Add ledger rows past each shard's mark to the filter; return the ledger's mark."""
         hwm = self.ledger.hwm()
         if marks.size and int(marks.min()) < hwm:
-            for seqs, fps in self.ledger.fps_after(int(marks.min())):
+            for seqs, fps, _ in self.ledger.batches_after(int(marks.min())):
                 h = halves(fps)
-                behind = np.asarray(seqs, dtype=np.int64) > marks[shard_of(h[:, 0], self.nshards)]
+                behind = seqs > marks[shard_of(h[:, 0], self.nshards)]
                 self.bloom.add_hashes(h[behind])
         return hwm
 
@@ -199,26 +200,47 @@ class UrlSeen:
                    depth: int = 0) -> list[str]:
         """Canonical keys of the links never seen before, in first-seen order.
 
-        They are recorded (state QUEUED) before this returns, so asking again
-        answers "seen".
+        They are recorded before this returns, so asking again answers "seen".
+        Only their fingerprints are kept: the caller holds the keys, and storing
+        their text too would be the largest cost per URL (use ``admit`` for a
+        frontier that keeps the URLs to fetch).
         """
-        return [n.key for n in self.admit(links, base_url, depth=depth)]
+        pairs = self._resolve(links, base_url)
+        _, keys, idx, _ = self._admit(pairs, depth, State.QUEUED, keep_urls=False)
+        return [keys[i] for i in idx]
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
-        """Resolve raw links against ``base_url`` and admit the new ones."""
+        """Resolve raw links against ``base_url`` and admit the new ones, keeping their
+        URL text in the ledger's frontier."""
+        return self.admit_resolved(self._resolve(links, base_url), depth=depth, state=state)
+
+    def _resolve(self, links: Iterable[str], base_url: str | None) -> list[tuple[str, str]]:
         resolved = self.canonicalizer.resolve_many(links, base_url)
         pairs = [p for p in resolved if p is not None]
         self.counters["rejected"] += len(resolved) - len(pairs)
-        return self.admit_resolved(pairs, depth=depth, state=state)
+        return pairs
 
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
-        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger query, one commit.
+        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
+        first_url, keys, idx, seqs = self._admit(pairs, depth, state, keep_urls=True)
+        out = []
+        for seq, i in zip(seqs, idx, strict=True):
+            url = first_url[keys[i]]
+            out.append(NewUrl(seq, url, keys[i], host_of(url), depth))
+        return out
+
+    def _admit(self, pairs: Sequence[tuple[str, str]], depth: int, state: State, *,
+               keep_urls: bool) -> tuple[dict[str, str], list[str], list[int], range]:
+        """The seen-test for one page: ``(first url per key, keys, indexes of the new
+        keys, their seqs)``.
 
         Keys confirmed or admitted lately are answered from memory before any
-        hashing: navigation repeats on every page, so most of a page's links
-        never reach the fingerprint, the filter or the ledger.
+        hashing: navigation repeats on every page, so most of a page's links never
+        reach the fingerprint, the filter or the ledger. "Definitely new" keys are
+        appended with no read at all; only "maybe seen" ones go to the ledger's
+        fingerprint index, in one batch.
         """
         counters = self.counters
         counters["links"] += len(pairs)
@@ -233,47 +255,45 @@ class UrlSeen:
         counters["confirm_cache_hits"] += hits
         if not first_url:
             counters["repeats"] += len(pairs)
-            return []
+            return first_url, [], [], range(0)
         keys = list(first_url)
         fps_blob = fingerprint_many(keys, self.seed)
         h = halves(fps_blob)
-        fps = [fps_blob[j:j + 16] for j in range(0, len(fps_blob), 16)]
-        maybe = self.bloom.contains_hashes(h)
-
-        new_mask = ~maybe
-        maybe_idx = np.flatnonzero(maybe).tolist()
-        counters["bloom_maybe"] += len(maybe_idx)
-        counters["bloom_definitely_new"] += len(keys) - len(maybe_idx)
-        if maybe_idx:
+        new_mask = ~self.bloom.contains_hashes(h)
+        maybe = np.flatnonzero(~new_mask)
+        counters["bloom_maybe"] += len(maybe)
+        counters["bloom_definitely_new"] += len(keys) - len(maybe)
+        if len(maybe):
             counters["ledger_queries"] += 1
-            present = self.ledger.find([fps[i] for i in maybe_idx])
-            for i in maybe_idx:
-                if fps[i] in present:
-                    confirmed.add(keys[i])
-                else:
-                    new_mask[i] = True
-                    counters["false_positives"] += 1
-
-        new_idx = np.flatnonzero(new_mask).tolist()
-        counters["new"] += len(new_idx)
-        counters["repeats"] += len(pairs) - len(new_idx)
-        if not new_idx:
-            return []
+            present = self.ledger.contains_hashes(h[maybe])
+            absent = maybe[~present]
+            new_mask[absent] = True
+            counters["false_positives"] += len(absent)
+            for i in maybe[present].tolist():
+                confirmed.add(keys[i])
+        new = np.flatnonzero(new_mask)
+        counters["new"] += len(new)
+        counters["repeats"] += len(pairs) - len(new)
+        if not len(new):
+            return first_url, keys, [], range(0)
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        rows = []
-        for i in new_idx:
-            url = first_url[keys[i]]
-            rows.append((fps[i], url, host_of(url), depth, state))
-        seqs = self.ledger.insert(rows)
-        self.bloom.add_hashes(h[new_idx])
+        idx = new.tolist()
+        blob = np.frombuffer(fps_blob, dtype="V16")[new].tobytes()
+        urls = hosts = None
+        if keep_urls:
+            urls = [first_url[keys[i]] for i in idx]
+            hosts = [host_of(u) for u in urls]
+        seqs = self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
+        if state is not State.QUEUED:
+            self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
+        self.bloom.add_hashes(h[new])
         self._pending_hwm = seqs[-1]
         if self.ledger.autocommit:
             self._applied_hwm = self._pending_hwm
-        for i in new_idx:
+        for i in idx:
             confirmed.add(keys[i])
-        return [NewUrl(seq, url, keys[i], host, depth)
-                for seq, i, (_, url, host, _, _) in zip(seqs, new_idx, rows, strict=True)]
+        return first_url, keys, idx, seqs
 
     # -- inspection and forgetting ----------------------------------------------------
 

@@ -15,7 +15,7 @@ from crawler.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.state import CrawlError, require_state_dir
 from dedup import UrlRejected, UrlSeen
 
-__all__ = ["add_check", "add_forget", "add_rebuild", "add_stats"]
+__all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_stats"]
 
 
 def add_stats(sub: Any) -> None:
@@ -132,4 +132,23 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     finally:
         seen.close()
     print(f"rebuilt {shards} shard file(s) in {d / 'shards'} from {n} ledger row(s)")
+    return 0
+
+
+def add_migrate(sub: Any) -> None:
+    p = sub.add_parser("migrate", help="bring a state dir written by bloomcrawl 0.1 (ledger "
+                       "format 1) to format 2",
+                       description="Rewrite a format-1 ledger as format 2 in place, keeping "
+                       "the old one as ledger.v1.sqlite, and rebuild the shard files. Safe to "
+                       "run again after an interruption.")
+    p.add_argument("dir", metavar="DIR", help="the state directory to migrate")
+    p.set_defaults(func=cmd_migrate)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from dedup.migrate import V1_BACKUP, migrate
+
+    n = migrate(args.dir)
+    print(f"migrated {n} ledger row(s) in {args.dir} to format 2 "
+          f"(the format-1 ledger is kept as {V1_BACKUP})")
     return 0

@@ -22,7 +22,7 @@ from typing import Any
 from crawler.cli.args import PROG, Parser, UsageError, err
 from crawler.cli.crawl import add_crawl, add_resume
 from crawler.cli.fleet import add_fleet
-from crawler.cli.inspect import add_check, add_forget, add_rebuild, add_stats
+from crawler.cli.inspect import add_check, add_forget, add_migrate, add_rebuild, add_stats
 from crawler.cli.merge import add_merge, add_resize
 from crawler.exits import ERROR, USAGE
 from crawler.fleet.identity import FleetError
@@ -36,7 +36,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # One registration function per command (it sets the command's ``func``).
 COMMANDS: list[Callable[[Any], None]] = [
     add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
-    add_rebuild,
+    add_rebuild, add_migrate,
 ]
 
 

@@ -29,6 +29,7 @@ from crawler.exits import GAVE_UP, normal_exit
 from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
 from crawler.progress import Progress, si
 from crawler.settings import Settings
+from dedup.statedir import is_state_dir
 
 # -- the supervisor ----------------------------------------------------------------------------
 
@@ -186,7 +187,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
 def _restart_args(state: Path, i: int, first: Sequence[str]) -> list[str]:
     """How worker ``i`` is started again: ``resume`` once its state dir holds a crawl."""
     d = worker_dir(state, i)
-    if (d / "ledger.sqlite").exists():
+    if is_state_dir(d):
         return ["resume", str(d), "--quiet"]
     return list(first)
 

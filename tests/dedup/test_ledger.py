@@ -1,11 +1,16 @@
-"""The SQLite ledger: exact membership, monotonic sequence numbers, frontier paging."""
+"""The ledger (format 2): journal + fingerprint index behind one API: exact
+membership, seqs never reused, forgetting, the frontier, union on import, and
+an index that is rebuilt or replayed from the journal whatever state it is in."""
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 
 import pytest
 
+from dedup.errors import StateFormatError
+from dedup.fingerprint import halves
 from dedup.ledger import Ledger, QueuedRow, State
 
 
@@ -23,13 +28,6 @@ def add(led: Ledger, ids, host="a.test", depth=0, state=State.QUEUED):
     return led.insert([(fp(i), f"http://{host}/{i}", host, depth, state) for i in ids])
 
 
-def test_wal_mode(ledger):
-    assert ledger._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    # checkpoints every 10000 WAL pages, not 1000: random fingerprint inserts make
-    # each group commit dirty pages all over the index
-    assert ledger._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 10000
-
-
 def test_insert_returns_consecutive_seqs_and_find_is_exact(ledger):
     assert list(add(ledger, range(5))) == [1, 2, 3, 4, 5]
     assert list(add(ledger, range(5, 8))) == [6, 7, 8]
@@ -39,38 +37,69 @@ def test_insert_returns_consecutive_seqs_and_find_is_exact(ledger):
     assert len(ledger) == 8
 
 
-def test_find_handles_more_than_sqlite_parameter_limit(ledger):
-    add(ledger, range(35_000))
-    probe = [fp(i) for i in range(34_990, 35_010)] + [fp(i) for i in range(40_000)]
-    assert ledger.find(probe) == {fp(i) for i in range(35_000)}
+def test_find_is_exact_across_runs_buffer_and_reopen(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path, autocommit=False, index_buffer=1000) as led:
+        for start in range(0, 35_000, 500):
+            add(led, range(start, start + 500))
+            led.commit()
+        assert led.index_stats()["runs"] >= 2  # flushed into runs, not only the buffer
+        probe = [fp(i) for i in range(34_990, 35_010)] + [fp(i) for i in range(40_000)]
+        assert led.find(probe) == {fp(i) for i in range(35_000)}
+    with Ledger(path, index_buffer=1000) as led:  # runs + replay past their mark
+        assert led.find([fp(i) for i in range(34_000, 36_000)]) == {
+            fp(i) for i in range(34_000, 35_000)}
 
 
-def test_seq_is_never_reused_after_forgetting_the_newest_row(ledger):
+def test_an_index_lost_or_from_another_ledger_is_rebuilt_from_the_journal(tmp_path):
+    a, b = tmp_path / "a" / "ledger.sqlite", tmp_path / "b" / "ledger.sqlite"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    with Ledger(a, index_buffer=100) as led:
+        add(led, range(1000))
+    with Ledger(b, index_buffer=100) as led:
+        add(led, range(10))
+    shutil.rmtree(a.with_name("ledger.index"))
+    with Ledger(a) as led:
+        assert led.find([fp(i) for i in (0, 999, 1000)]) == {fp(0), fp(999)}
+    # b's index now runs ahead of a journal that is not its own
+    shutil.rmtree(b.with_name("ledger.index"))
+    shutil.copytree(a.with_name("ledger.index"), b.with_name("ledger.index"))
+    with Ledger(b) as led:
+        assert led.find([fp(i) for i in (5, 500)]) == {fp(5)}
+
+
+def test_seq_is_never_reused_and_forget_readmits(ledger):
     # A reused seq at or below a snapshot's high-water mark would never be replayed.
     add(ledger, range(3))
-    assert ledger.forget([fp(2)]) == 1
-    assert list(add(ledger, [2])) == [4]
-    assert ledger.hwm() == 4
-
-
-def test_duplicate_fingerprint_is_refused_and_rolled_back(ledger):
-    add(ledger, [1])
-    with pytest.raises(Exception, match="UNIQUE"):
-        add(ledger, [2, 1])
+    assert ledger.forget([fp(2), fp(99)]) == 1
     assert ledger.find([fp(2)]) == set()
+    assert ledger.get(fp(2)) is None
+    assert list(add(ledger, [2])) == [5]  # 4 went to the tombstone
+    assert ledger.find([fp(2)]) == {fp(2)}
+    assert ledger.get(fp(2))["seq"] == 5
+    assert len(ledger) == 3
+
+
+def test_forgetting_a_queued_url_takes_it_out_of_the_frontier(ledger):
+    add(ledger, range(3))
+    ledger.forget([fp(1)])
+    assert [r.seq for r in ledger.queued(10)] == [1, 3]
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
-@pytest.mark.parametrize("n", [3, 2500])  # one INSERT statement, or several in a savepoint
-def test_a_failing_batch_leaves_nothing_and_keeps_earlier_rows(tmp_path, autocommit, n):
+def test_bad_input_leaves_nothing(tmp_path, autocommit):
     with Ledger(tmp_path / "l.sqlite", autocommit=autocommit) as led:
         assert list(add(led, [-1])) == [1]
-        assert list(add(led, range(n))) == list(range(2, n + 2))  # consecutive past 1000
-        with pytest.raises(Exception, match="UNIQUE"):
-            add(led, [*range(n, 2 * n), n - 1])  # the last row is a duplicate
+        with pytest.raises(ValueError, match="fingerprints are 16 bytes"):
+            led.append(b"x" * 17)
+        with pytest.raises(ValueError, match="one depth"):
+            led.insert([(fp(1), "http://a.test/1", "a.test", 0, 0),
+                        (fp(2), "http://a.test/2", "a.test", 1, 0)])
         led.commit()
-        assert len(led) == n + 1 and led.find([fp(n)]) == set()
-        assert list(add(led, [n])) == [n + 2]  # no seq lost to the failed batch
+        assert len(led) == 1 and led.find([fp(1), fp(2)]) == set()
+        assert list(add(led, [1])) == [2]
+
 
 def test_mark_queued_and_counts(ledger):
     seqs = add(ledger, range(6), host="a.test")
@@ -78,7 +107,10 @@ def test_mark_queued_and_counts(ledger):
     ledger.mark(seqs[0], State.FETCHED, status=200)
     ledger.mark_many([(seqs[1], State.FAILED, None, "timeout"),
                       (seqs[2], State.SKIPPED, None, "robots.txt")])
-    assert ledger.counts() == {"queued": 6, "fetched": 1, "failed": 1, "skipped": 1}
+    counts = ledger.counts()
+    assert {k: counts[k] for k in ("queued", "fetched", "failed", "skipped")} == {
+        "queued": 6, "fetched": 1, "failed": 1, "skipped": 1}
+    assert counts == ledger.journal.recount()
     assert ledger.queued_hosts() == ["a.test", "b.test"]
     page = ledger.queued(2)
     assert page == [QueuedRow(4, "http://a.test/3", "a.test", 0),
@@ -90,12 +122,18 @@ def test_mark_queued_and_counts(ledger):
     assert row["state"] == "failed" and row["error"] == "timeout"
 
 
-def test_fps_after_replays_in_order(ledger):
+def test_replay_stream_in_order(ledger):
     add(ledger, range(10))
-    chunks = list(ledger.fps_after(6, chunk=2))
-    seqs = [s for c in chunks for s in c[0]]
-    assert seqs == [7, 8, 9, 10]
+    chunks = list(ledger.fps_after(6))
+    assert [s for c in chunks for s in c[0]] == [7, 8, 9, 10]
     assert b"".join(c[1] for c in chunks) == b"".join(fp(i) for i in range(6, 10))
+
+
+def test_seen_set_appends_keep_no_url_text(ledger):
+    blob = b"".join(fp(i) for i in range(4))
+    assert list(ledger.append(blob, depth=1)) == [1, 2, 3, 4]
+    assert ledger.queued(10) == []
+    assert ledger.contains_hashes(halves(blob + fp(9))).tolist() == [True] * 4 + [False]
 
 
 def test_meta_roundtrip(ledger):
@@ -107,20 +145,31 @@ def test_meta_roundtrip(ledger):
 def test_rows_and_import_rows_union_by_fingerprint(tmp_path, ledger):
     add(ledger, range(4))
     ledger.mark(1, State.FETCHED, status=200)
-    with Ledger(tmp_path / "other.sqlite") as other:
+    (tmp_path / "o").mkdir()
+    with Ledger(tmp_path / "o" / "ledger.sqlite") as other:
         add(other, range(2, 7), host="b.test")
         assert other.import_rows(ledger.rows()) == 2
         assert len(other) == 7
         assert other.get(fp(0))["state"] == "fetched"
         assert other.get(fp(2))["host"] == "b.test"  # kept its own row
+        assert other.import_rows(ledger.rows()) == 0
 
 
-def test_readonly_cannot_write_and_requires_file(tmp_path, ledger):
+def test_readonly_beside_a_writer(tmp_path, ledger):
     add(ledger, range(3))
     ro = Ledger(ledger.path, readonly=True)
-    assert len(ro) == 3
-    with pytest.raises(Exception, match="readonly"):
+    assert len(ro) == 3 and ro.find([fp(1)]) == {fp(1)}
+    with pytest.raises(PermissionError, match="read-only"):
         ro.meta_set("x", 1)
     ro.close()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="no ledger"):
         Ledger(tmp_path / "missing.sqlite", readonly=True)
+
+
+def test_format1_ledger_is_refused_naming_the_format(tmp_path):
+    from tests.support.ledger_v1 import Ledger as LedgerV1
+
+    with LedgerV1(tmp_path / "ledger.sqlite") as old:
+        old.insert([(fp(1), "http://a.test/1", "a.test", 0, 0)])
+    with pytest.raises(StateFormatError, match="format 1"):
+        Ledger(tmp_path / "ledger.sqlite")

@@ -19,7 +19,7 @@ from tests.fleet.test_distributed import (
     served_at_least,
     worker_settings,
 )
-from tests.support.helpers import config_toml, run_cli, start_cli, write_seeds
+from tests.support.helpers import config_toml, run_cli, start_cli, until, write_seeds
 from tests.support.redisserver import require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -78,6 +78,9 @@ async def test_a_killed_worker_is_resumed_bounded_then_the_fleet_stops_resumable
         assert proc.stderr is not None
         err: list[str] = []
         await served_at_least(running, 40)
+        pages = root / "worker-1" / "pages.jsonl"  # it has started crawling, not only starting
+        await until(lambda: pages.exists() and pages.stat().st_size > 0, timeout=60,
+                    what="worker 1 to record pages")
         await kill_worker(proc, 1)
         await read_until(proc.stderr, "resuming it (restart 1 of 1)", err)
         served = sum(running.total_pages().values())

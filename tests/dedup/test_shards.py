@@ -52,7 +52,7 @@ def test_shards_have_headroom_so_none_grows_at_planned_capacity():
 
 @pytest.mark.parametrize("shards", [0, 65537, 2.0])
 def test_bad_shard_count(shards):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"shards must be an integer in 1\.\.65536"):
         ShardedBloom(shards, 1000)
 
 

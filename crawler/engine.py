@@ -10,7 +10,9 @@ pages.jsonl holds one record per URL taken from the frontier: fetched pages
 (any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
 robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
 skipped). Links over the per-host cap are marked skipped in the ledger without
-a record; out-of-scope and too-deep links are never admitted at all.
+a record; out-of-scope and too-deep links are never admitted at all. A
+transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
+record yet: the URL goes back to the frontier for a later round (``crawler.retry``).
 Snapshots (``crawler.checkpoint``) only make a restart faster.
 
 When the crawl ends is decided in one place, ``Engine.end``: the frontier

@@ -234,7 +234,9 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
     assert main(["stats", "--json", str(out)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["crawl_id"] == CRAWL_ID and stats["shards"] == g.shards
-    assert stats["count"] == len(keys)
+    # an OR of filters cannot know how many keys its inputs shared: the stored count
+    # of a merged shard is the union estimate from its bits (exact only by luck)
+    assert abs(stats["count"] - len(keys)) <= 0.02 * len(keys)
     assert abs(stats["estimated_count"] - len(keys)) <= 0.05 * len(keys)
     assert main(["stats", str(out)]) == 0
     assert "no ledger" in capsys.readouterr().out

@@ -191,14 +191,7 @@ class Frontier:
 
     def _come_back(self, item: Item) -> None:
         self._deferred.pop(item.seq, None)
-        self._busy.discard(item.seq)
-        h = self._hosts.get(item.host)
-        if h is None:
-            h = self._hosts[item.host] = _Host(item.host)
-        h.queue.appendleft(item)
-        self.in_memory += 1
-        self._schedule(h)
-        self._dispatch()
+        self._requeue(item)
 
     @property
     def deferred(self) -> int:
@@ -268,8 +261,12 @@ class Frontier:
     def _give_back(self, item: Item) -> None:
         self.in_flight -= 1
         self.taken -= 1
-        self._busy.discard(item.seq)
         self.politeness.release(item.host, self._now(), requested=False)
+        self._requeue(item)
+
+    def _requeue(self, item: Item) -> None:
+        """``item`` goes back to the front of its host's queue, to be handed out again."""
+        self._busy.discard(item.seq)
         h = self._hosts.get(item.host)
         if h is None:
             h = self._hosts[item.host] = _Host(item.host)

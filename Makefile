@@ -10,7 +10,7 @@ TEST_STAMP  := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 STAMP       := $(VENV)/.installed
 
-.PHONY: test coverage bench bench-scale demo lint clean
+.PHONY: test coverage bench bench-scale reliability demo lint clean
 
 $(PKG_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ SCALE_ARGS ?= --distinct 10000000 --cold
 bench-scale: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(PY) bench/scale.py $(SCALE_ARGS) --out bench/results/scale.json
+
+# kill -9 loop (bench/README.md, "Reliability (kill -9 loop)"): 20 SIGKILLs during a
+# crawl of the sample site with --warc, resumed each time; exit 1 on any lost URL,
+# duplicate line/record, torn record or wedged state dir. E.g. RELIABILITY_ARGS="--kills 50"
+RELIABILITY_ARGS ?=
+reliability: $(BENCH_STAMP)
+	mkdir -p bench/results
+	$(PY) bench/reliability.py $(RELIABILITY_ARGS) --out bench/results/reliability.json
 
 demo: $(PKG_STAMP)
 	$(PY) -m crawler.demo

@@ -10,7 +10,7 @@ TEST_STAMP  := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 STAMP       := $(VENV)/.installed
 
-.PHONY: test bench bench-scale reliability demo lint clean
+.PHONY: test coverage bench bench-scale reliability demo lint clean
 
 $(PKG_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ $(STAMP): $(TEST_STAMP) $(BENCH_STAMP)
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest -q
+
+# The whole suite under coverage, child processes included (see [tool.coverage] in
+# pyproject.toml); prints the per-file table and the total.
+coverage: $(TEST_STAMP)
+	rm -rf .coverage && mkdir -p .coverage
+	$(PY) -m coverage run -m pytest -q
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py
@@ -58,4 +66,4 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-state
+	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state

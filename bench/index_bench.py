@@ -11,7 +11,9 @@ SQLite: a ``VALUES`` list joined to the table per 400 keys) and probed one key
 per call. (2) The whole
 FingerprintIndex fed N keys in page-sized ``add`` calls with ``flush`` at every
 ``--buffer`` records and background tiered merges: throughput, bytes written per
-record (write amplification), runs left, RSS, and lookups through it.
+record (write amplification), runs left, RSS, lookups through it (per key and
+per 15-key page: the "maybe seen" keys of one crawled page), and the live bytes
+(tracemalloc) per record of a full in-RAM buffer.
 Timings are best of ``--repeat`` interleaved rounds (2 shared cores: noisy).
 """
 
@@ -23,6 +25,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import emit
 
-from dedup.fpindex import FingerprintIndex
+from dedup.fpindex import SMALL_BATCH, FingerprintIndex
 from dedup.runs import Run, write_run
 
 PAGE = 15
@@ -82,12 +85,15 @@ class FileRun:
         self.run = Run(self.path)
 
     def batch(self, hi: np.ndarray, lo: np.ndarray) -> int:
+        if len(hi) <= SMALL_BATCH:  # as FingerprintIndex.lookup: key by key in C bisects
+            todo = list(zip(range(len(hi)), hi.tolist(), lo.tolist(), strict=True))
+            return len(self.run.probe(todo)[0])
         order = np.lexsort((lo, hi))
         return int(self.run.contains(hi[order], lo[order])[0].sum())
 
     def probe(self, hi: np.ndarray, lo: np.ndarray) -> int:
-        return sum(bool(self.run.contains(hi[i:i + 1], lo[i:i + 1])[0][0])
-                   for i in range(len(hi)))
+        return sum(len(self.run.probe([(0, h, lo_)])[0])
+                   for h, lo_ in zip(hi.tolist(), lo.tolist(), strict=True))
 
     def size(self) -> int:
         return self.path.stat().st_size
@@ -179,8 +185,27 @@ def compare_runs(n: int, work: Path, pages: int, rounds: int) -> dict:
                         "hits", "RSS MB"],
             "rows": rows,
             "notes": ["File build includes writing from sorted arrays and the verifying open "
-                      "(CRC, order, fences); SQLite build is executemany of sorted rows in "
-                      "one transaction, journal off. RSS counts mapped file pages touched."]}
+                      "(CRC, order, directory, filter); SQLite build is executemany of sorted "
+                      "rows in one transaction, journal off. RSS counts mapped file pages "
+                      "touched. Page batches of the file probe key by key (as the index does)."]}
+
+
+def buffer_bytes(work: Path, records: int) -> float:
+    """Live bytes per record of an index buffer holding ``records`` records, added
+    as 10-key pages in seq order (the owner's pattern), nothing flushed."""
+    hi, lo = keyset(records, 11)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        idx = FingerprintIndex(work / "buffer-only", buffer_records=records + 1)
+        for i in range(0, records, 10):
+            h, lo_ = hi[i:i + 10], lo[i:i + 10]
+            idx.add(h, lo_, np.arange(i + 1, i + 1 + len(h), dtype=np.uint64))
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    idx.close()
+    return used / records
 
 
 def index_flow(n: int, work: Path, buffer: int, pages: int, rounds: int) -> dict:
@@ -209,6 +234,7 @@ def index_flow(n: int, work: Path, buffer: int, pages: int, rounds: int) -> dict
             return sum(bool(idx.lookup(h[i:i + 1], lo_[i:i + 1])[0][0]) for i in range(len(h)))
 
     look = timed_lookups(Via(), hi, lo, pages, rounds)
+    per_record = buffer_bytes(work, buffer)
     t = time.perf_counter()
     idx.close()
     FingerprintIndex(d).close()
@@ -216,13 +242,17 @@ def index_flow(n: int, work: Path, buffer: int, pages: int, rounds: int) -> dict
     return {"title": f"FingerprintIndex: {n:,} keys added, flushed every {buffer:,}, fanout 4",
             "columns": ["records/s (add+flush)", "records/s incl. merges", "CPU s",
                         "B written/record", "runs", "B/key on disk", "µs/key page batch",
-                        "µs/key page probe", "µs/key 10k batch", "close+reopen s",
-                        "peak RSS MB"],
+                        "µs/page (15 keys)", "µs/key page probe", "µs/key 10k batch",
+                        "close+reopen s", "buffer B/record", "peak RSS MB"],
             "rows": [[round(n / ingest), round(n / wall), round(cpu, 1), round(wrote / n, 1),
                       st["runs"], round(st["bytes"] / n, 1), round(look["page batch"], 2),
+                      round(look["page batch"] * PAGE, 1),
                       round(look["page probe"], 2), round(look["10k batch"], 3),
-                      round(reopen, 2), round(rss_mb()[1])]],
-            "notes": [f"runs left: {st['run_records']}", "B written/record = all bytes this "
+                      round(reopen, 2), round(per_record, 1), round(rss_mb()[1])]],
+            "notes": [f"runs left: {st['run_records']}",
+                      f"buffer B/record: live bytes (tracemalloc) of a buffer of {buffer:,} "
+                      "records added as 10-key pages, over the records it holds.",
+                      "B written/record = all bytes this "
                       "process wrote (flushes + merges + manifests) / records: the write "
                       "amplification of the index alone (the ledger is not in it)."]}
 

@@ -10,7 +10,9 @@ pages.jsonl holds one record per URL taken from the frontier: fetched pages
 (any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
 robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
 skipped). Links over the per-host cap are marked skipped in the ledger without
-a record; out-of-scope and too-deep links are never admitted at all.
+a record; out-of-scope and too-deep links are never admitted at all. A
+transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
+record yet: the URL goes back to the frontier for a later round (``crawler.retry``).
 Snapshots (``crawler.checkpoint``) only make a restart faster.
 
 When the crawl ends is decided in one place, ``Engine.end``: the frontier
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crawler.admission import Admission, Remote
 from crawler.checkpoint import Checkpoint
 from crawler.commit import GroupCommit, output_files
 from crawler.fetch import Fetcher
@@ -43,13 +46,13 @@ from crawler.netguard import check_literal_host
 from crawler.output import read_json
 from crawler.politeness import Politeness
 from crawler.progress import Progress, SessionCounts, crawl_status
+from crawler.retry import ErrorCounts, Retries
 from crawler.robots import RobotsCache
 from crawler.scope import Scope, hostname_of
 from crawler.settings import Settings
 from crawler.signals import stop_on_signals
 from crawler.state import HOST_COUNTS_FILE
 from dedup import State, UrlSeen
-from dedup.seen import host_of
 
 if TYPE_CHECKING:
     from crawler.fleet.relay import Relay
@@ -59,7 +62,6 @@ __all__ = ["Engine", "run_crawl"]
 
 log = logging.getLogger("crawler.engine")
 
-Remote = tuple[str, str, str, int]  # a link for another worker: (url, key, host, depth)
 
 
 class Engine:
@@ -89,14 +91,17 @@ class Engine:
         self.frontier = Frontier(seen.ledger, self.politeness, memory=c.frontier_memory,
                                  max_take=max_take, on_idle=self.end)
         self._canon = seen.canonicalizer
-        self._cap = c.max_pages_per_host
-        self._host_counts: dict[str, int] = (
-            read_json(self.state_dir / HOST_COUNTS_FILE, {}) if self._cap else {})
+        cap = c.max_pages_per_host
+        host_counts: dict[str, int] = (
+            read_json(self.state_dir / HOST_COUNTS_FILE, {}) if cap else {})
+        self.admission = Admission(seen, scope, self.frontier, cap, host_counts)
         self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
-                                     self._host_counts if self._cap else None)
+                                     host_counts if cap else None)
         self.fetcher = Fetcher(settings.fetch)
+        # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
-                                   max_crawl_delay=settings.politeness.max_crawl_delay)
+                                   max_crawl_delay=settings.politeness.max_crawl_delay,
+                                   error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
@@ -111,6 +116,8 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
+        self.retries = Retries(c, self.frontier)
+        self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         if transport is not None:
             from crawler.fleet.relay import Relay  # imports the Redis client
@@ -254,16 +261,13 @@ class Engine:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
         if robots is not None:
             try:
-                allowed = await robots.allowed(url)
+                answer = await robots.check(url)
             except BaseException:
                 frontier.done(item, requested=False, counted=False)
                 raise
             self.politeness.set_crawl_delay(item.host, robots.crawl_delay(url))
-            if not allowed:
-                frontier.done(item, requested=False, counted=False)
-                self.session.skipped += 1
-                await self.committer.commit_page(item, None, url, 0, 0, State.SKIPPED, "robots.txt",
-                                                 warc=self._warc_pages)
+            if not answer.allowed:
+                await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
         try:
             wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
@@ -273,6 +277,10 @@ class Engine:
         except BaseException:
             frontier.done(item)
             raise
+        if res.failed and res.retryable and self._retry_later(
+                item, hold_host=res.status is None or res.interrupted,
+                at_least=res.retry_after or 0.0):
+            return
         links_found = links_new = 0
         remote: list[Remote] = []
         final_url: str | None = url
@@ -282,8 +290,10 @@ class Engine:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
                 final_url = target[0] if target is not None else None
-                if target is not None:
-                    links_new, remote = self.admit((target,), item.depth)  # a hop, not a level
+                # A redirect target is a level deeper: an endless chain of unique
+                # redirects ends at max_depth like an endless chain of links.
+                if target is not None and item.depth < self.settings.crawl.max_depth:
+                    links_new, remote = self.admit((target,), item.depth + 1)
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self.settings.crawl.honor_nofollow)
@@ -301,56 +311,52 @@ class Engine:
         self.session.pages += 1
         if failed:
             self.session.failed += 1
+        error = res.error
+        self.retries.forget(item.seq)
+        self.errors.count(error, failed=failed)
         await self.committer.commit_page(item, res, final_url, links_found, links_new,
-                                         State.FAILED if failed else State.FETCHED, res.error,
+                                         State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages)
+
+    async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
+        """robots.txt says no: skipped for good, retried later, or given up (failed)."""
+        frontier = self.frontier
+        if unavailable is None:  # a real Disallow
+            frontier.done(item, requested=False, counted=False)
+            self.session.skipped += 1
+            await self.committer.commit_page(item, None, item.url, 0, 0, State.SKIPPED,
+                                             "robots.txt", warc=self._warc_pages)
+            return
+        if retryable and self._retry_later(item, hold_host=True, requested=False):
+            return
+        # Given up: retried to the end, or refused for good (an SSRF refusal names
+        # itself, not robots.txt: the page would be refused just the same).
+        self.retries.forget(item.seq)
+        error = f"robots.txt unavailable: {unavailable}" if retryable else unavailable
+        frontier.done(item, requested=False)
+        self.session.pages += 1
+        self.session.failed += 1
+        self.errors.count(error, failed=True)
+        await self.committer.commit_page(item, None, item.url, 0, 0, State.FAILED, error,
+                                         warc=self._warc_pages)
+
+    def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
+                     at_least: float = 0.0) -> bool:
+        """Put ``item`` back for a later round; False: give it up. While stopping,
+        nothing is retried: the URL just stays QUEUED for resume."""
+        if self.stopping:
+            self.frontier.done(item, requested=requested, counted=False)
+            return True
+        return self.retries.later(item, hold_host=hold_host, requested=requested,
+                                  at_least=at_least)
 
     def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int
               ) -> tuple[int, list[Remote]]:
-        """Scope, per-host cap, URL-seen test (one batch), frontier.
-
-        Returns (URLs queued, in-scope links of hosts another worker owns as
-        ``(url, key, host, depth)`` — always empty for a single process). The
-        owner alone applies the cap and the seen-test to its hosts' links.
-        """
-        allows = self.scope.allows_host
-        cap = self._cap
-        counts = self._host_counts
-        local = self.relay.is_local if self.relay is not None else None
-        keep = []
-        remote: list[Remote] = []
-        for pair in pairs:
-            if pair is None:
-                continue
-            host = host_of(pair[0])
-            if not allows(host):
-                continue
-            if local is not None and not local(host):
-                remote.append((pair[0], pair[1], host, depth))
-                continue
-            if cap and counts.get(host, 0) >= cap:
-                continue
-            keep.append(pair)
-        if not keep:
-            return 0, remote
-        new = self.seen.admit_resolved(keep, depth=depth)
-        if cap and new:
-            ok = []
-            over = []
-            for n in new:
-                c = counts.get(n.host, 0)
-                if c >= cap:
-                    over.append((n.seq, State.SKIPPED, None, "host page cap"))
-                else:
-                    counts[n.host] = c + 1
-                    ok.append(n)
-            if over:  # several links of one page went past the cap together
-                self.seen.ledger.mark_many(over)
-            new = ok
-        if new:
-            self.frontier.add(new)
-            self.session.queued_new += len(new)
-        return len(new), remote
+        """Scope, per-host cap, URL-seen test (one batch), frontier (``crawler.admission``)."""
+        queued, remote = self.admission.admit(
+            pairs, depth, self.relay.is_local if self.relay is not None else None)
+        self.session.queued_new += queued
+        return queued, remote
 
     async def _progress_loop(self) -> None:
         interval = self.settings.output.progress_interval
@@ -378,7 +384,7 @@ class Engine:
             elapsed=time.monotonic() - self._started if self._started else 0.0,
             base=self._base, session=self.session, in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
-            shards=self.seen.nshards, state_dir=str(self.state_dir))
+            shards=self.seen.nshards, state_dir=str(self.state_dir), errors=self.errors.counts)
         if self.relay is not None:
             out.update(self.relay.status())
         if final:

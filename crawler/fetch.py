@@ -31,6 +31,7 @@ from crawler.outcome import FetchResult, classify_error
 __all__ = [
     "FetchSettings",
     "Fetcher",
+    "TextFetch",
     "parse_content_type",
     "parse_retry_after",
 ]
@@ -54,7 +55,7 @@ class FetchSettings:
     user_agent: str = "bloomcrawl/0.1 (+https://github.com/bloomcrawl)"
     connect_timeout: float = 10.0
     read_timeout: float = 20.0  # max gap between body chunks / headers
-    total_timeout: float = 60.0  # whole request incl. body
+    total_timeout: float = 60.0  # one fetch: every attempt, its body and backoff included
     max_bytes: int = 5 * 1024 * 1024  # body cap; streamed, stop reading past it
     retries: int = 2  # extra attempts on connection errors, timeouts and 5xx
     backoff_base: float = 0.5  # exponential backoff base seconds, full jitter
@@ -129,6 +130,16 @@ def _request_url(url: str) -> URL | str:
     if parsed.scheme not in ("http", "https") or not parsed.raw_host:
         return "invalid url"
     return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class TextFetch:
+    """What ``Fetcher.get_text`` came to."""
+
+    status: int | None  # None: no (complete) answer
+    text: str | None  # the decoded 2xx body
+    error: str | None = None  # why there is no text ("timeout", "refused private address ...")
+    retryable: bool = False  # the failure may pass: ask again later
 
 
 class _Hop:
@@ -226,29 +237,31 @@ class Fetcher:
 
     async def get_text(
         self, url: str, max_bytes: int = 512 * 1024, *, max_redirects: int = 5
-    ) -> tuple[int | None, str | None]:
-        """(status, decoded body) for small text resources such as robots.txt.
+    ) -> TextFetch:
+        """The decoded body of a small text resource such as robots.txt.
 
         Unlike `fetch` it follows up to `max_redirects` redirects itself (each hop
         still guarded) and truncates at max_bytes instead of failing. The text is
-        None when there was no 2xx body; status is None on network errors.
+        None when there was no complete 2xx body; a transfer that broke after the
+        status line (a body timing out) is reported like one that never answered,
+        so that a caller never reads a half-received file as "no rules".
         """
         for _ in range(max_redirects + 1):
             r = await self._fetch(url, html_only=False, limit=max_bytes)
-            if r.status is None:
-                return None, None
+            if r.status is None or r.interrupted:
+                return TextFetch(None, None, r.error, r.retryable)
             if 300 <= r.status < 400 and r.location:
                 try:
                     url = ada_url.join_url(url, r.location)
                 except ValueError:
-                    return r.status, None
+                    return TextFetch(r.status, None, "bad redirect")
                 if not url.startswith(("http://", "https://")):
-                    return r.status, None
+                    return TextFetch(r.status, None, "bad redirect")
                 continue
             if r.body is None or not 200 <= r.status < 300:
-                return r.status, None
-            return r.status, _decode_text(r.body, r.charset)
-        return r.status, None
+                return TextFetch(r.status, None, r.error, r.retryable)
+            return TextFetch(r.status, _decode_text(r.body, r.charset))
+        return TextFetch(r.status, None, "too many redirects")
 
     async def _fetch(self, url: str, *, html_only: bool, limit: int) -> FetchResult:
         s = self.settings
@@ -262,13 +275,19 @@ class Fetcher:
             return FetchResult(
                 url, None, None, None, None, 0, None, None, refusal, 0, loop.time() - start
             )
+        # One deadline for the whole fetch: a body trickling in just under the
+        # read timeout must not hold a slot for (1 + retries) x total_timeout.
+        deadline = start + s.total_timeout
         attempts = 0
         while True:
             attempts += 1
-            hop = await self._once(target, html_only=html_only, limit=limit)
+            hop = await self._once(target, html_only=html_only, limit=limit,
+                                   budget=deadline - loop.time())
             if not hop.retry or attempts > s.retries:
                 break
             delay = hop.retry_after if hop.retry_after is not None else self._backoff(attempts)
+            if loop.time() + delay >= deadline:
+                break  # no time left for another attempt: the crawl retries it later
             await asyncio.sleep(delay)
         return FetchResult(
             url=url,
@@ -283,12 +302,17 @@ class Fetcher:
             attempts=attempts,
             elapsed=loop.time() - start,
             interrupted=hop.interrupted,
+            retryable=hop.retry,
         )
 
-    async def _once(self, url: URL, *, html_only: bool, limit: int) -> _Hop:
+    async def _once(self, url: URL, *, html_only: bool, limit: int, budget: float) -> _Hop:
         hop = _Hop()
+        s = self.settings
+        timeout = aiohttp.ClientTimeout(total=max(budget, 0.001), sock_connect=s.connect_timeout,
+                                        sock_read=s.read_timeout)
         try:
-            async with self._get_session().get(url, allow_redirects=False) as resp:
+            async with self._get_session().get(url, allow_redirects=False,
+                                               timeout=timeout) as resp:
                 await self._read(resp, hop, html_only=html_only, limit=limit)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
             failure = classify_error(e)

@@ -17,6 +17,12 @@ out twice.
 
 Workers wait on futures handed out in FIFO order, so a new URL or a freed slot
 wakes exactly one worker, not all of them.
+
+Why ``defer``: a transient failure (the host refused the connection, timed out,
+answered 5xx, its robots.txt was unavailable) is not an answer. The URL stays
+QUEUED in the ledger and comes back after a delay, optionally with its whole
+host held back; meanwhile the frontier is not *finished*, so the crawl waits
+for it instead of ending with the URL given up.
 """
 
 from __future__ import annotations
@@ -87,6 +93,7 @@ class Frontier:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
+        self._deferred: dict[int, asyncio.TimerHandle] = {}  # seq -> its comeback
         self._loop: asyncio.AbstractEventLoop | None = None
         # Called when nothing is left to hand out and nothing is in flight. The
         # default ends the crawl; a fleet replaces it with a fleet-wide check.
@@ -168,6 +175,29 @@ class Frontier:
                 self.politeness.forget_idle(h.name, now)
         self._dispatch()
 
+    def defer(self, item: Item, delay: float, *, hold_host: bool, requested: bool = True) -> None:
+        """Release ``item``'s slot and hand it out again in ``delay`` seconds.
+
+        It does not count against ``max_take``; with ``hold_host`` nothing else
+        of its host starts before then either (the host seems down).
+        """
+        now = self._now()
+        loop = self._loop or asyncio.get_running_loop()
+        # registered first: done() must not find the frontier finished meanwhile
+        self._deferred[item.seq] = loop.call_at(now + delay, self._come_back, item)
+        if hold_host:
+            self.politeness.hold(item.host, now + delay)
+        self.done(item, requested=requested, counted=False)
+
+    def _come_back(self, item: Item) -> None:
+        self._deferred.pop(item.seq, None)
+        self._requeue(item)
+
+    @property
+    def deferred(self) -> int:
+        """URLs waiting to be retried after a transient failure."""
+        return len(self._deferred)
+
     def settled(self, seqs: Iterable[int]) -> None:
         """These rows are no longer QUEUED in the ledger (the engine marked them)."""
         self._busy.difference_update(seqs)
@@ -178,6 +208,9 @@ class Frontier:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for handle in self._deferred.values():  # they stay QUEUED in the ledger
+            handle.cancel()
+        self._deferred.clear()
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
@@ -186,8 +219,8 @@ class Frontier:
     # -- state -------------------------------------------------------------------------
 
     def finished(self) -> bool:
-        """Nothing left to hand out and nothing in flight (locally)."""
-        if self.in_flight:
+        """Nothing left to hand out, nothing in flight or deferred (locally)."""
+        if self.in_flight or self._deferred:
             return False
         if self.max_take is not None and self.taken >= self.max_take:
             return True
@@ -228,8 +261,12 @@ class Frontier:
     def _give_back(self, item: Item) -> None:
         self.in_flight -= 1
         self.taken -= 1
-        self._busy.discard(item.seq)
         self.politeness.release(item.host, self._now(), requested=False)
+        self._requeue(item)
+
+    def _requeue(self, item: Item) -> None:
+        """``item`` goes back to the front of its host's queue, to be handed out again."""
+        self._busy.discard(item.seq)
         h = self._hosts.get(item.host)
         if h is None:
             h = self._hosts[item.host] = _Host(item.host)

@@ -38,6 +38,9 @@ class FetchResult:
     # The transfer broke (a timeout, a refused or reset connection), whatever the
     # status line said: set from the exception's type, never read off ``error``.
     interrupted: bool = False
+    # The last attempt failed in a way that may pass (a timeout, a refused
+    # connection, a 5xx, a 429): the crawl tries the URL again later, with backoff.
+    retryable: bool = False
 
     @property
     def ok(self) -> bool:

@@ -115,6 +115,11 @@ class Politeness:
         if retry_after is not None and retry_after > 0:
             b.blocked_until = max(b.blocked_until, now + min(retry_after, self.max_backoff))
 
+    def hold(self, host: str, until: float) -> None:
+        """Start nothing from ``host`` before ``until`` (it seems down: retried later)."""
+        b = self._get(host)
+        b.blocked_until = max(b.blocked_until, until)
+
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         """robots.txt Crawl-delay for ``host`` (None: none), capped."""
         if seconds is None and host not in self._hosts:

@@ -41,13 +41,17 @@ def _pct(x: float) -> str:
 
 
 def format_status(s: dict[str, Any]) -> str:
-    """One line: rate, counts, dedup answers, filter fill."""
+    """One line of at most 80 columns: rate, pages, failures, new URLs, filter fill.
+
+    Every count is at most five characters (``si``), so the line never grows past
+    80 columns whatever the crawl's size; the rest is in the summary and ``stats``.
+    """
+    rate = s.get("rate", 0.0)
+    rate_text = f"{rate:5.1f}" if rate < 1000 else f"{si(rate):>5}"
     return (
-        f"{s.get('rate', 0.0):6.1f} pages/s | fetched {si(s['fetched'])} "
-        f"queued {si(s['queued'])} in-flight {s.get('in_flight', 0)} "
-        f"hosts {si(s.get('hosts', 0))} errors {si(s['errors'])} | "
-        f"dedup new {si(s['new'])} repeats {si(s['repeats'])} "
-        f"bloom-fp {si(s['false_positives'])} | fill {_pct(s['fill'])}"
+        f"{rate_text}/s | fetched {si(s['fetched'])} failed "
+        f"{si(s.get('failed', s.get('errors', 0)))} queued {si(s['queued'])} | "
+        f"new {si(s['new'])} fill {_pct(s['fill'])}"
     )
 
 
@@ -58,8 +62,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
         f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
         f" pages/s)",
-        f"  pages:  {s['fetched']} fetched ({s['errors']} with errors), "
-        f"{s['skipped']} skipped, {s['queued']} still queued",
+        f"  pages:  {s['fetched']} fetched ({s['fetched_with_errors']} with errors: 4xx, too "
+        f"large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
+        f"{s['queued']} still queued",
         f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
@@ -77,7 +82,8 @@ def format_stats(s: dict[str, Any]) -> str:
     """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
     lines = [
         f"crawl {s['crawl_id']} in {s['state_dir']}",
-        f"  pages:  {s['fetched']} fetched, {s['failed']} failed, {s['skipped']} skipped, "
+        f"  pages:  {s['fetched']} fetched ({s.get('fetched_with_errors', 0)} with errors: "
+        f"4xx, too large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
         f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
@@ -166,18 +172,20 @@ class SessionCounts:
     """What this run of a crawl did (the ledger's counts cover every run)."""
 
     pages: int = 0  # fetched this run (successes and failures)
-    failed: int = 0
+    failed: int = 0  # given up this run
     skipped: int = 0
     queued_new: int = 0  # URLs queued this run
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
                  in_flight: int, hosts: int, counters: dict[str, int], info: dict[str, Any],
-                 shards: int, state_dir: str) -> dict[str, Any]:
+                 shards: int, state_dir: str, errors: dict[str, int] | None = None
+                 ) -> dict[str, Any]:
     """Live figures (cheap: no ledger scan) for the status line and the summary.
 
     ``base`` is the ledger's counts when the run started; ``counters`` the
-    URL-seen test's counters (only ``COUNTER_KEYS`` are shown).
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``errors`` the
+    pages recorded with an error over every run (``crawler.retry.ErrorCounts``).
     """
     marked = session.pages + session.skipped
     out: dict[str, Any] = {
@@ -187,6 +195,8 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
         "rate": session.pages / elapsed if elapsed else 0.0,
         "fetched": base["fetched"] + base["failed"] + session.pages,
         "errors": base["failed"] + session.failed,
+        "failed": base["failed"] + session.failed,
+        "fetched_with_errors": (errors or {}).get("fetched_with_errors", 0),
         "skipped": base["skipped"] + session.skipped,
         "queued": max(0, base["queued"] + session.queued_new - marked),
         "in_flight": in_flight,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crawler.retry import ERRORS_KEY
 from crawler.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import UrlSeen
 from dedup.shards import ShardedBloom
@@ -23,9 +24,11 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
         totals = seen.ledger.meta_get(TOTALS_KEY) or {}
         hosts = len(seen.ledger.queued_hosts())
         config = seen.ledger.meta_get(CONFIG_KEY)
+        errors = seen.ledger.meta_get(ERRORS_KEY) or {}
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     out.update(st)
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})
+    out["fetched_with_errors"] = int(errors.get("fetched_with_errors", 0))
     if config is not None:
         out["config"] = config
     return out

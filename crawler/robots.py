@@ -3,9 +3,12 @@
 Why a shared in-flight fetch: a frontier often releases many URLs of a fresh
 host at once; without it each would download robots.txt itself. Failure policy
 follows Google's documented convention (and RFC 9309): a 4xx robots.txt means
-"no rules", a 5xx/429 or an unreachable server means "assume everything is
-disallowed" — but only for `error_ttl`, after which it is fetched again, and
-if an earlier copy of the rules is cached it keeps being used meanwhile.
+"no rules", a 5xx/429, a timeout (also one in the middle of the body) or an
+unreachable server means "assume everything is disallowed" — but only for
+`error_ttl`, after which it is fetched again, and if an earlier copy of the
+rules is cached it keeps being used meanwhile. ``check`` tells such a
+"disallowed for now" (``unavailable``, with the reason) from a real Disallow,
+so that the crawl retries the URL later instead of skipping it for good.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from yarl import URL
 
 from crawler.fetch import Fetcher
 
-__all__ = ["RobotsCache", "origin_of"]
+__all__ = ["RobotsAnswer", "RobotsCache", "origin_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,21 @@ class _Rules:
     allow_all: bool
     expires: float
     fetched_ok: bool  # a real answer (2xx/4xx), reusable when a refetch fails
+    error: str | None = None  # why there are no rules (robots.txt unavailable)
+    retryable: bool = False  # the error may pass (a timeout, a 5xx): ask again later
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsAnswer:
+    """May a URL be fetched; if not only because robots.txt could not be had, why."""
+
+    allowed: bool
+    unavailable: str | None = None  # set: disallowed for now, why robots.txt had no answer
+    retryable: bool = False  # ``unavailable`` may pass: retry the URL later
+
+
+_ALLOWED = RobotsAnswer(True)
+_DISALLOWED = RobotsAnswer(False)
 
 
 def origin_of(url: str) -> str | None:
@@ -93,15 +111,23 @@ class RobotsCache:
 
     async def allowed(self, url: str) -> bool:
         """True when robots.txt of the URL's origin lets our agent fetch it."""
+        return (await self.check(url)).allowed
+
+    async def check(self, url: str) -> RobotsAnswer:
+        """Allowed, disallowed, or disallowed for now because robots.txt is unavailable."""
         origin, rest = self._split(url)
         if origin is None:
-            return False
+            return _DISALLOWED
         rules = await self._get(origin)
         if rules.parser is None:
-            return rules.allow_all
+            if rules.allow_all:
+                return _ALLOWED
+            if rules.error is not None:
+                return RobotsAnswer(False, rules.error, rules.retryable)
+            return _DISALLOWED
         if rest.partition("?")[0].partition("#")[0] == "/robots.txt":
-            return True
-        return rules.parser.can_fetch(url, self.agent)
+            return _ALLOWED
+        return _ALLOWED if rules.parser.can_fetch(url, self.agent) else _DISALLOWED
 
     def crawl_delay(self, url: str) -> float | None:
         """Crawl-delay (or Request-rate as a delay) for our agent, capped; None if unknown."""
@@ -135,13 +161,16 @@ class RobotsCache:
         return await asyncio.shield(pending)
 
     async def _load(self, origin: str, previous: _Rules | None) -> _Rules:
-        status, text = await self._fetcher.get_text(origin + "/robots.txt")
+        got = await self._fetcher.get_text(origin + "/robots.txt")
+        status, text = got.status, got.text
         now = self._clock()
         if status is None or status >= 500 or status == 429:
             if previous is not None and previous.fetched_ok:
                 rules = _Rules(previous.parser, previous.allow_all, now + self.error_ttl, True)
             else:
-                rules = _Rules(None, False, now + self.error_ttl, False)
+                reason = got.error or f"http {status}"
+                retryable = got.retryable or status is not None
+                rules = _Rules(None, False, now + self.error_ttl, False, reason, retryable)
         elif 200 <= status < 300 and text is not None:
             rules = _Rules(_parse(text), True, now + self.ttl, True)
         else:  # 4xx, or redirects that never ended: no usable rules => no restrictions

@@ -51,6 +51,9 @@ class CrawlSettings:
     honor_nofollow: bool = False
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
+    retry_rounds: int = 5
+    retry_delay: float = 5.0
+    retry_delay_max: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class PolitenessSettings:
 @dataclass(frozen=True, slots=True)
 class SnapshotSettings:
     interval: float = 300.0
-    every_new_urls: int = 100_000
+    every_new_urls: int = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class DistributedSettings:
     claim_idle: float = 60.0
     retry_for: float = 60.0
     poll_interval: float = 0.2
+    max_restarts: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,9 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_rounds"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "retry_delay_max"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "per_host"): (lambda v: v >= 1, ">= 1"),
     ("politeness", "delay"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "max_crawl_delay"): (lambda v: v >= 0, ">= 0"),
@@ -232,6 +239,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("dedup", "canon_cache_size"): (lambda v: v >= 0, ">= 0"),
     ("canonical", "max_url_length"): (lambda v: v >= 1, ">= 1"),
     ("distributed", "forward_batch"): (lambda v: v >= 1, ">= 1"),
+    ("distributed", "max_restarts"): (lambda v: v >= 0, ">= 0"),
     ("distributed", "forward_cache_size"): (lambda v: v >= 0, ">= 0 (0: off)"),
     ("distributed", "receive_count"): (lambda v: v >= 1, ">= 1"),
     ("distributed", "receive_block"): (lambda v: 0 < v <= 20, "between 0 and 20 seconds"),

@@ -124,11 +124,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
 
 def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     """Reopen a crawl's state directory with its frozen settings (for resume)."""
-    state_dir = Path(state_dir)
-    if not state_dir.is_dir():
-        raise CrawlError(f"state directory {state_dir}: not found")
-    if not is_state_dir(state_dir):
-        raise CrawlError(f"{state_dir} is not a bloomcrawl state directory (no {LEDGER_FILE})")
+    state_dir = require_state_dir(state_dir)
     seen = UrlSeen(state_dir, create=False, autocommit=False)
     try:
         frozen = seen.ledger.meta_get(CONFIG_KEY)
@@ -178,6 +174,8 @@ def set_committed_pages(state_dir: Path) -> None:
 def require_state_dir(path: str | Path) -> Path:
     """``path`` if it is a crawl's (or any ``UrlSeen``) state directory, else CrawlError."""
     d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise CrawlError(f"{d} is a file, not a bloomcrawl state directory")
     if not d.is_dir():
         raise CrawlError(f"state directory {d}: not found")
     if not is_state_dir(d):

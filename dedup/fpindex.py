@@ -40,69 +40,21 @@ from typing import Any
 import numpy as np
 
 from dedup.atomic import atomic_write_bytes
+from dedup.fpbuffer import Buffer, keys128
 from dedup.merging import merge_runs, newest_unique
-from dedup.runs import BLOCK_RECORDS, SEQ_MASK, TOMBSTONE, Run, write_run
+from dedup.runs import BLOCK_RECORDS, SEQ_MASK, TOMBSTONE, Probe, Run, write_run
 
 MANIFEST = "MANIFEST"
 MANIFEST_FORMAT = 1
 _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
+# Up to this many keys a lookup probes key by key in C-level bisects; above it,
+# one vectorized numpy search per run (numpy's ~1 µs per call pays off).
+SMALL_BATCH = 48
+_TOMB = int(TOMBSTONE)
 
 
 class ManifestError(ValueError):
     """The index MANIFEST is damaged or names a file it cannot own."""
-
-
-def _keys(hi: np.ndarray, lo: np.ndarray) -> list[int]:
-    """128-bit Python ints: the buffer's dict keys (cheap for page-sized batches)."""
-    return ((hi.astype(object) << 64) | lo.astype(object)).tolist()
-
-
-class _Buffer:
-    """The newest records in RAM: an append log (for flushing) and a dict (for lookups)."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.hi: list[np.ndarray] = []
-        self.lo: list[np.ndarray] = []
-        self.seq: list[np.ndarray] = []
-        self.newest: dict[int, int] = {}
-        self.size = 0
-        self.top = -1  # highest seq held: a batch entirely above it just overwrites
-
-    def add(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray) -> None:
-        self.hi.append(hi)
-        self.lo.append(lo)
-        self.seq.append(seq)
-        self.size += len(hi)
-        if not len(seq):
-            return
-        masked = seq & SEQ_MASK
-        newest, keys = self.newest, _keys(hi, lo)
-        if int(masked[0]) > self.top and bool(np.all(masked[1:] > masked[:-1])):
-            newest.update(zip(keys, seq.tolist(), strict=True))  # the owner's usual order
-        else:
-            for k, s, raw in zip(keys, masked.tolist(), seq.tolist(), strict=True):
-                old = newest.get(k)
-                if old is None or s >= old & int(SEQ_MASK):
-                    newest[k] = raw
-        self.top = max(self.top, int(masked.max()))
-
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        def cat(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-        return cat(self.hi), cat(self.lo), cat(self.seq)
-
-    def take(self, upto_seq: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Remove and return the records with seq <= ``upto_seq``; the rest stays."""
-        hi, lo, seq = self.columns()
-        old = (seq & SEQ_MASK) <= np.uint64(upto_seq)
-        self.clear()
-        keep = ~old
-        if keep.any():
-            self.add(hi[keep], lo[keep], seq[keep])
-        return hi[old], lo[old], seq[old]
 
 
 class FingerprintIndex:
@@ -126,7 +78,8 @@ class FingerprintIndex:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
-        self._buffer = _Buffer()
+        self._buffer = Buffer(recent_max=min(8192, max(4, buffer_records // 32)),
+                              capacity=buffer_records)
         self._merge: _Merge | None = None
         self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
         self._runs: list[Run] = []  # newest first
@@ -163,30 +116,62 @@ class FingerprintIndex:
         """
         self._install()
         hi, lo = _u64(his), _u64(los)
+        if len(hi) <= SMALL_BATCH:
+            raw = self._probe(hi.tolist(), lo.tolist())
+        else:
+            raw = self._search(hi, lo)
+        present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
+        return present, np.where(present, raw, -1)
+
+    def _probe(self, his: list[int], los: list[int]) -> np.ndarray:
+        """A page-sized batch key by key: the seq found (negative for a tombstone),
+        -1 where none."""
+        raw = [-1] * len(his)
+        recent = self._buffer.recent
+        todo: list[Probe] = []
+        for i, (h, lo) in enumerate(zip(his, los, strict=True)):
+            got = recent.get(h << 64 | lo) if recent else None
+            if got is None:
+                todo.append((i, h, lo))
+            else:
+                raw[i] = got if got < _TOMB else -2
+        for part in (self._buffer.sorted, *self._runs):
+            if not todo:
+                break
+            if part.count:
+                hits, todo = part.probe(todo)
+                for i, got in hits:
+                    raw[i] = got if got < _TOMB else -2
+        return np.array(raw, dtype=np.int64)
+
+    def _search(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """A large batch, vectorized: buffer, then runs newest first, each one numpy
+        search over the keys still unanswered, sorted; the seq found (negative for a
+        tombstone), -1 where none."""
         n = len(hi)
         raw = np.zeros(n, dtype=np.uint64)
         todo = np.ones(n, dtype=bool)
-        newest = self._buffer.newest
-        if newest:
-            got = [newest.get(k) for k in _keys(hi, lo)]
+        recent = self._buffer.recent
+        if recent:
+            got = [recent.get(k) for k in keys128(hi, lo)]
             hit = np.fromiter((g is not None for g in got), dtype=bool, count=n)
             if hit.any():
                 raw[hit] = np.array([g for g in got if g is not None], dtype=np.uint64)
                 todo &= ~hit
-        if self._runs and todo.any():
+        parts = [p for p in (self._buffer.sorted, *self._runs) if p.count]
+        if parts and todo.any():
             order = np.flatnonzero(todo)
             order = order[np.lexsort((lo[order], hi[order]))]
-            for run in self._runs:
-                found, seq = run.contains(hi[order], lo[order])
+            for part in parts:
+                found, seq = part.contains(hi[order], lo[order])
                 raw[order[found]] = seq[found]
                 todo[order[found]] = False
                 order = order[~found]
                 if not len(order):
                     break
-        present = ~todo & ((raw & TOMBSTONE) == 0)
-        seq_out = np.full(n, -1, dtype=np.int64)
-        seq_out[present] = (raw[present] & SEQ_MASK).astype(np.int64)
-        return present, seq_out
+        out = raw.view(np.int64).copy()  # tombstones (top bit) read as negative
+        out[todo] = -1
+        return out
 
     @property
     def needs_flush(self) -> bool:
@@ -244,9 +229,11 @@ class FingerprintIndex:
         return sum(r.count for r in self._runs) + self._buffer.size
 
     def stats(self) -> dict[str, Any]:
-        """Runs, their records and bytes, the buffer size, the mark, whether merging."""
+        """Runs, their records and bytes, the buffer's records and bytes (sorted part),
+        the mark, whether merging."""
         return {"runs": len(self._runs), "run_records": [r.count for r in self._runs],
                 "bytes": sum(r.nbytes for r in self._runs), "buffer": self._buffer.size,
+                "buffer_bytes": self._buffer.nbytes(),
                 "mark": self.mark, "merging": self._merge is not None}
 
     @classmethod
@@ -292,9 +279,12 @@ class FingerprintIndex:
                 p.unlink(missing_ok=True)
 
     def _tiers(self) -> list[int]:
+        # tier t holds runs of about buffer * fanout**t records; the bounds sit halfway
+        # between, so a flush a little over ``buffer_records`` (the owner flushes
+        # whole batches) or a merge that lost duplicates stays in its tier
         tiers = []
         for r in self._runs:
-            t, size = 0, self.buffer_records
+            t, size = 0, self.buffer_records * (1 + self.fanout) // 2
             while r.count > size:
                 t, size = t + 1, size * self.fanout
             tiers.append(t)

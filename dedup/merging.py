@@ -67,3 +67,23 @@ def merge_runs(runs: Sequence[Run], *, drop_tombstones: bool,
             cursors[k] += take
         yield newest_unique(np.concatenate(his), np.concatenate(los), np.concatenate(seqs),
                             drop_tombstones=drop_tombstones)
+
+
+def merge_newer(old: tuple[np.ndarray, np.ndarray, np.ndarray],
+                new: tuple[np.ndarray, np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge two sorted unique record sets, the higher seq winning on equal keys:
+    the index buffer folding its recent records into its sorted part.
+
+    Linear in practice: a stable sort of two concatenated sorted runs is one
+    timsort merge. Only when two records share a ``hi`` (a re-admission, a
+    forget, or skewed keys) does it fall back to the general :func:`newest_unique`.
+    """
+    hi = np.concatenate((old[0], new[0]))
+    lo = np.concatenate((old[1], new[1]))
+    seq = np.concatenate((old[2], new[2]))
+    order = np.argsort(hi, kind="stable")
+    hi = hi[order]
+    if len(hi) > 1 and bool((hi[1:] == hi[:-1]).any()):
+        return newest_unique(hi, lo[order], seq[order], drop_tombstones=False)
+    return hi, lo[order], seq[order]

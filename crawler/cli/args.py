@@ -83,24 +83,32 @@ def crawl_id(text: str) -> str:
 # -- the crawl options ---------------------------------------------------------------------
 
 # (flag, argparse keywords); ``worker_flags`` hands each on to a fleet's workers.
+_D = Settings()  # the built-in defaults (config/default.toml), shown in --help
+
 CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
-    ("--config", dict(metavar="FILE", help="TOML file overlaying the defaults")),
+    ("--config", dict(metavar="FILE", help="TOML file overlaying the built-in settings "
+                      "(config/default.toml documents every key; default: none)")),
     ("--max-pages", dict(type=int_at_least(0), metavar="N",
-                         help="stop after N fetched pages (0: no limit)")),
+                         help="stop after N fetched pages (0: no limit; default: "
+                         f"{_D.crawl.max_pages})")),
     ("--max-depth", dict(type=int_at_least(0), metavar="D",
-                         help="do not follow links deeper than D hops from a seed")),
+                         help="do not follow links (or redirects) deeper than D hops from a "
+                         f"seed (default: {_D.crawl.max_depth})")),
     ("--allow-domain", dict(type=domain, action="append", default=[], metavar="D",
                             help="also crawl domain D and its subdomains on any port "
-                            "(repeatable)")),
+                            "(repeatable; default: only the seeds' hosts)")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
-                           help="fetches in flight at once")),
+                           help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
-                        help="fetches in flight at once per host")),
+                        help="fetches in flight at once per host (default: "
+                        f"{_D.politeness.per_host})")),
     ("--delay", dict(type=seconds, metavar="S",
-                     help="minimum seconds between fetch starts per host")),
+                     help="minimum seconds between fetch starts per host (default: "
+                     f"{_D.politeness.delay:g})")),
     ("--allow-private", dict(action="store_true",
                              help="allow private, loopback and link-local addresses")),
-    ("--warc", dict(metavar="FILE", help="also write fetched HTML to a WARC file")),
+    ("--warc", dict(metavar="FILE", help="also write fetched HTML to a WARC file "
+                    "(default: none)")),
 ]
 _VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay")
 # what `resume` may change (stored as the new values), and where each lives in Settings

@@ -22,6 +22,7 @@ from crawler.cli.args import (
     warn,
 )
 from crawler.engine import run_crawl
+from crawler.exits import exit_status
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
@@ -34,7 +35,7 @@ def add_crawl(sub: Any) -> None:
     p = sub.add_parser("crawl", help="start a crawl from a seeds file",
                        description="Start a new crawl. SEEDS_FILE holds one URL per line "
                        "(# comments and blank lines ignored).")
-    p.add_argument("seeds", metavar="SEEDS_FILE")
+    p.add_argument("seeds", metavar="SEEDS_FILE", help="one URL per line")
     p.add_argument("--state", required=True, metavar="DIR",
                    help="new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
@@ -45,9 +46,11 @@ def add_crawl(sub: Any) -> None:
         "are forwarded through Redis Streams. Every worker reads the same seeds file.")
     g.add_argument("--redis", metavar="URL",
                    help=f"redis://[:PASSWORD@]HOST:PORT/DB (or ${REDIS_ENV}); the password "
-                   "is never stored or shown")
-    g.add_argument("--workers", type=int_at_least(1), metavar="W", help="fleet size")
-    g.add_argument("--worker-id", type=int_at_least(0), metavar="I", help="0 <= I < W")
+                   "is never stored or shown (default: none, a single process)")
+    g.add_argument("--workers", type=int_at_least(1), metavar="W",
+                   help="fleet size (default: none, a single process)")
+    g.add_argument("--worker-id", type=int_at_least(0), metavar="I",
+                   help="0 <= I < W (default: none, a single process)")
     g.add_argument("--crawl-id", type=crawl_id, metavar="ID",
                    help="the fleet's id in Redis and in its filters (default: derived from "
                    "the seeds file's content and W, so every worker agrees)")
@@ -78,18 +81,17 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     progress = progress_for(settings, args.quiet)
     if fleet is not None:
         url, workers, worker_id = fleet
-        asyncio.run(crawl_as_worker(args.state, settings, args.seeds, redis_url=url,
-                                    workers=workers, worker_id=worker_id,
-                                    crawl_id=args.crawl_id, progress=progress, warn=warn))
-        return 0
+        return exit_status(asyncio.run(crawl_as_worker(
+            args.state, settings, args.seeds, redis_url=url, workers=workers,
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
     seen, scope, problems = create_crawl(args.state, settings, args.seeds)
     for problem in problems:
         warn(f"{problem} (skipped)")
     try:
-        asyncio.run(run_crawl(seen, settings, scope, progress=progress, install_signals=True))
+        return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
+                                                 install_signals=True)))
     finally:
         seen.close()
-    return 0
 
 
 def add_resume(sub: Any) -> None:
@@ -98,10 +100,10 @@ def add_resume(sub: Any) -> None:
                        "with: queued and interrupted URLs are fetched, nothing seen is "
                        "fetched again. DIR is a state directory (a fleet worker's rejoins "
                        "its fleet) or a fleet directory (every worker is resumed).")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", help="a crawl's state directory or a fleet directory")
     p.add_argument("--redis", metavar="URL",
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
-                   "password, which is never stored")
+                   "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
@@ -110,7 +112,8 @@ def add_resume(sub: Any) -> None:
     add_resume_options(g)
     for flag in FROZEN_FLAGS:
         g.add_argument(flag, dest=f"frozen_{flag.strip('-').replace('-', '_')}",
-                       action="append", nargs="?", help=argparse.SUPPRESS)
+                       action="append", nargs="?", metavar="X",
+                       help="refused: frozen when the crawl started (default: its value then)")
     p.set_defaults(func=cmd_resume)
 
 
@@ -140,11 +143,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
             if args.redis:
                 raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
                                  "worker's; resume it without --redis")
-            asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                  install_signals=True))
-        else:
-            url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-            asyncio.run(resume_as_worker(seen, settings, scope, meta, url, progress))
+            return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
+                                                     install_signals=True)))
+        url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
+        return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
+                                                        progress)))
     finally:
         seen.close()
-    return 0

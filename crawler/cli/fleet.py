@@ -25,11 +25,13 @@ def add_fleet(sub: Any) -> None:
                        "'bloomcrawl resume DIR' continues the fleet). Shows one combined "
                        "progress line; Ctrl-C stops every worker. Crawl options apply to "
                        "each worker (--max-pages is per worker).")
-    p.add_argument("seeds", metavar="SEEDS_FILE")
+    p.add_argument("seeds", metavar="SEEDS_FILE", help="one URL per line")
     p.add_argument("--state", required=True, metavar="DIR",
                    help="new or empty directory for the fleet")
-    p.add_argument("--workers", required=True, type=int_at_least(1), metavar="W")
-    p.add_argument("--redis", metavar="URL", help="an existing Redis for the fleet")
+    p.add_argument("--workers", required=True, type=int_at_least(1), metavar="W",
+                   help="number of worker processes")
+    p.add_argument("--redis", metavar="URL", help="an existing Redis for the fleet "
+                   "(default: a redis-server started for it, its data in DIR/redis)")
     p.add_argument("--crawl-id", type=crawl_id, metavar="ID",
                    help="the fleet's id (default: a new random one)")
     add_crawl_options(p)

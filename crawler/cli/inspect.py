@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from crawler.cli.args import warn
+from crawler.fleet.identity import is_fleet_dir
 from crawler.progress import format_filter_stats, format_stats
 from crawler.report import is_shard_dir, shard_dir_stats, state_stats
-from crawler.state import require_state_dir
+from crawler.state import CrawlError, require_state_dir
 from dedup import UrlRejected, UrlSeen
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_stats"]
@@ -21,12 +23,21 @@ def add_stats(sub: Any) -> None:
                        description="Figures of a state directory (also while its crawl "
                        "runs), or of a directory of shard files such as `merge -o OUT` "
                        "writes (the filter's figures only: there is no ledger).")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR",
+                   help="a crawl's state directory or a directory of shard files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_stats)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    d = Path(args.dir)
+    if is_fleet_dir(d):
+        workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
+        first = workers[0] if workers else d / "worker-0"
+        raise CrawlError(
+            f"{d} is a fleet directory of {len(workers)} workers, each with its own state: "
+            f"see one with 'bloomcrawl stats {first}', or the fleet's seen-set with "
+            f"'bloomcrawl merge -o OUT {d}/worker-*' then 'bloomcrawl stats OUT'")
     if is_shard_dir(args.dir):
         stats = shard_dir_stats(args.dir)
         text = format_filter_stats(stats)
@@ -37,16 +48,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_url_command(sub: Any, name: str, help: str, func: Any) -> None:
+def _add_url_command(sub: Any, name: str, help: str, description: str, func: Any) -> None:
     """A command over a state dir and some URLs (``check``, ``forget``)."""
-    p = sub.add_parser(name, help=help)
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
+    p.add_argument("urls", nargs="+", metavar="URL",
+                   help="URLs, canonicalized with the crawl's rules")
     p.set_defaults(func=func)
 
 
 def add_check(sub: Any) -> None:
-    _add_url_command(sub, "check", "Bloom and ledger answer for URLs", cmd_check)
+    _add_url_command(sub, "check", "Bloom and ledger answer for URLs",
+                     "For each URL: its canonical form and key, the Bloom filter's answer "
+                     "(new or maybe-seen) and the ledger's (absent, or its state, depth, "
+                     "status and error). Read-only, safe next to a running crawl; exit "
+                     "status 1 if a URL is rejected.", cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -75,7 +91,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def add_forget(sub: Any) -> None:
     _add_url_command(sub, "forget", "delete URLs from the ledger so they count as new",
-                     cmd_forget)
+                     "Re-crawl: delete the URLs' rows from the ledger, so that the next "
+                     "time a page links to one it counts as new (the Bloom filter's "
+                     "'maybe seen' is confirmed in the ledger, which no longer has it). "
+                     "The crawl must be stopped.", cmd_forget)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -96,8 +115,11 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def add_rebuild(sub: Any) -> None:
-    p = sub.add_parser("rebuild", help="recreate the shard files from the ledger")
-    p.add_argument("dir", metavar="DIR")
+    p = sub.add_parser("rebuild", help="recreate the shard files from the ledger",
+                       description="Recreate every shard file of a stopped crawl from its "
+                       "ledger (the record of truth): after damaged or deleted shard files. "
+                       "The crawl must be stopped.")
+    p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
     p.set_defaults(func=cmd_rebuild)
 
 

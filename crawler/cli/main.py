@@ -1,8 +1,9 @@
 """The ``bloomcrawl`` entry point: the parser of every command, and how errors end.
 
 Errors the user can fix (bad arguments, bad files, a directory in use) are one
-``bloomcrawl: error: ...`` line on stderr and exit status 2 for usage, 1
-otherwise — never a traceback (``BLOOMCRAWL_DEBUG=1`` prints it too).
+``bloomcrawl: error: ...`` line on stderr and exit status 2 for usage and
+configuration, 1 otherwise — never a traceback (``BLOOMCRAWL_DEBUG=1`` prints it
+too). Every exit status is listed in ``crawler.exits`` and the README.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from importlib.metadata import version as package_version
 from typing import Any
 
 from crawler.cli.args import PROG, Parser, UsageError, err
@@ -21,6 +24,7 @@ from crawler.cli.crawl import add_crawl, add_resume
 from crawler.cli.fleet import add_fleet
 from crawler.cli.inspect import add_check, add_forget, add_migrate, add_rebuild, add_stats
 from crawler.cli.merge import add_merge, add_resize
+from crawler.exits import ERROR, USAGE
 from crawler.fleet.identity import FleetError
 from crawler.scope import SeedError
 from crawler.settings import ConfigError
@@ -39,6 +43,8 @@ COMMANDS: list[Callable[[Any], None]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="A crawler whose URL-seen test is a persistent, "
                     "sharded Bloom filter confirmed by an exact SQLite ledger.")
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {package_version('bloomcrawl')}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for register in COMMANDS:
@@ -71,24 +77,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except UsageError as exc:
         err(str(exc))
-        return 2
+        return USAGE
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     try:
         return int(args.func(args))
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         err(str(exc))
-        return 2
+        return USAGE
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
         err(_describe(exc))
-        return 1
+        return ERROR
     except KeyboardInterrupt:
         err("interrupted")
-        return 130
+        return 128 + signal.SIGINT.value
 
 
 if __name__ == "__main__":  # pragma: no cover

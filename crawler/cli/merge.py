@@ -22,8 +22,11 @@ def add_merge(sub: Any) -> None:
                        "seen-set. INPUT is a shard file, a directory of shard files, or a "
                        "state directory (whose shards are first brought up to date with its "
                        "ledger). OUT is a directory (its shards/ if it is a state directory).")
-    p.add_argument("-o", "--output", required=True, metavar="OUT")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="directory to write the merged shard files to (a state "
+                   "directory's shards/ if OUT is one)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="shard files, directories of shard files or state directories")
     p.add_argument("--state", action="store_true",
                    help="make OUT a new, complete state directory: the OR of the filters and "
                    "the union of the ledgers and pages.jsonl files (INPUTs: state "
@@ -53,8 +56,10 @@ def add_resize(sub: Any) -> None:
                        "un-acknowledged links in Redis are re-routed to their new owners. "
                        "Continue with 'bloomcrawl resume NEWDIR'.")
     p.add_argument("--from-state", required=True, metavar="DIR", help="the fleet directory")
-    p.add_argument("--to", required=True, type=int_at_least(1), metavar="W2")
-    p.add_argument("-o", "--output", required=True, metavar="NEWDIR")
+    p.add_argument("--to", required=True, type=int_at_least(1), metavar="W2",
+                   help="the new number of workers: half or double the fleet's")
+    p.add_argument("-o", "--output", required=True, metavar="NEWDIR",
+                   help="new directory for the resized fleet")
     p.add_argument("--redis", metavar="URL",
                    help=f"the fleet's Redis (or ${REDIS_ENV}); default: the recorded one")
     p.set_defaults(func=cmd_resize)

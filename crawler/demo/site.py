@@ -224,7 +224,7 @@ class Site:
 
         ``scope``: in-scope authorities (``host:port``); default the seeds'. A
         page at depth d has its links followed when d < max_depth; a redirect
-        target keeps the redirecting URL's depth.
+        target is a link like any other (depth d + 1, followed when d < max_depth).
         """
         seeds = list(seeds) if seeds is not None else list(self.homes)
         allowed = set(scope) if scope is not None else {host_of(s) for s in seeds}
@@ -250,8 +250,8 @@ class Site:
                 continue
             fetched.add(url)
             kind = self.kind(path)
-            if kind == "redirect":
-                edges = [(self.redirect_target(h, path), d)]
+            if kind == "redirect" and d < max_depth:
+                edges = [(self.redirect_target(h, path), d + 1)]
             elif kind in ("page", "base", "cal") and d < max_depth:
                 edges = [(key, d + 1) for _, key in self.links(h, path) if key is not None]
             else:

@@ -29,8 +29,9 @@ __all__ = ["crawl_as_worker", "resume_as_worker"]
 
 async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str | Path, *,
                           redis_url: str, workers: int, worker_id: int, crawl_id: str | None,
-                          progress: Progress, warn: Callable[[str], None]) -> None:
-    """Start worker ``worker_id`` of ``workers`` in a new ``state`` dir and crawl."""
+                          progress: Progress, warn: Callable[[str], None]) -> dict[str, Any]:
+    """Start worker ``worker_id`` of ``workers`` in a new ``state`` dir and crawl;
+    returns the crawl's summary."""
     check_new_state_dir(state)
     seeds, _ = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
     scope = Scope.for_seeds([u for u, _ in seeds], settings.crawl.allow_domains)
@@ -46,8 +47,8 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
         for problem in problems:
             warn(f"{problem} (skipped)")
         try:
-            await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
-                            transport=transport)
+            return await run_crawl(seen, settings, scope, progress=progress,
+                                   install_signals=True, transport=transport)
         finally:
             seen.close()
     finally:
@@ -55,8 +56,10 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
 
 
 async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
-                           meta: dict[str, Any], redis_url: str, progress: Progress) -> None:
-    """Rejoin the fleet recorded in ``meta`` and go on crawling (``seen`` stays open)."""
+                           meta: dict[str, Any], redis_url: str, progress: Progress
+                           ) -> dict[str, Any]:
+    """Rejoin the fleet recorded in ``meta`` and go on crawling (``seen`` stays open);
+    returns the crawl's summary."""
     transport = transport_for(redis_url, meta, settings,
                               fleet_geometry(seen.geometry.to_dict(), seen.rules, scope))
     await transport.connect()
@@ -65,7 +68,7 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
         if now != meta:  # Redis moved: remember where (without a password)
             seen.ledger.meta_set(FLEET_KEY, now)
             seen.commit()
-        await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
-                        transport=transport)
+        return await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
+                               transport=transport)
     finally:
         await transport.close()

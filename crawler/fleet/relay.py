@@ -33,6 +33,9 @@ __all__ = ["Relay"]
 
 log = logging.getLogger("crawler.fleet")
 
+_WAIT_NOTICE = 5.0  # seconds idle here, the fleet not done, before saying so
+_WAIT_REPEAT = 60.0
+
 _PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "errors", "skipped", "queued",
               "in_flight", "hosts", "new", "forwarded", "received", "redis_calls",
               "session_pages", "worker_id")
@@ -196,6 +199,8 @@ class Relay:
         poll = self.settings.poll_interval
         loop = asyncio.get_running_loop()
         next_stop_check = 0.0
+        waiting_since: float | None = None  # idle here, the fleet not done, since then
+        next_notice = 0.0
         while True:
             if loop.time() >= next_stop_check:
                 next_stop_check = loop.time() + poll
@@ -206,15 +211,33 @@ class Relay:
                         self._crawl.stop("stopped by fleet request")
                     return
             crawl = self._crawl
-            if crawl.locally_idle() and await t.set_idle(True) and crawl.locally_idle() \
-                    and await t.fleet_done():
-                crawl.end()  # the workers see the end; the crawl is finished
-                return
+            if crawl.locally_idle() and await t.set_idle(True) and crawl.locally_idle():
+                if await t.fleet_done():
+                    crawl.end()  # the workers see the end; the crawl is finished
+                    return
+                waiting_since = loop.time() if waiting_since is None else waiting_since
+                if loop.time() - waiting_since >= _WAIT_NOTICE and loop.time() >= next_notice:
+                    next_notice = loop.time() + _WAIT_REPEAT
+                    await self._say_waiting()
+            else:
+                waiting_since = None
             self._wake.clear()
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll):
                     await self._wake.wait()
+
+    async def _say_waiting(self) -> None:
+        """Idle here while the fleet is not done: say so, or a lone worker looks hung."""
+        t = self.transport
+        with contextlib.suppress(Exception):
+            st = await t.fleet_status()
+            self._crawl.message(
+                f"bloomcrawl: worker {t.worker_id}: nothing left to do here; waiting for the "
+                f"fleet ({st['idle']} of {st['workers']} workers idle, {st['backlog']} "
+                "batches of links not yet taken). Every worker must run for the fleet to "
+                "finish: 'bloomcrawl resume FLEETDIR' resumes them all. Ctrl-C stops this "
+                "one (resumable).")
 
     async def _guard(self, loop: Coroutine[Any, Any, None]) -> None:
         """A fleet task that fails (Redis gone for good) stops the crawl with its error."""

@@ -1,9 +1,16 @@
 """``bloomcrawl fleet``: W worker processes, one combined progress line, one stop.
 
-A supervisor that starts W ``crawl``/``resume`` child
-  processes in ``DIR/worker-I`` (and a local, persistent ``redis-server`` when
-  no ``--redis`` is given), shows one combined progress line, and passes a
-  Ctrl-C on to every worker;
+A supervisor that starts W ``crawl``/``resume`` child processes in
+``DIR/worker-I`` (the local ``redis-server`` is ``crawler.fleet.launch``'s),
+shows one combined progress line, and passes a Ctrl-C on to every worker.
+
+Why it restarts a dead worker: the fleet cannot finish without every owner
+(links for a dead worker's hosts wait in its stream), so one kill -9 or crash
+used to stop the whole fleet. A worker that exits with anything but a normal
+status (``crawler.exits.normal_exit``) is resumed in its own state dir — its
+ledger and its un-acked stream entries lose nothing — at most
+``distributed.max_restarts`` times, with a growing pause; then the fleet stops
+with that worker's status, resumable.
 """
 
 from __future__ import annotations
@@ -16,38 +23,39 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from crawler.settings import Settings
-
-if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
-    pass
-
-from crawler.fleet.identity import REDIS_ENV, FleetError
+from crawler.exits import GAVE_UP, normal_exit
+from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
 from crawler.progress import Progress, si
+from crawler.settings import Settings
+from dedup.statedir import is_state_dir
 
 # -- the supervisor ----------------------------------------------------------------------------
 
 
 def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], workers: int,
                  running: int) -> str:
-    """The combined progress line: the workers' last published figures, summed."""
+    """The combined progress line (at most 80 columns): the workers' last published
+    figures, summed."""
     def total(key: str) -> float:
         return sum(s.get(key, 0) or 0 for s in stats.values())
-    return (f"fleet {running}/{workers} running | {total('rate'):6.1f} pages/s | fetched "
-            f"{si(total('fetched'))} queued {si(total('queued'))} errors "
-            f"{si(total('errors'))} | forwarded {si(status.get('forwarded', 0))} backlog "
-            f"{status.get('backlog', 0)} | idle {status.get('idle', 0)}/{workers}")
+    rate = total("rate")
+    rate_text = f"{rate:5.1f}" if rate < 1000 else f"{si(rate):>5}"
+    return (f"{running}/{workers} up {status.get('idle', 0)} idle | {rate_text}/s | fetched "
+            f"{si(total('fetched'))} failed {si(total('errors'))} queued "
+            f"{si(total('queued'))}")
 
 
 async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_id: str,
                     state: Path, settings: Settings, quiet: bool) -> int:
-    """Run W worker processes (``python -m crawler ARGS``) to their end; 0 if all exit 0.
+    """Run W worker processes (``python -m crawler ARGS``) to their end; returns the
+    fleet's exit status (``crawler.exits``: 3 if a worker gave URLs up, 130 after a stop).
 
     Workers run in their own sessions, so a terminal's Ctrl-C reaches only this
     process, which passes exactly one SIGINT on to each worker and asks the
     fleet to stop through Redis; a second Ctrl-C is passed on too (workers
-    exit at once, resumable). A worker that fails stops the others.
+    exit at once, resumable). A worker that dies is resumed (bounded, see above).
 
     Workers start with SIGINT ignored until their engine handles it, so a stop
     that comes while one is still starting cannot cut its state dir's creation
@@ -80,6 +88,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
 
     stop_tasks: list[asyncio.Task[None]] = []
     stopping = False
+    max_restarts = settings.distributed.max_restarts
 
     def on_signal(signum: int) -> None:
         nonlocal signals_seen, stopping
@@ -98,16 +107,26 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     failed: dict[int, int] = {}
+    codes: dict[int, int] = {}
+    restarts = [0] * w
+    waits: dict[asyncio.Task[int], int] = {}
+
+    async def spawn(i: int, args: Sequence[str]) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawler", *args, env=env,
+            stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, preexec_fn=_ignore_sigint)
+        if i < len(procs):
+            procs[i] = proc
+        else:
+            procs.append(proc)
+        assert proc.stderr is not None
+        relays.append(asyncio.create_task(relay(i, proc.stderr)))
+        waits[asyncio.create_task(proc.wait())] = i
+
     try:
         for i, args in enumerate(children):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "crawler", *args, env=env,
-                stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True, preexec_fn=_ignore_sigint)
-            procs.append(proc)
-            assert proc.stderr is not None
-            relays.append(asyncio.create_task(relay(i, proc.stderr)))
-        waits = {asyncio.create_task(p.wait()): i for i, p in enumerate(procs)}
+            await spawn(i, args)
         pending = set(waits)
         while pending:
             timeout = line.interval if line.enabled else None
@@ -117,14 +136,23 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
             done, pending = await asyncio.wait(pending, timeout=timeout,
                                                return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                i = waits[task]
-                rc = task.result()
-                if rc != 0:
-                    failed[i] = rc
-                    if len(failed) == 1 and pending:
-                        line.message(f"bloomcrawl fleet: worker {i} exited with status {rc}; "
-                                     "stopping the others")
-                        stopping = True
+                i = waits.pop(task)
+                rc = codes[i] = task.result()
+                if normal_exit(rc) or stopping:
+                    continue
+                if restarts[i] < max_restarts:
+                    restarts[i] += 1
+                    line.message(f"bloomcrawl fleet: worker {i} exited with status {rc}; "
+                                 f"resuming it (restart {restarts[i]} of {max_restarts})")
+                    await asyncio.sleep(min(5.0, 0.5 * 2 ** (restarts[i] - 1)))
+                    await spawn(i, _restart_args(state, i, children[i]))
+                    pending |= {t for t, j in waits.items() if j == i}
+                    continue
+                failed[i] = rc
+                if len(failed) == 1 and pending:
+                    line.message(f"bloomcrawl fleet: worker {i} exited with status {rc} "
+                                 f"{restarts[i] + 1} times; stopping the others")
+                    stopping = True
             if pending and line.enabled and not done:  # not when one just exited (stale)
                 with contextlib.suppress(Exception):
                     stats = await monitor.fleet_stats()
@@ -149,8 +177,19 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     if failed:
         i, rc = min(failed.items())
         raise FleetError(f"worker {i} exited with status {rc}"
-                         + (f" ({len(failed)} workers failed)" if len(failed) > 1 else ""))
-    return 0
+                         + (f" ({len(failed)} workers failed)" if len(failed) > 1 else "")
+                         + f"; continue with: bloomcrawl resume {state}")
+    if signals_seen:
+        return 128 + signal.SIGINT.value
+    return GAVE_UP if GAVE_UP in codes.values() else 0
+
+
+def _restart_args(state: Path, i: int, first: Sequence[str]) -> list[str]:
+    """How worker ``i`` is started again: ``resume`` once its state dir holds a crawl."""
+    d = worker_dir(state, i)
+    if is_state_dir(d):
+        return ["resume", str(d), "--quiet"]
+    return list(first)
 
 
 def _ignore_sigint() -> None:

@@ -62,7 +62,7 @@ def test_bad_seed_lines_are_reported_with_line_numbers_and_skipped(tmp_path, qui
     rc = main(["crawl", str(seeds), "--state", str(tmp_path / "s"), "--config", str(quick),
                "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 0, err
+    assert rc == 3, err  # finished, both seeds given up (refused)
     assert f"{seeds}:4: not an absolute http(s) URL" in err
     assert f"{seeds}:5:" in err
     assert "error" not in err
@@ -96,7 +96,7 @@ def test_state_dir_of_another_crawl_is_refused(tmp_path, quick, capsys):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
     state = tmp_path / "s"
     assert main(["crawl", str(seeds), "--state", str(state), "--config", str(quick),
-                 "--quiet"]) == 0
+                 "--quiet"]) == 3  # its one seed refused: given up
     capsys.readouterr()
     assert main(["crawl", str(seeds), "--state", str(state)]) == 1
     assert "already holds a crawl" in one_error_line(capsys.readouterr().err)
@@ -115,7 +115,7 @@ def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
     state = tmp_path / "s"
     assert main(["crawl", str(seeds), "--state", str(state), "--config", str(quick),
-                 "--quiet"]) == 0
+                 "--quiet"]) == 3  # its one seed refused: given up
     capsys.readouterr()
     with UrlSeen(state, create=False):  # as a running crawl would
         assert main(["resume", str(state)]) == 1
@@ -123,13 +123,19 @@ def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
             capsys.readouterr().err)
 
 
-def test_bad_config_file_exits_1_naming_the_key(tmp_path, capsys):
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("[fetch]\ntimeout = 3\n", "unknown key 'timeout' in [fetch]"),
+    ("[crawl]\nretry_rounds = -1\n", "retry_rounds"),
+    ("[crawl\n", "c.toml"),
+])
+def test_bad_config_file_exits_2_naming_the_key(tmp_path, capsys, text, fragment):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[fetch]\ntimeout = 3\n")
+    cfg.write_text(text)
     assert main(["crawl", str(seeds), "--state", str(tmp_path / "s"), "--config",
-                 str(cfg)]) == 1
-    assert "unknown key 'timeout' in [fetch]" in one_error_line(capsys.readouterr().err)
+                 str(cfg)]) == 2  # usage or configuration
+    assert fragment in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "s").exists()
 
 
 # -- the dedup tools on a real crawl's state ------------------------------------------------
@@ -287,8 +293,8 @@ def test_status_line_redraws_in_place_on_a_tty_and_prints_lines_otherwise():
     p.update(STATUS, now=101.0)
     text = tty.getvalue()
     assert text.count("\r") == 2 and "\n" not in text
-    assert "12.5 pages/s" in text and "fetched 1.5k" in text and "bloom-fp 2" in text
-    assert "fill 1.23%" in text and "repeats 30.0k" in text
+    assert " 12.5/s" in text and "fetched 1.5k" in text and "failed 1" in text
+    assert "fill 1.23%" in text and "new 1.5k" in text
 
     plain = _Stream(False)
     p = Progress(plain, interval=1.0, plain_interval=10.0)

@@ -247,10 +247,15 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
         records = read_pages(tmp_path / "state" / "pages.jsonl")
         assert queued > 0
         # everything recorded is marked; everything unrecorded is still queued
+        recorded = {r["url"] for r in records}
         with __import__("dedup").UrlSeen(tmp_path / "state", create=False) as again:
             for r in records:
                 _, row = again.check(r["url"])
                 assert row["state"] != State.QUEUED.name.lower()
+            unrecorded = [(url, state) for _, url, _, _, state, *_ in again.ledger.rows()
+                          if url not in recorded]
+        assert unrecorded  # the stop left work behind ...
+        assert all(state == State.QUEUED for _, state in unrecorded)  # ... all of it queued
 
 
 @pytest.mark.parametrize("bad", ["", "# only a comment\n\n", "ftp://x\nnot a url\n"])
@@ -269,7 +274,9 @@ async def test_seeds_file_without_a_valid_url_is_an_error(tmp_path, bad):
 async def test_snapshots_are_taken_during_the_crawl_off_the_event_loop(tmp_path, site, trigger):
     import threading
 
-    spec = SiteSpec(hosts=2, pages=40, seed=20, delay=0.02)
+    # The snapshot task looks at its triggers once a second: the crawl (2 hosts,
+    # one fetch at a time each, 40 pages of 0.06 s) lasts ~2.4 s, so it sees one.
+    spec = SiteSpec(hosts=2, pages=40, seed=20, delay=0.06)
     async with site(spec) as running:
         settings = fast_settings(snapshot=trigger, crawl={"concurrency": 4},
                                  politeness={"per_host": 1})

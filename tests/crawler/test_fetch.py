@@ -12,10 +12,18 @@ from email.utils import format_datetime
 import pytest
 import pytest_asyncio
 
-from crawler.fetch import Fetcher, FetchSettings, parse_content_type, parse_retry_after
+from crawler.fetch import (
+    Fetcher,
+    FetchSettings,
+    TextFetch,
+    _looks_like_html,
+    parse_content_type,
+    parse_retry_after,
+)
 from crawler.links import extract_links
 from crawler.netguard import GuardedResolver, PrivateAddressError, is_public_address
 from tests.support.faultserver import MB, FaultServer, HostMap, fault_server
+from tests.support.helpers import until
 
 FAST = FetchSettings(
     allow_private=True,  # the test server is on loopback
@@ -82,7 +90,8 @@ async def test_body_dripping_within_read_timeout_is_cut_by_total_timeout(
     r = await fetch(srv.url("/slowbody?every=0.05&n=400"), read_timeout=0.5, total_timeout=0.6)
     assert r.error == "timeout" and r.body is None
     rec = srv.log.for_path("/slowbody")[0]
-    assert not rec.completed
+    await until(lambda: rec.finished is not None, what="the handler to end")
+    assert not rec.completed and rec.bytes_sent < 400  # cut, not merely slow
     assert r.elapsed < 3.0
 
 
@@ -208,8 +217,8 @@ async def test_huge_streamed_body_stops_past_the_cap(srv: FaultServer) -> None:
     assert r.status == 200 and r.body is None
     assert r.error == f"too large (>{1 * MB} bytes)"
     assert 1 * MB < r.nbytes <= 1 * MB + 64 * 1024
-    await asyncio.sleep(0.05)  # let the server notice the closed connection
     rec = srv.log.for_path("/big")[0]
+    await until(lambda: rec.finished is not None, what="the server to see the close")
     assert not rec.completed and rec.bytes_sent < 50 * MB
 
 
@@ -224,8 +233,9 @@ async def test_declared_length_over_the_cap_is_refused_unread(srv: FaultServer) 
     r = await fetch(srv.url("/big?mb=50&length=1"), max_bytes=1 * MB)
     assert r.error == f"too large (>{1 * MB} bytes)" and r.body is None
     assert r.nbytes == 50 * MB  # the declared size
-    await asyncio.sleep(0.05)
-    assert not srv.log.for_path("/big")[0].completed
+    rec = srv.log.for_path("/big")[0]
+    await until(lambda: rec.finished is not None, what="the server to see the close")
+    assert not rec.completed and rec.bytes_sent < 50 * MB
 
 
 async def test_body_at_the_cap_is_kept(srv: FaultServer) -> None:
@@ -237,8 +247,8 @@ async def test_non_html_is_not_downloaded(srv: FaultServer) -> None:
     r = await fetch(srv.url("/pdf?mb=20"))
     assert (r.status, r.content_type, r.error, r.body) == (200, "application/pdf", "not html", None)
     assert r.nbytes == 20 * MB  # from Content-Length
-    await asyncio.sleep(0.05)
     rec = srv.log.for_path("/pdf")[0]
+    await until(lambda: rec.finished is not None, what="the server to see the close")
     assert not rec.completed and rec.bytes_sent < 20 * MB
 
 
@@ -262,18 +272,37 @@ async def test_redirect_is_returned_not_followed(srv: FaultServer) -> None:
 
 async def test_get_text_follows_redirects_and_decodes(srv: FaultServer) -> None:
     async with Fetcher(FAST) as f:
-        status, text = await f.get_text(srv.url("/redirect?to=/html%3Flinks%3D2"))
-        assert status == 200 and text is not None and "/html/page/1" in text
-        assert await f.get_text(srv.url("/loop/a"), max_redirects=3) == (302, None)
+        got = await f.get_text(srv.url("/redirect?to=/html%3Flinks%3D2"))
+        assert got.status == 200 and got.text is not None and "/html/page/1" in got.text
+        assert await f.get_text(srv.url("/loop/a"), max_redirects=3) == TextFetch(
+            302, None, "too many redirects")
         assert srv.log.count("/loop/a") + srv.log.count("/loop/b") == 4
-        assert await f.get_text(srv.url("/status/404")) == (404, None)
-        status, text = await f.get_text(srv.url("/big?mb=2"), max_bytes=1000)
-        assert status == 200 and text is not None and len(text.encode()) == 1000
+        assert await f.get_text(srv.url("/status/404")) == TextFetch(404, None, "http 404")
+        got = await f.get_text(srv.url("/big?mb=2"), max_bytes=1000)
+        assert got.status == 200 and got.text is not None and len(got.text.encode()) == 1000
 
 
 async def test_get_text_network_error_has_no_status(srv: FaultServer) -> None:
     async with Fetcher(replace(FAST, read_timeout=0.2)) as f:
-        assert await f.get_text(srv.url("/hang")) == (None, None)
+        assert await f.get_text(srv.url("/hang")) == TextFetch(None, None, "timeout", True)
+
+
+async def test_get_text_body_timing_out_is_no_answer_not_an_empty_file(srv: FaultServer) -> None:
+    # headers (200) arrive, then the body trickles past the deadline: that is not
+    # an empty robots.txt (which would mean "no rules"), it is no answer at all
+    async with Fetcher(replace(FAST, read_timeout=0.5, total_timeout=0.6, retries=0)) as f:
+        got = await f.get_text(srv.url("/slowbody?every=0.1&n=30"))
+    assert (got.status, got.text, got.error, got.retryable) == (None, None, "timeout", True)
+
+
+async def test_a_trickling_body_is_cut_by_one_deadline_for_every_attempt(srv: FaultServer) -> None:
+    # each byte comes before the read timeout; retries would restart the clock
+    settings = replace(FAST, read_timeout=0.5, total_timeout=1.0, retries=2, backoff_base=0.01)
+    async with Fetcher(settings) as f:
+        r = await f.fetch(srv.url("/slowbody?every=0.1&n=100"))
+    assert (r.status, r.error, r.retryable) == (200, "timeout", True)
+    assert r.elapsed < 1.9  # one deadline of 1 s; before: 3 attempts x 1 s
+    assert srv.log.count("/slowbody") == 1
 
 
 # --- connection limit -------------------------------------------------------------------------
@@ -334,7 +363,7 @@ async def test_guarded_resolver_keeps_only_public_answers() -> None:
 
 async def test_guarded_resolver_with_the_system_resolver_refuses_localhost() -> None:
     guard = GuardedResolver()
-    with pytest.raises(PrivateAddressError):
+    with pytest.raises(PrivateAddressError, match="refused private address"):
         await guard.resolve("localhost", 80)
     await guard.close()
 
@@ -380,3 +409,14 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(format_datetime(now - timedelta(seconds=30), usegmt=True), now) == 0
     for bad in ("-5", "soon", "", "nan", "inf", None):
         assert parse_retry_after(bad, now) is None, bad
+
+
+# --- sniffing untyped bodies -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("head", "want"), [
+    (b"<!DOCTYPE html><html>", True), (b"\n  <HTML lang=en>", True), (b"<p>text", True),
+    (b"<!-- c -->", True), (b"%PDF-1.7\n", False), (b'{"a": 1}', False), (b"<htmlx>", False),
+    (b"<?xml version='1.0'?><rss>", False), (b"", False), (b"plain text <html>", False),
+])
+def test_untyped_bodies_are_html_only_when_they_start_like_html(head: bytes, want: bool) -> None:
+    assert _looks_like_html(head) is want

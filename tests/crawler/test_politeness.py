@@ -77,7 +77,7 @@ def test_no_request_gives_the_spacing_back():
 
 
 def test_per_host_must_be_positive():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="per_host must be >= 1"):
         Politeness(per_host=0)
 
 

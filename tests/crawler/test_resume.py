@@ -98,7 +98,7 @@ async def test_sigint_stops_gracefully_and_resume_finishes_without_refetching(tm
         assert proc.returncode is None
         proc.send_signal(signal.SIGINT)
         _, err = await asyncio.wait_for(proc.communicate(), 20)
-        assert proc.returncode == 0, err
+        assert proc.returncode == 128 + signal.SIGINT, err  # 130: interrupted, resumable
         err_text = err.decode()
         assert "SIGINT: stopping" in err_text and "stopped by SIGINT" in err_text
         assert "bloomcrawl resume" in err_text  # the summary says how to continue

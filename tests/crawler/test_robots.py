@@ -193,7 +193,8 @@ async def test_redirected_robots_is_followed() -> None:
     async with robots_site("User-agent: *\nDisallow: /secret\n") as site:
         app_origin = site.base
         async with Fetcher(SETTINGS) as fetcher:
-            status, text = await fetcher.get_text(app_origin + "/moved/robots.txt")
+            got = await fetcher.get_text(app_origin + "/moved/robots.txt")
+        status, text = got.status, got.text
         assert status == 200 and text is not None and "Disallow: /secret" in text
         assert site.log.count("/real-robots.txt") == 1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import fields
 
@@ -52,7 +53,7 @@ def test_config_file_overlays_only_the_keys_it_sets(tmp_path):
 def test_bad_config_files_are_errors_naming_the_key(tmp_path, text, fragment):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(text)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(fragment)) as info:
         load_settings(cfg)
     assert fragment in str(info.value)
     assert str(cfg) in str(info.value)

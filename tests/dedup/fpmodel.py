@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dedup.fpindex import FingerprintIndex
+from dedup.fpindex import SMALL_BATCH, FingerprintIndex
 
 Row = tuple[int, int, int, bool]
 
@@ -22,6 +22,12 @@ def replay(index: FingerprintIndex, rows: Iterable[Row]) -> None:
         if seq > index.mark:
             index.add(np.array([hi], np.uint64), np.array([lo], np.uint64),
                       np.array([seq], np.uint64), tombstone=tomb)
+
+
+def add_rows(index: FingerprintIndex, rows: Sequence[Row], *, tombstone: bool) -> None:
+    """Index ledger rows ``(seq, hi, lo, _)`` in one ``add`` call."""
+    index.add(np.array([r[1] for r in rows], np.uint64), np.array([r[2] for r in rows], np.uint64),
+              np.array([r[0] for r in rows], np.uint64), tombstone=tombstone)
 
 
 def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:
@@ -37,11 +43,17 @@ def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:
 
 def assert_answers(index: FingerprintIndex, model: dict[tuple[int, int], int],
                    keys: Sequence[tuple[int, int]]) -> None:
-    """The index answers every key (present and seq) exactly like the model."""
+    """The index answers every key (present and seq) exactly like the model, asked
+    all at once (the vectorized path) and a page at a time (the key-by-key path)."""
     his = np.array([k[0] for k in keys], np.uint64)
     los = np.array([k[1] for k in keys], np.uint64)
-    present, seq = index.lookup(his, los)
     want_p = [k in model for k in keys]
     want_s = [model.get(k, -1) for k in keys]
+    present, seq = index.lookup(his, los)
     assert present.tolist() == want_p
     assert seq.tolist() == want_s
+    assert len(keys) > SMALL_BATCH  # else the vectorized path went untested
+    for i in range(0, len(keys), 13):
+        present, seq = index.lookup(his[i:i + 13], los[i:i + 13])
+        assert present.tolist() == want_p[i:i + 13]
+        assert seq.tolist() == want_s[i:i + 13]

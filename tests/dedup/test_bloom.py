@@ -84,7 +84,7 @@ def test_tiny_capacity_still_has_a_whole_word_and_sane_k():
     {"capacity": 10, "seed": 2**32}, {"capacity": 10, "growth": 0},
 ])
 def test_bad_parameters_are_refused(kwargs):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^{list(kwargs)[-1]} must be"):
         BloomFilter(**kwargs)
 
 

@@ -28,7 +28,7 @@ def test_str_key_hashes_as_its_utf8_bytes():
 
 def test_seed_changes_the_fingerprint():
     assert fingerprint("a", 0) != fingerprint("a", 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="seed is out of range"):
         fingerprint("a", -1)
 
 
@@ -86,5 +86,5 @@ def test_shard_of_spreads_keys_evenly():
 
 @pytest.mark.parametrize("shards", [0, 65537])
 def test_shard_of_rejects_bad_shard_counts(shards):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"shards must be 1\.\.65536"):
         shard_of(np.zeros(1, dtype=np.uint64), shards)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dedup.fpindex import FingerprintIndex, ManifestError
 from dedup.runs import RunFileError
-from tests.dedup.fpmodel import assert_answers, model_of, replay
+from tests.dedup.fpmodel import add_rows, assert_answers, model_of, replay
 
 # few distinct hi values: many equal-hi streaks across the 4-record blocks
 KEY = st.tuples(st.integers(0, 3), st.integers(0, 40))
@@ -47,10 +47,7 @@ def test_answers_like_a_dict(tmp_path_factory: pytest.TempPathFactory,
                 rows = [(len(ledger) + i + 1, h, lo, op == "forget")
                         for i, (h, lo) in enumerate(keys)]
                 ledger.extend(rows)  # committed first, then indexed
-                index.add(np.array([r[1] for r in rows], np.uint64),
-                          np.array([r[2] for r in rows], np.uint64),
-                          np.array([r[0] for r in rows], np.uint64),
-                          tombstone=op == "forget")
+                add_rows(index, rows, tombstone=op == "forget")
             elif op == "flush":
                 index.flush(len(ledger))
             elif op == "merge":
@@ -75,7 +72,11 @@ def test_len_stats_and_rebuild(tmp_path: Path) -> None:
         idx.flush(5010)
         st_ = idx.stats()
         assert st_["buffer"] == 0 and st_["runs"] == 1 and st_["mark"] == 5010
-        assert len(idx) == 4990  # forgotten keys and their tombstones gone: oldest run
+        idx.add(his[:100], los[:100] + np.uint64(1), seqs[:100] + np.uint64(6000))
+        assert idx.stats()["buffer"] == 100
+        idx.flush(5010)  # nothing committed past 5010: all 100 stay, folded
+        assert idx.stats()["buffer"] == 100 and 100 * 24 <= idx.stats()["buffer_bytes"] < 10_000
+        assert len(idx) == 4990 + 100  # forgotten keys and their tombstones gone: oldest run
     batches = [(his[i:i + 700], los[i:i + 700], seqs[i:i + 700], False)
                for i in range(0, 5000, 700)]
     batches.append((his[:10], los[:10], seqs[:10] + np.uint64(5000), True))
@@ -217,3 +218,29 @@ def test_close_abandons_a_running_merge_cleanly(tmp_path: Path) -> None:
         assert again.mark == n
         present, seq = again.lookup(his, los)
         assert present.all() and (seq == seqs.astype(np.int64)).all()
+
+
+def test_flush_upto_keeps_newer_records_and_reopen_replays(tmp_path: Path) -> None:
+    """The owner flushes only what is committed: records past ``upto_seq`` stay in
+    the buffer (their key's older record may go: the newer one answers for it)."""
+    ledger: list[tuple[int, int, int, bool]] = []
+    rng = random.Random(3)
+    opts = {"buffer_records": 40, "fanout": 2, "block_records": 4}
+    idx = FingerprintIndex(tmp_path, background=False, **opts)
+    try:
+        for _ in range(30):
+            rows = [(len(ledger) + i + 1, rng.randrange(4), rng.randrange(60), rng.random() < 0.2)
+                    for i in range(rng.randrange(1, 12))]
+            ledger.extend(rows)
+            for tomb in (False, True):
+                sel = [r for r in rows if r[3] == tomb]
+                if sel:
+                    add_rows(idx, sel, tombstone=tomb)
+            if rng.random() < 0.4:
+                idx.flush(max(idx.mark, len(ledger) - rng.randrange(10)))
+            assert_answers(idx, model_of(ledger), ALL_KEYS)
+    finally:
+        idx.close()
+    with FingerprintIndex(tmp_path, background=False, **opts) as again:  # unflushed: replayed
+        replay(again, ledger)
+        assert_answers(again, model_of(ledger), ALL_KEYS)

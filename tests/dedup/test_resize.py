@@ -188,7 +188,8 @@ def test_mismatched_inputs_are_refused_naming_the_field(tmp_path: Path) -> None:
 
 def test_failures_leave_no_output(tmp_path: Path) -> None:
     dirs = build_fleet(tmp_path, 2)
-    with UrlSeen(dirs[1], create=False), pytest.raises(StateLocked):
+    with UrlSeen(dirs[1], create=False), \
+            pytest.raises(StateLocked, match="in use by another bloomcrawl process"):
         merge_states(tmp_path / "out", dirs)  # a worker is still running there
     with pytest.raises(FileNotFoundError, match="not a bloomcrawl state directory"):
         merge_states(tmp_path / "out", [dirs[0], tmp_path / "nothing"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -36,12 +35,35 @@ def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys:
     run = Run(path)
     truth = dict(zip(zip(hi.tolist(), lo.tolist(), strict=True), seq.tolist(), strict=True))
     asked = sorted(set(probes) | set(list(keys)[:20]))
-    for scan_max in (0, 10**6):  # the binary-search path and the block-scan path
-        with mock.patch.object(runs, "_SCAN_MAX", scan_max):
-            found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
-                                      np.array([a[1] for a in asked], np.uint64))
-        assert found.tolist() == [a in truth for a in asked]
-        assert got.tolist() == [truth.get(a, 0) for a in asked]
+    found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
+                              np.array([a[1] for a in asked], np.uint64))
+    assert found.tolist() == [a in truth for a in asked]
+    assert got.tolist() == [truth.get(a, 0) for a in asked]
+    # the key-by-key path (page-sized batches), with the keys in any order
+    todo = [(i, h, lo) for i, (h, lo) in enumerate(reversed(asked))]
+    hits, miss = run.probe(todo)
+    want = {i: truth[(h, lo)] for i, h, lo in todo if (h, lo) in truth}
+    assert dict(hits) == want and len(hits) == len(want)
+    assert [t for t in todo if t[0] not in want] == miss
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.sets(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 3)), max_size=400),
+       bits=st.integers(1, 12))
+def test_directory_buckets_by_top_bits(keys: set, bits: int) -> None:
+    """Keys spread over the whole hi range (the fingerprints' case) and a directory of
+    any size: every bucket's records are found, absent neighbours are not."""
+    hi, lo = _sorted(keys)
+    seq = np.arange(1, len(hi) + 1, dtype=np.uint64)
+    sk = runs.SortedKeys(hi, lo, seq, runs.bucket_counts(hi, bits), bits)
+    asked = sorted(keys) + [(h, lo_ + 4) for h, lo_ in list(keys)[:30]] + [(0, 9), (2**64 - 1, 9)]
+    truth = dict(zip(sorted(keys), seq.tolist(), strict=True))
+    found, got = sk.contains(np.array([a[0] for a in asked], np.uint64),
+                             np.array([a[1] for a in asked], np.uint64))
+    assert found.tolist() == [a in truth for a in asked]
+    assert got.tolist() == [truth.get(a, 0) for a in asked]
+    hits, _ = sk.probe([(i, h, lo_) for i, (h, lo_) in enumerate(asked)])
+    assert dict(hits) == {i: truth[a] for i, a in enumerate(asked) if a in truth}
 
 
 def test_writer_refuses_unsorted_and_abandons_cleanly(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def test_crash_between_ledger_commit_and_setting_bits(tmp_path, monkeypatch):
         raise SystemExit("killed after the commit, before the bits")
 
     monkeypatch.setattr(s.bloom, "add_hashes", crash)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="killed after the commit"):
         s.filter_new(urls(10, start=10))
     s.close()
     monkeypatch.undo()
@@ -206,7 +206,7 @@ def test_geometry_and_crawl_id_are_frozen(tmp_path):
 def test_state_dir_is_locked_while_open(tmp_path):
     d = tmp_path / "s"
     with UrlSeen(d, capacity=100, shards=1):
-        with pytest.raises(StateLocked):
+        with pytest.raises(StateLocked, match="in use by another bloomcrawl process"):
             UrlSeen(d)
         ro = UrlSeen(d, readonly=True)  # inspection still works
         assert ro.stats()["shards"] == 1
@@ -287,7 +287,7 @@ def test_rebuild_refuses_a_directory_in_use_and_touches_nothing(tmp_path):
         s.filter_new(urls(20))
         s.snapshot()
         before = {p.name: p.read_bytes() for p in (d / "shards").iterdir()}
-        with pytest.raises(StateLocked):
+        with pytest.raises(StateLocked, match="in use by another bloomcrawl process"):
             UrlSeen.rebuild(d)
         assert {p.name: p.read_bytes() for p in (d / "shards").iterdir()} == before
 

@@ -52,7 +52,7 @@ def test_shards_have_headroom_so_none_grows_at_planned_capacity():
 
 @pytest.mark.parametrize("shards", [0, 65537, 2.0])
 def test_bad_shard_count(shards):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"shards must be an integer in 1\.\.65536"):
         ShardedBloom(shards, 1000)
 
 
@@ -209,13 +209,13 @@ def test_shard_list_is_fixed():
     sb = ShardedBloom(2, 100)
     with pytest.raises(GeometryMismatch, match=r"^shard 1: m differs"):
         sb.shards[1] = BloomFilter(1000)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="cannot be added, removed or reordered"):
         sb.shards.append(BloomFilter(50))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="replaced one at a time"):
         sb.shards[0:1] = [BloomFilter(50)]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="cannot be added, removed or reordered"):
         del sb.shards[0]
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="out of range"):
         sb.shards[2] = BloomFilter(50)
 
 

@@ -232,7 +232,7 @@ def test_bad_write_arguments(tmp_path):
     bf = BloomFilter(10)
     for kw in [{"crawl_id": "x" * 65}, {"crawl_id": "a\0b"}, {"shard_index": 2, "shard_count": 2},
                {"shard_count": 0}, {"hwm": -1}]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"^{next(iter(kw))} must be"):
             write_snapshot(tmp_path / "bad.bloom", bf, **kw)
     assert not list(tmp_path.iterdir())
 
@@ -276,8 +276,9 @@ def test_crash_mid_write_keeps_the_old_file(tmp_path, monkeypatch, fail):
     elif fail == "fsync":
         monkeypatch.setattr(snap.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "EIO")))
     else:
-        monkeypatch.setattr(snap.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(5, "x")))
-    with pytest.raises(OSError):
+        monkeypatch.setattr(snap.os, "replace",
+                            lambda a, b: (_ for _ in ()).throw(OSError(5, "EIO")))
+    with pytest.raises(OSError, match=r"No space left on device|EIO"):
         filled(3000).save(path)
     monkeypatch.undo()
     assert path.read_bytes() == before

@@ -292,7 +292,7 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
         await served_at_least(running, 100)
         procs[0].send_signal(signal.SIGINT)
         results = await finish(procs, timeout=20)
-        assert [rc for rc, _ in results] == [0, 0, 0], results
+        assert [rc for rc, _ in results] == [130, 130, 130], results  # interrupted
         assert "SIGINT: stopping" in results[0][1]
         assert all("stop requested by the fleet" in err for _, err in results[1:])
         queued = 0
@@ -353,7 +353,7 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
             assert proc.returncode is None
             proc.send_signal(signal.SIGINT)
             _, err = await asyncio.wait_for(proc.communicate(), 30)
-            assert proc.returncode == 0, err.decode()
+            assert proc.returncode == 128 + signal.SIGINT, err.decode()
             return err.decode()
 
         err = await run_until_ctrl_c(await start_cli(

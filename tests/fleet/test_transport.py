@@ -22,6 +22,7 @@ from crawler.fleet.owner import owner_of
 from crawler.fleet.redis_url import redact
 from crawler.fleet.transport import RedisTransport, reshard
 from tests.support import redisserver
+from tests.support.helpers import until
 from tests.support.redisserver import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -224,7 +225,7 @@ async def test_geometry_mismatch_is_refused_naming_the_field(redis_server: Redis
     (a,) = await join(redis_server.url, 3, ids=[0])
     odd = RedisTransport(redis_server.url, crawl_id="t", workers=3, worker_id=1,
                          geometry={**GEOMETRY, "capacity": 200_000})
-    with pytest.raises(FleetMismatch) as err:
+    with pytest.raises(FleetMismatch, match="'capacity'") as err:
         await odd.connect()
     msg = str(err.value)
     assert "'capacity'" in msg and "100000" in msg and "200000" in msg and "\n" not in msg
@@ -251,7 +252,7 @@ async def test_unreachable_redis_is_one_clear_line() -> None:
     port = free_port()  # nothing listens here
     t = RedisTransport(f"redis://:hunter2@127.0.0.1:{port}/0", crawl_id="t", workers=2,
                        worker_id=0, geometry=GEOMETRY)
-    with pytest.raises(TransportError) as err:
+    with pytest.raises(TransportError, match=r"^cannot reach Redis at") as err:
         await asyncio.wait_for(t.connect(), timeout=10)
     msg = str(err.value)
     assert msg.startswith(f"cannot reach Redis at redis://:***@127.0.0.1:{port}/0")
@@ -314,7 +315,8 @@ async def test_redis_restart_mid_crawl_loses_nothing(
     await asyncio.sleep(0.1)
     await asyncio.to_thread(server.stop)
     sender = asyncio.create_task(a.forward(second))
-    await asyncio.sleep(0.5)
+    await until(lambda: any("connection lost during forward" in r.getMessage()
+                            for r in caplog.records), what="the sender to meet the outage")
     assert not sender.done()  # retrying with backoff, not failed
     await asyncio.to_thread(server.start)
     assert await asyncio.wait_for(sender, 20) == len(second)

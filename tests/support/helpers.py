@@ -14,12 +14,29 @@ from crawler.settings import Settings
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
+# -- waiting for an event ------------------------------------------------------------------
+
+async def until(condition, *, timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait until ``condition()`` is true (checked every few ms), or fail after ``timeout``.
+
+    For "it has not happened" claims: wait for the event that settles the question
+    (a handler finished, an error was logged), then assert, instead of asserting
+    "not yet" after a fixed sleep, which passes whenever the code is merely slow.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
 # -- crawl settings for tests -------------------------------------------------------------
 
 def fast_settings(**sections: dict) -> Settings:
     """Settings for crawling 127.0.0.1 quickly: no delay, small filter, short timeouts."""
     base: dict[str, dict] = {
-        "crawl": {"concurrency": 16},
+        "crawl": {"concurrency": 16, "retry_rounds": 1, "retry_delay": 0.1},
         "politeness": {"delay": 0.0, "per_host": 4},
         "fetch": {"allow_private": True, "connect_timeout": 2.0, "read_timeout": 5.0,
                   "total_timeout": 10.0, "backoff_base": 0.05},

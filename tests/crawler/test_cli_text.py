@@ -1,0 +1,112 @@
+"""The command line's own text (issue 11, items 18, 20-22): --version, help for every
+option with its default, descriptions, messages about the wrong kind of path, and a
+status line that fits a terminal of 80 columns."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+from importlib.metadata import version
+
+import pytest
+
+from crawler.cli.main import build_parser, main
+from crawler.progress import Progress, format_status
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse offers no public walk of its tree
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _takes_value(action: argparse.Action) -> bool:
+    return action.nargs != 0 and not isinstance(action, argparse._VersionAction)
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"bloomcrawl {version('bloomcrawl')}"
+
+
+def test_every_option_has_help_and_says_its_default_and_every_command_a_description():
+    problems = []
+    for name, sub in _subparsers(build_parser()).items():
+        if not sub.description:
+            problems.append(f"{name}: no description")
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            flag = "/".join(action.option_strings) or action.dest
+            if not action.help:
+                problems.append(f"{name} {flag}: no help")
+            elif action.option_strings and _takes_value(action) and not action.required \
+                    and "default" not in action.help:
+                problems.append(f"{name} {flag}: help does not say its default")
+    assert problems == []
+
+
+def test_help_shows_the_defaults_of_the_crawl_options(capsys):
+    assert main(["crawl", "--help"]) == 0
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "(default: 20)" in out  # --max-depth
+    assert "(default: 32)" in out  # --concurrency
+
+
+# -- the wrong kind of path --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["stats", "resume", "check", "forget", "rebuild"])
+def test_a_regular_file_is_not_a_state_directory(tmp_path, capsys, command):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    argv = [command, str(f)] + (["http://a.test/"] if command in ("check", "forget") else [])
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{f} is a file, not a bloomcrawl state directory" in err
+    assert "not found" not in err
+
+
+def test_stats_of_a_fleet_directory_points_to_its_workers_and_merge(tmp_path, capsys):
+    root = tmp_path / "fleet"
+    for i in range(2):
+        (root / f"worker-{i}").mkdir(parents=True)
+    (root / "fleet.json").write_text('{"crawl_id": "x", "workers": 2, "redis": "local"}')
+    assert main(["stats", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "is a fleet directory" in err
+    assert f"bloomcrawl stats {root / 'worker-0'}" in err
+    assert "bloomcrawl merge -o" in err
+
+
+# -- the status line ---------------------------------------------------------------------------
+
+
+BIG = {"rate": 12345.6, "fetched": 987_654_321, "queued": 123_456_789_012, "in_flight": 256,
+       "hosts": 98_765_432, "errors": 45_678_901, "failed": 45_678_901, "new": 987_654_321_098,
+       "repeats": 987_654_321_098, "false_positives": 12_345_678, "fill": 0.999}
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_the_status_line_fits_80_columns(tty):
+    class Stream(io.StringIO):
+        def isatty(self) -> bool:
+            return tty
+
+    stream = Stream()
+    progress = Progress(stream, interval=0.0, plain_interval=0.0)
+    progress.update(BIG, now=1.0)
+    progress.update({**BIG, "rate": 0.0, "fill": 0.00001}, now=2.0)
+    lines = [ln for ln in re.split(r"[\r\n]", stream.getvalue()) if ln.strip()]
+    assert lines and all(len(ln) <= 80 for ln in lines), [len(ln) for ln in lines]
+    assert len(format_status(BIG)) <= 80
+
+
+def test_the_fleet_status_line_fits_80_columns():
+    from crawler.fleet.supervisor import format_fleet
+
+    line = format_fleet({i: BIG for i in range(999)}, {"idle": 999, "forwarded": 10**12}, 999,
+                        999)
+    assert len(line) <= 80, line

@@ -31,6 +31,7 @@ from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.errors import GeometryMismatch, SnapshotError
 from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
 from dedup.geometry import Geometry, require_same
+from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
 from dedup.ledger import Ledger, State
 from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
@@ -49,11 +50,6 @@ class NewUrl:
     key: str
     host: str
     depth: int
-
-
-def host_of(url: str) -> str:
-    """``host[:port]`` of a normalized absolute URL, without userinfo."""
-    return url.split("/", 3)[2].rpartition("@")[2]
 
 
 class UrlSeen:

@@ -50,6 +50,9 @@ _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
 # Up to this many keys a lookup probes key by key in C-level bisects; above it,
 # one vectorized numpy search per run (numpy's ~1 µs per call pays off).
 SMALL_BATCH = 48
+# Lookups between releases of the runs' touched pages (Run.release): bounds the
+# RSS a long crawl accrues from the maps at ~a page per key, for ~1 µs a page.
+RELEASE_EVERY = 1024
 _TOMB = int(TOMBSTONE)
 
 
@@ -81,6 +84,7 @@ class FingerprintIndex:
         self._buffer = Buffer(recent_max=min(8192, max(4, buffer_records // 32)),
                               capacity=buffer_records)
         self._merge: _Merge | None = None
+        self._lookups = 0
         self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
         self._runs: list[Run] = []  # newest first
         try:
@@ -115,6 +119,10 @@ class FingerprintIndex:
         still unanswered, sorted; a key stops at its first (newest) record.
         """
         self._install()
+        self._lookups += 1
+        if self._lookups % RELEASE_EVERY == 0:
+            for run in self._runs:
+                run.release()
         hi, lo = _u64(his), _u64(los)
         if len(hi) <= SMALL_BATCH:
             raw = self._probe(hi.tolist(), lo.tolist())

@@ -30,6 +30,7 @@ wrong answer.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zlib
@@ -288,12 +289,23 @@ class Run:
         self.block, self.count, self.min_seq, self.max_seq, crc = _parse_header(
             self.path, head, size)
         self.nbytes = size
-        if self.count:  # a plain ndarray view: numpy.memmap adds overhead to every index
-            self._rec = np.asarray(np.memmap(self.path, dtype="<u8", mode="r",
-                                             offset=HEADER_SIZE, shape=(self.count, 3)))
+        self._map: mmap.mmap | None = None
+        if self.count:  # a plain ndarray over our own map (numpy.memmap taxes every index)
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._rec = np.frombuffer(self._map, dtype="<u8", count=self.count * 3,
+                                      offset=HEADER_SIZE).reshape(self.count, 3)
         else:
             self._rec = np.zeros((0, 3), dtype="<u8")
         self.keys = self._verify(crc)
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the mapped pages this process has touched (they stay in the page
+        cache): lookups touch a page per key, and without this a long crawl's RSS
+        would grow to the whole index."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def _verify(self, crc: int) -> SortedKeys:
         """Stream the records once: CRC, strict order, seq range; count the buckets."""
@@ -345,6 +357,7 @@ class Run:
     def close(self) -> None:
         """Drop this object's references to the map (numpy unmaps it once no view is left)."""
         self._rec = np.zeros((0, 3), dtype="<u8")
+        self._map = None  # unmapped once the last view of it is gone
         empty = np.zeros(0, dtype=np.uint64)
         self.keys = SortedKeys(empty, empty, empty, np.zeros(2, dtype=np.int64), 1)
         self.count = 0

@@ -2,7 +2,9 @@
 
 A state directory holds one crawl's (or one fleet worker's) URL-seen state::
 
-    DIR/ledger.sqlite               every admitted URL (the truth, and the durable frontier)
+    DIR/ledger.sqlite               the journal: every admitted URL (the truth, and the
+                                    durable frontier), format 2
+    DIR/ledger.index/               the exact seen-set: sorted runs + MANIFEST (dedup.fpindex)
     DIR/shards/shard-NNNNN.bloom    one snapshot per filter shard
     DIR/lock                        flock()ed while a process writes the directory
 

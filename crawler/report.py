@@ -22,7 +22,9 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     with UrlSeen(d, readonly=True) as seen:
         st = seen.stats()
         totals = seen.ledger.meta_get(TOTALS_KEY) or {}
-        hosts = len(seen.ledger.queued_hosts())
+        # hosts with frontier text kept (an upper bound: done rows are compacted
+        # lazily); none when nothing is queued
+        hosts = len(seen.ledger.queued_hosts()) if st.get("queued") else 0
         config = seen.ledger.meta_get(CONFIG_KEY)
         errors = seen.ledger.meta_get(ERRORS_KEY) or {}
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}

@@ -32,7 +32,7 @@ from dedup.errors import GeometryMismatch, SnapshotError
 from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
 from dedup.geometry import Geometry, require_same
 from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
-from dedup.ledger import Ledger, State
+from dedup.ledger import INDEX_BUFFER, Ledger, State
 from dedup.recent import RecentKeys
 from dedup.shards import ShardedBloom
 from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
@@ -68,7 +68,7 @@ class UrlSeen:
                  rules: CanonRules | None = None, confirm_cache_size: int = 200_000,
                  canon_cache_size: int = 100_000, crawl_id: str | None = None,
                  create: bool = True, readonly: bool = False,
-                 autocommit: bool = True) -> None:
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -80,7 +80,7 @@ class UrlSeen:
             self._lock_fd = lock(self.state_dir)
         try:
             self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
-                                 autocommit=autocommit)
+                                 autocommit=autocommit, index_buffer=index_buffer)
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)

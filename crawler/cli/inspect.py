@@ -90,11 +90,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_forget(sub: Any) -> None:
-    _add_url_command(sub, "forget", "delete URLs from the ledger so they count as new",
-                     "Re-crawl: delete the URLs' rows from the ledger, so that the next "
-                     "time a page links to one it counts as new (the Bloom filter's "
-                     "'maybe seen' is confirmed in the ledger, which no longer has it). "
-                     "The crawl must be stopped.", cmd_forget)
+    _add_url_command(sub, "forget", "forget URLs in the ledger so they count as new",
+                     "Re-crawl: append a tombstone for each URL to the ledger, so that the "
+                     "next time a page links to one it counts as new (the Bloom filter's "
+                     "'maybe seen' is confirmed in the ledger, which now says forgotten); "
+                     "a forgotten URL still queued leaves the frontier. The crawl must be "
+                     "stopped.", cmd_forget)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

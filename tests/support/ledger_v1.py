@@ -20,10 +20,10 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
+
+from dedup.journal_format import QueuedRow, State  # the same values as format 1's
 
 # SQLite >= 3.32 allows 32766 host parameters; stay well below it.
 _CHUNK = 30_000
@@ -48,23 +48,6 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLUMNS = "fp, url, host, depth, state, status, error, discovered_at, updated_at"
-
-
-class State(IntEnum):
-    """Life cycle of a ledger row; QUEUED rows are the durable frontier."""
-
-    QUEUED = 0
-    FETCHED = 1
-    FAILED = 2
-    SKIPPED = 3
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedRow:
-    seq: int
-    url: str
-    host: str
-    depth: int
 
 
 class Ledger:

@@ -238,10 +238,6 @@ class Ledger:
         c = self.journal.counts()
         return c["admitted"] - c["forgotten"]
 
-    def compact(self) -> int:
-        """Drop frontier text whose URLs are all done (cheap; at snapshot time)."""
-        return self.journal.compact_queue()
-
     # -- bulk copy (fleet merge / resize) -----------------------------------------------
 
     def rows(self) -> Iterator[PortableRow]:

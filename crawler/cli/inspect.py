@@ -115,13 +115,18 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return rc
 
 
-def add_rebuild(sub: Any) -> None:
-    p = sub.add_parser("rebuild", help="recreate the shard files from the ledger",
-                       description="Recreate every shard file of a stopped crawl from its "
-                       "ledger (the record of truth): after damaged or deleted shard files. "
-                       "The crawl must be stopped.")
+def _add_dir_command(sub: Any, name: str, help: str, description: str, func: Any) -> None:
+    """A maintenance command on one stopped crawl's state directory."""
+    p = sub.add_parser(name, help=help, description=description)
     p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
-    p.set_defaults(func=cmd_rebuild)
+    p.set_defaults(func=func)
+
+
+def add_rebuild(sub: Any) -> None:
+    _add_dir_command(sub, "rebuild", "recreate the shard files from the ledger",
+                     "Recreate every shard file of a stopped crawl from its ledger (the "
+                     "record of truth): after damaged or deleted shard files. The crawl "
+                     "must be stopped.", cmd_rebuild)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -137,13 +142,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def add_migrate(sub: Any) -> None:
-    p = sub.add_parser("migrate", help="bring a state dir written by bloomcrawl 0.1 (ledger "
-                       "format 1) to format 2",
-                       description="Rewrite a format-1 ledger as format 2 in place, keeping "
-                       "the old one as ledger.v1.sqlite, and rebuild the shard files. Safe to "
-                       "run again after an interruption.")
-    p.add_argument("dir", metavar="DIR", help="the state directory to migrate")
-    p.set_defaults(func=cmd_migrate)
+    _add_dir_command(sub, "migrate", "bring a state dir written by bloomcrawl 0.1 (ledger "
+                     "format 1) to format 2",
+                     "Rewrite a format-1 ledger as format 2 in place, keeping the old one as "
+                     "ledger.v1.sqlite, and rebuild the shard files. Safe to run again after "
+                     "an interruption. The crawl must be stopped.", cmd_migrate)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ A crawl-like admission stream: pages of ``--per-page`` new fingerprints (random
 Reported per variant: append µs per page (the call only; stream generation is
 not timed), commit µs, bytes on disk per URL (db + WAL after close), bytes
 written per URL (/proc/self/io write_bytes, so WAL, checkpoints and the final
-checkpoint at close are all in), open time and ``counts()`` time on the result.
+checkpoint at close are all in), open time and ``counts()`` time on the result,
+and the largest the WAL file got (sampled after every commit).
 
     .venv/bin/python bench/journal_bench.py --urls 10000000 --v1-urls 2000000
 """
@@ -75,6 +76,8 @@ def run(variant: str, n_urls: int, per_page: int, commit_every: int, workdir: Pa
     w0 = write_bytes()
     t_append = t_commit = 0.0
     n_pages = 0
+    wal = Path(f"{path}-wal")
+    peak_wal = 0
     opened = (Ledger(path, autocommit=False) if variant == "ledger-v1"
               else Journal(path, autocommit=False))
     with opened as store:
@@ -96,6 +99,8 @@ def run(variant: str, n_urls: int, per_page: int, commit_every: int, workdir: Pa
                 t = time.perf_counter()
                 store.commit()
                 t_commit += time.perf_counter() - t
+                if wal.exists():
+                    peak_wal = max(peak_wal, wal.stat().st_size)
     written = write_bytes() - w0
     size = sum(p.stat().st_size for p in workdir.glob(f"{variant}.sqlite*"))
     t = time.perf_counter()
@@ -110,7 +115,7 @@ def run(variant: str, n_urls: int, per_page: int, commit_every: int, workdir: Pa
     return {"variant": variant, "urls": n, "append_us_page": t_append / n_pages * 1e6,
             "commit_us": t_commit / max(1, n_pages // commit_every) * 1e6,
             "disk_B_url": size / n, "written_B_url": written / n,
-            "open_ms": t_open * 1e3, "counts_ms": t_counts * 1e3}
+            "open_ms": t_open * 1e3, "counts_ms": t_counts * 1e3, "peak_wal_mb": peak_wal / 2**20}
 
 
 def main() -> None:
@@ -130,14 +135,16 @@ def main() -> None:
     print(f"page_size={args.page_size} wal_autocheckpoint={args.autocheckpoint} "
           f"per_page={args.per_page} commit_every={args.commit_every}", flush=True)
     print("| variant | URLs | append µs/page | commit µs | disk B/URL | written B/URL "
-          "| open ms | counts() ms |\n|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+          "| open ms | counts() ms | peak WAL MB |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     try:
         for variant in args.variants.split(","):
             n = args.v1_urls or args.urls if variant == "ledger-v1" else args.urls
             r = run(variant, n, args.per_page, args.commit_every, workdir)
             print(f"| {r['variant']} | {r['urls']:,} | {r['append_us_page']:.1f} "
                   f"| {r['commit_us']:.0f} | {r['disk_B_url']:.1f} | {r['written_B_url']:.1f} "
-                  f"| {r['open_ms']:.1f} | {r['counts_ms']:.1f} |", flush=True)
+                  f"| {r['open_ms']:.1f} | {r['counts_ms']:.1f} | {r['peak_wal_mb']:.1f} |",
+                  flush=True)
             for p in workdir.glob(f"{variant}.sqlite*"):
                 os.unlink(p)
     finally:

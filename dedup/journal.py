@@ -53,14 +53,14 @@ from dedup.journal_format import (
 )
 from dedup.journal_queue import QueueTable, select_in
 
-# Measured with bench/journal_bench.py (bench/README.md): 1 KiB pages wrote no
-# less than 4 KiB ones; checkpointing every 10,000 WAL pages instead of 1,000
-# wrote ~25% less per URL with URL text (the queue's host index takes random
-# inserts, so frequent checkpoints copy the same pages back many times). After
-# a checkpoint the WAL file is truncated to 16 MB so it cannot stay huge.
+# Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
+# pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
+# WAL near 4 MiB (10,000 let it reach 40 MiB, filling small disks long before the
+# data did); it costs ~35% more bytes written per URL with URL text, whose host index
+# pages get checkpointed more often. After a checkpoint the WAL is cut to 8 MiB.
 PAGE_SIZE = 4096
-WAL_AUTOCHECKPOINT = 10_000
-JOURNAL_SIZE_LIMIT = 16 << 20
+WAL_AUTOCHECKPOINT = 1_000
+JOURNAL_SIZE_LIMIT = 8 << 20
 
 _DONE = tuple(s for s in State if s is not State.QUEUED)
 _COUNTER_KEYS = ("admitted", "forgotten", *(s.name.lower() for s in _DONE))

@@ -202,6 +202,26 @@ def test_group_commit_rollback_and_close(tmp_path):
         assert again.hwm() == 5 and again.counts() == again.recount()
 
 
+def test_wal_stays_small_while_a_crawl_appends_url_text(tmp_path):
+    """Issue 11.6: with 10,000-page checkpoints the WAL reached ~40 MB, so a small
+    disk filled long before the data did. A crawl-like stream (URLs spread over many
+    hosts, so each commit dirties many index pages) must keep it near 4 MiB."""
+    rng = random.Random(7)
+    path = tmp_path / "ledger.sqlite"
+    wal = Path(f"{path}-wal")
+    peak = 0
+    with Journal(path, autocommit=False) as jr:
+        for page in range(20_000):
+            ids = range(page * 10, page * 10 + 10)
+            hosts = [f"h{rng.randrange(3000)}.test" for _ in ids]
+            page_urls = [f"http://{h}/{i}" for h, i in zip(hosts, ids, strict=True)]
+            jr.append(fps(ids), depth=1, urls=page_urls, hosts=hosts)
+            if page % 100 == 99:
+                jr.commit()
+                peak = max(peak, wal.stat().st_size)
+    assert 0 < peak <= 8 << 20, f"WAL grew to {peak / 2**20:.1f} MiB"
+
+
 def test_readonly_reader_while_a_writer_is_active(tmp_path):
     path = tmp_path / "l.sqlite"
     writer = Journal(path, autocommit=False)

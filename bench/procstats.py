@@ -12,10 +12,13 @@ from pathlib import Path
 
 
 def proc_status() -> dict[str, float]:
-    """VmRSS and VmHWM (peak) of this process, in MB."""
+    """VmRSS, VmHWM (peak), RssAnon and RssFile of this process, in MB.
+
+    RssFile counts the run files' pages mapped from the page cache (clean, shared,
+    reclaimable); RssAnon is what the process itself holds."""
     out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
+        if line.startswith(("VmRSS:", "VmHWM:", "RssAnon:", "RssFile:")):
             key, value = line.split(":", 1)
             out[key] = int(value.split()[0]) / 1024
     return out

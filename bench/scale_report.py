@@ -52,19 +52,27 @@ def window_table(runs: list[dict[str, Any]], size: int) -> dict[str, Any]:
     for run in runs:
         for (a, b), w in zip(_nominal(run["windows"], size), run["windows"], strict=True):
             keyed.append((a, [_fmt_range(a, b), _label(run), w["links_per_cpu_s"], w["links_per_s"],
-                         w["vmrss"], w["vmhwm"], w["state_b_per_url"], w["written_b_per_new"],
+                         w["vmrss"], w["vmhwm"], w.get("peak_anon"), w["state_b_per_url"],
+                          w["written_b_per_new"],
                           w["read_b_per_page"]]))
     keyed.sort(key=lambda kr: kr[0])  # by window; stable, so runs keep their order
     rows = [r for _, r in keyed]
     return {"title": "Per window of distinct URLs",
             "columns": ["window (distinct URLs)", "implementation", "links/CPU-s", "links/s (wall)",
-                        "RSS MB", "peak RSS MB", "state B/URL", "B written/new URL",
-                        "B read/page"], "rows": rows,
+                        "RSS MB", "peak RSS MB", "peak anon MB", "state B/URL",
+                        "B written/new URL", "B read/page"], "rows": rows,
             "notes": ["links = raw hrefs fed (75 a page, incl. rejected ones); CPU = the "
                       "process's user+sys time in the timed region (stream generation "
                       "excluded); state = blocks allocated by every state file (WAL included), "
                       "per distinct URL so far; written/read = /proc/self/io write_bytes / "
-                      "read_bytes of the process over the window."]}
+                      "read_bytes of the process over the window; RSS includes run-file "
+                      "pages mapped from the page cache (RssFile), anon is RssAnon "
+                      "sampled every 100 pages."]}
+
+
+def _peak_anon(run: dict[str, Any]) -> float | None:
+    peaks = [w.get("peak_anon") for w in run["windows"]]
+    return max(peaks) if None not in peaks else None  # older saved runs lack it
 
 
 def summary_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -73,12 +81,13 @@ def summary_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
         s, last = _span(run["windows"]), run["windows"][-1]
         rows.append([_label(run), run["distinct"], run["pages"], s["links_per_cpu_s"],
                      s["links_per_s"], max(w["vmhwm"] for w in run["windows"]),
+                     _peak_anon(run),
                      last["state_b_per_url"], s["written_b_per_new"],
                      s["snapshot_b_per_new"] if run["impl"] == "urlseen" else None,
                      s["gen_cpu_s"] / s["pages"] * 1e6, s["gen_cpu_s"] / s["cpu_s"]])
     return {"title": "Whole runs",
             "columns": ["implementation", "distinct URLs", "pages", "links/CPU-s",
-                        "links/s (wall)", "peak RSS MB", "final state B/URL",
+                        "links/s (wall)", "peak RSS MB", "peak anon MB", "final state B/URL",
                         "B written/new URL", "of which snapshots", "stream gen µs/page (untimed)",
                         "stream gen / timed CPU"], "rows": rows,
             "notes": ["The stream is generated in the same process, 100 pages at a time, "
@@ -118,6 +127,8 @@ def ratio_rows(runs: list[dict[str, Any]], restart: dict[str, float],
             ">= 0.8", None)
     peak = max(w["vmhwm"] for w in ws)
     row("UrlSeen peak RSS, MB", peak, "<= 250", peak <= 250)
+    row("UrlSeen peak anonymous RSS (page-cache run pages excluded), MB", _peak_anon(seen),
+        "(context)", None)
     state = ws[-1]["state_b_per_url"]
     row("UrlSeen state on disk, bytes per distinct URL (final)", state, "<= 64", state <= 64)
     row("UrlSeen bytes written per new URL (whole run)", whole["written_b_per_new"], "<= 256",

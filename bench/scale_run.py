@@ -44,6 +44,11 @@ class Meter:
         self.io0 = proc_io()
         self.distinct0 = self.distinct
         self.snap0 = 0
+        self.peak_anon = 0.0
+
+    def sample(self) -> None:
+        """Between groups, untimed: anonymous RSS has no kernel-kept peak."""
+        self.peak_anon = max(self.peak_anon, proc_status()["RssAnon"])
 
     def window(self, impl: Impl) -> dict[str, Any]:
         io = proc_io()
@@ -62,6 +67,7 @@ class Meter:
                "cancelled_write_bytes": io["cancelled_write_bytes"]
                - self.io0["cancelled_write_bytes"],
                **{k.lower(): v for k, v in proc_status().items()}}
+        row["peak_anon"] = max(self.peak_anon, row["rssanon"])
         self._start_window()
         self.snap0 = impl.snapshot_bytes
         return row
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             impl.close()  # the final commit / snapshot belongs to the last window
         m.cpu += process_time() - c0
         m.wall += perf_counter() - t0
+        m.sample()
         m.gen_cpu += g1 - g0
         m.pages += len(pages)
         m.links += n_links

@@ -231,13 +231,13 @@ def test_readonly_reader_while_a_writer_is_active(tmp_path):
     reader = Journal(path, readonly=True)
     assert reader.hwm() == 4 and reader.counts()["admitted"] == 4
     assert [r.seq for r in reader.queued(10)] == [1, 2, 3, 4]
-    with pytest.raises(PermissionError):
+    with pytest.raises(PermissionError, match=r": opened read-only$"):
         reader.append(fp(9), depth=0)
     writer.commit()
     assert reader.hwm() == 6 and reader.counts()["admitted"] == 6
     reader.close()
     writer.close()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"^no ledger at .*none\.sqlite$"):
         Journal(tmp_path / "none.sqlite", readonly=True)
 
 

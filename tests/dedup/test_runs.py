@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_writer_refuses_unsorted_and_abandons_cleanly(tmp_path: Path) -> None:
     a = np.array([1, 2], np.uint64)
     with pytest.raises(ValueError, match="strictly increase"):
         write_run(path, [(a, a, a), (a, a, a)])
-    with pytest.raises(InterruptedError):
+    with pytest.raises(InterruptedError, match=r"^run write abandoned$"):
         write_run(path, [(a, a, a)], should_stop=lambda: True)
     assert list(tmp_path.iterdir()) == []
     write_run(path, [])
@@ -112,11 +113,11 @@ def test_every_truncation_and_bit_flip_is_refused(tmp_path: Path) -> None:
     data = path.read_bytes()
     for cut in range(0, len(data), 7):
         path.write_bytes(data[:cut])
-        with pytest.raises(RunFileError):
+        with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
             Run(path)
     for pos in range(0, len(data), 5):
         flipped = bytearray(data)
         flipped[pos] ^= 0x10
         path.write_bytes(bytes(flipped))
-        with pytest.raises(RunFileError):
+        with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
             Run(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 import time
@@ -151,7 +152,7 @@ def test_every_byte_flip_in_header_and_table_is_caught(good):
         damaged = bytearray(data)
         damaged[i] ^= 0x5A
         good.write_bytes(damaged)
-        with pytest.raises(SnapshotError):
+        with pytest.raises(SnapshotError, match=f"^{re.escape(str(good))}: "):
             read_header(good)
 
 

@@ -7,7 +7,13 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
 
 from dedup.bloom import BloomFilter
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
-from dedup.errors import GeometryMismatch, SnapshotError, StateFormatError, StateLocked
+from dedup.errors import (
+    GeometryMismatch,
+    LedgerDamaged,
+    SnapshotError,
+    StateFormatError,
+    StateLocked,
+)
 from dedup.fingerprint import fingerprint, fingerprint_many
 from dedup.geometry import Geometry
 from dedup.ledger import Ledger, QueuedRow, State
@@ -21,6 +27,7 @@ __all__ = [
     "Geometry",
     "GeometryMismatch",
     "Ledger",
+    "LedgerDamaged",
     "NewUrl",
     "QueuedRow",
     "ShardedBloom",

@@ -21,3 +21,8 @@ class StateLocked(RuntimeError):
 class StateFormatError(ValueError):
     """A state file is of a format this code does not read (e.g. a format-1 ledger):
     the message names the format and the way forward (``bloomcrawl migrate``)."""
+
+
+class LedgerDamaged(ValueError):
+    """The ledger (or its write-ahead log) is damaged: the message names the file and
+    the way forward (``bloomcrawl repair DIR``)."""

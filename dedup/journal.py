@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dedup.errors import StateFormatError
+from dedup.errors import LedgerDamaged, StateFormatError
 from dedup.journal_format import (
     ADMIT,
     FORGET,
@@ -52,6 +52,7 @@ from dedup.journal_format import (
     groups_by_host,
 )
 from dedup.journal_queue import QueueTable, select_in
+from dedup.walcheck import check_wal
 
 # Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
 # pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
@@ -87,12 +88,18 @@ class Journal:
             self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
                                        isolation_level=None, check_same_thread=False)
         else:
+            check_wal(self.path)  # the writer holds the state dir's lock: no one appends
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
         self._queue = QueueTable(self._db)
         try:
             self._open()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # locked, I/O error, disk full: not damage
+            raise LedgerDamaged(f"{self.path}: {exc}") from exc
         except BaseException:
             self._db.close()
             raise

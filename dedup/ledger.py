@@ -104,6 +104,16 @@ class Ledger:
             index.add(his, los, seqs, tombstone=tomb)
         return index
 
+    def rebuild_index(self) -> None:
+        """Rebuild the fingerprint index from the journal alone, in bounded memory
+        (after ``bloomcrawl repair`` re-issued every seq)."""
+        if self._index is not None:
+            self._index.close()
+        directory = self.path.with_name(self.path.stem + INDEX_SUFFIX)
+        self._index = FingerprintIndex.rebuild(directory, self._records(0),
+                                               mark=self.journal.hwm(),
+                                               buffer_records=self._index_buffer)
+
     def _records(self, after: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]:
         """Journal seqs past ``after`` as index records, admissions and tombstones apart."""
         for seqs, fps, kinds in self.journal.batches_after(after):

@@ -15,7 +15,7 @@ from crawler.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.state import CrawlError, require_state_dir
 from dedup import UrlRejected, UrlSeen
 
-__all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_stats"]
+__all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
 
 
 def add_stats(sub: Any) -> None:
@@ -155,4 +155,46 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     n = migrate(args.dir)
     print(f"migrated {n} ledger row(s) in {args.dir} to format 2 "
           f"(the format-1 ledger is kept as {V1_BACKUP})")
+    return 0
+
+
+def add_repair(sub: Any) -> None:
+    _add_dir_command(sub, "repair", "recover a damaged ledger (database disk image is "
+                     "malformed, a damaged WAL)",
+                     "Copy every readable row of a stopped crawl's damaged ledger into a new "
+                     "one (the damaged files are kept beside it as *.damaged-TIME), put back "
+                     "every page pages.jsonl records, and rebuild the index and the shard "
+                     "files; then 'bloomcrawl resume DIR' goes on. Rows on damaged pages are "
+                     "lost: URLs they held that were queued leave the frontier (reported).",
+                     cmd_repair)
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from crawler.repair import repair_state_dir
+
+    d = require_state_dir(args.dir)
+    report, restored = repair_state_dir(d)
+    kept = ", ".join(f"{t} {n}" for t, n in report.kept.items())
+    print(f"repaired {d}: {report.rows} URL(s) in the new ledger (rows read: {kept})")
+    lost = {t: n for t, n in report.bad_ranges.items() if n}
+    if lost:
+        print("  unreadable: " + ", ".join(f"{t} {n} rowid range(s)" for t, n in lost.items()))
+    if report.wal_damage:
+        print(f"  {report.wal_damage}: the transactions after that frame are lost; URLs "
+              "they queued left the frontier (re-run 'bloomcrawl crawl' with the seeds to "
+              "find them again)")
+    if report.orphans:
+        print(f"  {len(report.orphans)} queued URL(s) whose admission was unreadable were "
+              "queued again")
+    if report.lost_seqs:
+        print(f"  {report.lost_seqs} admission(s) unreadable: any that were still queued "
+              "left the frontier (a page linking to one admits it again)")
+    if report.frontier_lost:
+        print(f"  {report.frontier_lost} queued URL(s) lost their text and left the frontier "
+              "(a page linking to one admits it again)")
+    if restored:
+        print(f"  {restored} page(s) put back from pages.jsonl")
+    for p in report.set_aside:
+        print(f"  kept the damaged file as {p}")
+    print(f"next: bloomcrawl resume {args.dir}")
     return 0

@@ -22,21 +22,28 @@ from typing import Any
 from crawler.cli.args import PROG, Parser, UsageError, err
 from crawler.cli.crawl import add_crawl, add_resume
 from crawler.cli.fleet import add_fleet
-from crawler.cli.inspect import add_check, add_forget, add_migrate, add_rebuild, add_stats
+from crawler.cli.inspect import (
+    add_check,
+    add_forget,
+    add_migrate,
+    add_rebuild,
+    add_repair,
+    add_stats,
+)
 from crawler.cli.merge import add_merge, add_resize
 from crawler.exits import ERROR, USAGE
 from crawler.fleet.identity import FleetError
 from crawler.scope import SeedError
 from crawler.settings import ConfigError
 from crawler.state import CrawlError
-from dedup import SnapshotError, StateLocked
+from dedup import LedgerDamaged, SnapshotError, StateLocked
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # One registration function per command (it sets the command's ``func``).
 COMMANDS: list[Callable[[Any], None]] = [
     add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
-    add_rebuild, add_migrate,
+    add_rebuild, add_repair, add_migrate,
 ]
 
 
@@ -57,6 +64,18 @@ def _describe(exc: BaseException) -> str:
         where = exc.filename if exc.filename is not None else ""
         return f"{where}: {exc.strerror}" if where else exc.strerror
     return str(exc) or type(exc).__name__
+
+
+# SQLite errors that say the machine is in the way, not that the ledger is damaged
+_NOT_DAMAGE = ("locked", "disk i/o error", "full", "unable to open", "readonly", "interrupted")
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """A damaged ledger: malformed pages, or garbage where text should be."""
+    if isinstance(exc, LedgerDamaged):
+        return True
+    return isinstance(exc, sqlite3.DatabaseError) and not any(
+        word in str(exc).lower() for word in _NOT_DAMAGE)
 
 
 _USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, sqlite3.Error,
@@ -91,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
         err(_describe(exc))
+        if _is_damage(exc):
+            where = getattr(args, "dir", None) or getattr(args, "state", None) or "DIR"
+            err(f"the ledger is damaged: recover what is readable with 'bloomcrawl repair "
+                f"{where}' (README: 'Damaged ledger')")
         return ERROR
     except KeyboardInterrupt:
         err("interrupted")

@@ -26,6 +26,7 @@ from crawler.exits import exit_status
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
+from crawler.fleet.resize import refuse_if_resized
 from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
 
 __all__ = ["add_crawl", "add_resume"]
@@ -133,6 +134,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise UsageError("resume of a fleet directory cannot change limits; resume "
                              "each worker's directory (DIR/worker-I) with them")
         return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
+    refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
     seen, settings, scope = open_crawl(args.dir)
     try:
         if changes:

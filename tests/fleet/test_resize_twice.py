@@ -60,7 +60,7 @@ async def test_resize_twice_from_a_fleet_on_a_shared_redis_is_refused_by_name(tm
         assert done.rc == 0, done.stderr
         # its links in the shared Redis now belong to the resized fleet
         for argv in (["resize", "--from-state", str(src), "--to", "1", "-o", str(b)],
-                     ["resume", str(src)]):
+                     ["resume", str(src)], ["resume", str(src / "worker-1")]):
             again = await run_cli(*argv)
             assert again.rc == 1, again.stderr
             assert f"was resized into {a}" in again.stderr, again.stderr

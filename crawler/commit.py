@@ -17,6 +17,14 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
    the ones fetched again after a kill -9, which also rediscover any link whose
    row was not committed yet.
+
+pages.jsonl holds one record per URL taken from the frontier: fetched pages
+(any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
+robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
+skipped). Links over the per-host cap are marked skipped in the ledger without
+a record; out-of-scope and too-deep links are never admitted at all. A
+transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
+record yet: the URL goes back to the frontier for a later round (``crawler.retry``).
 """
 
 from __future__ import annotations

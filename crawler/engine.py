@@ -4,16 +4,9 @@ Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
 HTML page's links, resolved in one batch, filtered by scope, depth and the
 per-host cap -> ``UrlSeen.admit_resolved`` (one call per page) -> frontier.
 
-Durability (why a crash, even kill -9, never loses a URL) is ``crawler.commit``'s.
-
-pages.jsonl holds one record per URL taken from the frontier: fetched pages
-(any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
-robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
-skipped). Links over the per-host cap are marked skipped in the ledger without
-a record; out-of-scope and too-deep links are never admitted at all. A
-transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
-record yet: the URL goes back to the frontier for a later round (``crawler.retry``).
-Snapshots (``crawler.checkpoint``) only make a restart faster.
+Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
+holds for each URL are ``crawler.commit``'s; snapshots (``crawler.checkpoint``)
+only make a restart faster.
 
 When the crawl ends is decided in one place, ``Engine.end``: the frontier
 closes, every worker returns after its current page, and ``run`` snapshots.

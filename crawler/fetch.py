@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import email.utils
-import math
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
 
 import ada_url
@@ -25,29 +22,20 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from crawler.headers import (
+    content_length,
+    looks_like_html,
+    parse_content_type,
+    parse_retry_after,
+)
 from crawler.netguard import GuardedResolver, check_literal_host
 from crawler.outcome import FetchResult, classify_error
 
-__all__ = [
-    "FetchSettings",
-    "Fetcher",
-    "TextFetch",
-    "parse_content_type",
-    "parse_retry_after",
-]
+__all__ = ["FetchSettings", "Fetcher", "TextFetch"]
 
 _CHUNK = 64 * 1024
 _DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
 _ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
-# WHATWG MIME sniffing: patterns that make an untyped body HTML, each followed by
-# a tag-terminating byte (space or ">").
-_HTML_SNIFF = tuple(
-    p.encode()
-    for p in (
-        "<!doctype html", "<html", "<head", "<script", "<iframe", "<h1", "<div", "<font",
-        "<table", "<a", "<style", "<title", "<b", "<body", "<br", "<p", "<!--",
-    )
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,55 +53,6 @@ class FetchSettings:
     allow_private: bool = False  # refuse private/loopback/link-local/reserved targets unless True
     max_connections: int = 100
     dns_cache_ttl: float = 300.0
-
-
-def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
-    """(media type lowercased, charset lowercased) from a Content-Type header value."""
-    if not value:
-        return None, None
-    media, *params = value.split(";")
-    media = media.strip().lower() or None
-    charset = None
-    for param in params:
-        key, sep, val = param.partition("=")
-        if sep and key.strip().lower() == "charset":
-            charset = val.strip().strip("\"'").strip().lower() or None
-            break
-    return media, charset
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After value (delta-seconds or HTTP-date); None if invalid."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-def _looks_like_html(head: bytes) -> bool:
-    head = head[:512].lstrip(b" \t\n\r\f").lower()
-    for pat in _HTML_SNIFF:
-        if head.startswith(pat) and head[len(pat) : len(pat) + 1] in (b" ", b">", b"\t", b"\n"):
-            return True
-    return False
-
-
-def _content_length(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value.strip())
 
 
 def _request_url(url: str) -> URL | str:
@@ -327,7 +266,7 @@ class Fetcher:
         s = self.settings
         status = hop.status = resp.status
         hop.content_type, hop.charset = parse_content_type(resp.headers.get(hdrs.CONTENT_TYPE))
-        length = _content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
+        length = content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
 
         if status == 429 or status == 503:
             hop.retry_after = parse_retry_after(resp.headers.get(hdrs.RETRY_AFTER))
@@ -372,7 +311,7 @@ class Fetcher:
                     return
                 del buf[limit:]
                 break
-        if html_only and ctype is None and not _looks_like_html(bytes(buf[:512])):
+        if html_only and ctype is None and not looks_like_html(bytes(buf[:512])):
             hop.error = "not html"
             return
         hop.body = bytes(buf)

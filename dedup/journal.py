@@ -10,19 +10,7 @@ in bench/README.md, "Ledger format 2".) The exact seen-set lives in the
 fingerprint index (``dedup.fpindex``), which is rebuilt from this log; the log
 never deletes, so seqs are never reused and snapshot high-water marks stay sound.
 
-Tables (``SCHEMA``):
-
-- ``meta``: geometry, rules, crawl id, ``format`` = 2 and the kept counters
-  (``counters``), written in the same transaction as the rows they count.
-- ``log(seq, n, kind, depth, fps)``: seqs ``seq .. seq+n-1``; kind 0 admits,
-  kind 1 forgets (tombstones for the fingerprints).
-- ``queue(id, host, depth, seqs, urls)``: the durable frontier text, one row per
-  (batch, host); ``id`` is the group's smallest seq (unique, since a batch's
-  groups partition its seqs), ``seqs`` the offsets from ``id`` (uint8 when they
-  fit, else uint32), ``urls`` the newline-joined text behind a tag byte, zlib-
-  deflated when that is smaller (a lone URL is not).
-- ``outcomes(seq, state, status, error, at)``: fetch results; no row = queued.
-
+The tables are described beside ``SCHEMA`` (``dedup.journal_format``).
 One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.
 """
 
@@ -49,16 +37,15 @@ from dedup.journal_format import (
     QueuedRow,
     State,
     encode_group,
+    flatten_log_rows,
     groups_by_host,
 )
 from dedup.journal_queue import QueueTable, select_in
 from dedup.walcheck import check_wal
 
-# Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
-# pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
-# WAL near 4 MiB (10,000 let it reach 40 MiB, filling small disks long before the
-# data did); it costs ~35% more bytes written per URL with URL text, whose host index
-# pages get checkpointed more often. After a checkpoint the WAL is cut to 8 MiB.
+# bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB pages wrote no less than
+# 4 KiB ones; checkpoints every 1,000 pages keep the WAL near 4 MiB (10,000: 40 MiB, filling
+# small disks) for ~35% more bytes written with URL text. The WAL is cut to 8 MiB after one.
 PAGE_SIZE = 4096
 WAL_AUTOCHECKPOINT = 1_000
 JOURNAL_SIZE_LIMIT = 8 << 20
@@ -297,7 +284,7 @@ class Journal:
             if more and size < chunk:
                 continue
             if rows:
-                seqs, fps, kinds = _flatten(rows)
+                seqs, fps, kinds = flatten_log_rows(rows)
                 k = int(np.searchsorted(seqs, seq, side="right"))
                 if k < len(seqs):
                     yield seqs[k:], fps[k * FP:], kinds[k:]
@@ -317,8 +304,6 @@ class Journal:
         cur = self._db.execute("SELECT seq, state, status, error, at FROM outcomes ORDER BY seq")
         while rows := cur.fetchmany(4096):
             yield from ((seq, State(st), *rest) for seq, st, *rest in rows)
-
-    # -- the frontier ------------------------------------------------------------
 
     # -- the frontier ------------------------------------------------------------
 
@@ -412,12 +397,3 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _flatten(rows: list[tuple]) -> tuple[np.ndarray, bytes, np.ndarray]:
-    """Log rows ``(seq, n, kind, fps)`` as one run of per-seq arrays."""
-    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    ns = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-    kinds = np.repeat(np.fromiter((r[2] for r in rows), np.uint8, len(rows)), ns)
-    before = np.cumsum(ns) - ns
-    seqs = np.arange(int(ns.sum()), dtype=np.int64) + np.repeat(starts - before, ns)
-    return seqs, b"".join(r[3] for r in rows), kinds

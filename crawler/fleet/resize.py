@@ -1,7 +1,7 @@
 """``bloomcrawl resize``: a stopped fleet of W workers into one of W/2 or 2W.
 
 state dirs (``dedup.resize``), pages.jsonl files, per-host counts, identities,
-  and the un-acknowledged links in Redis (``transport.reshard``).
+  and the un-acknowledged links in Redis (``crawler.fleet.reshard``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     ``fleet.json`` last. A local Redis is resharded in a copy of its data
     (``out/redis``), so the source fleet stays whole and resumable.
     """
-    from crawler.fleet.transport import reshard
+    from crawler.fleet.reshard import reshard
     from dedup.resize import check_compatible, resize
 
     refuse_if_resized(src.root)

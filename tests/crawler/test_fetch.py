@@ -12,14 +12,8 @@ from email.utils import format_datetime
 import pytest
 import pytest_asyncio
 
-from crawler.fetch import (
-    Fetcher,
-    FetchSettings,
-    TextFetch,
-    _looks_like_html,
-    parse_content_type,
-    parse_retry_after,
-)
+from crawler.fetch import Fetcher, FetchSettings, TextFetch
+from crawler.headers import looks_like_html, parse_content_type, parse_retry_after
 from crawler.links import extract_links
 from crawler.netguard import GuardedResolver, PrivateAddressError, is_public_address
 from tests.support.faultserver import MB, FaultServer, HostMap, fault_server
@@ -419,4 +413,4 @@ def test_parse_retry_after() -> None:
     (b"<?xml version='1.0'?><rss>", False), (b"", False), (b"plain text <html>", False),
 ])
 def test_untyped_bodies_are_html_only_when_they_start_like_html(head: bytes, want: bool) -> None:
-    assert _looks_like_html(head) is want
+    assert looks_like_html(head) is want

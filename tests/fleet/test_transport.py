@@ -20,7 +20,8 @@ from crawler.fleet import transport as transport_mod
 from crawler.fleet.monitor import FleetMismatch, FleetMonitor, TransportError
 from crawler.fleet.owner import owner_of
 from crawler.fleet.redis_url import redact
-from crawler.fleet.transport import RedisTransport, reshard
+from crawler.fleet.reshard import reshard
+from crawler.fleet.transport import RedisTransport
 from tests.support import redisserver
 from tests.support.helpers import until
 from tests.support.redisserver import RedisServer, free_port

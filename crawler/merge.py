@@ -136,5 +136,5 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(b"".join(committed_pages(d)) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)
-    set_committed_pages(out)
+    set_committed_pages(out, new_warc=True)
     return result.rows, result.duplicates

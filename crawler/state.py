@@ -163,12 +163,23 @@ def committed_pages(state_dir: Path) -> list[bytes]:
     return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
 
 
-def set_committed_pages(state_dir: Path) -> None:
-    """Record ``state_dir``'s pages.jsonl, as it now is, as committed (after a merge or
-    resize wrote it whole); its WARC offset is dropped (appending goes on at its end)."""
+def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
+    """Record ``state_dir``'s pages.jsonl, as it now is, as committed (after a merge,
+    resize or repair wrote it whole); its WARC offset is dropped (resume cuts a torn
+    record off the WARC's end and appends after it).
+
+    ``new_warc`` (a merge's or resize's new state dir): a WARC file belongs to the
+    crawl that writes it, and the settings copied from a source still name the
+    source's file; the new crawl gets its own file of that name in ``state_dir``."""
     size = _size(state_dir / PAGES_FILE)
     with Ledger(ledger_path(state_dir)) as ledger:
         ledger.meta_set(OUTPUTS_KEY, {"pages": size})
+        config = ledger.meta_get(CONFIG_KEY)
+        if new_warc and config and config.get("output", {}).get("warc"):
+            warc = (state_dir / Path(config["output"]["warc"]).name).resolve()
+            config["output"]["warc"] = str(warc)
+            ledger.meta_set(CONFIG_KEY, config)
+            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": _size(warc)})
 
 
 def require_state_dir(path: str | Path) -> Path:

@@ -117,7 +117,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
         raise
     _carry_outputs(dirs, out, w, to)
     for i in range(to):
-        set_committed_pages(worker_dir(out, i))
+        set_committed_pages(worker_dir(out, i), new_warc=True)
     for i in range(to):
         with Ledger(ledger_path(worker_dir(out, i))) as ledger:
             meta = dict(ledger.meta_get(FLEET_KEY))

@@ -107,3 +107,29 @@ async def test_reopening_cuts_both_files_back_to_their_committed_sizes(tmp_path)
         await w.write_pages([("http://b/", "text/html", b"<p>b</p>", 0.0)])
     assert [r["url"] for r in read_pages(pages)] == ["http://a/", "http://b/"]
     assert warc_uris(warc) == ["http://a/", "http://b/"]
+
+
+async def test_a_merged_state_dir_writes_its_own_warc_not_its_sources(tmp_path, site):
+    """merge --state copies the source's settings, which name the source's WARC file:
+    resuming the union must not append to it (two crawls in one file), and the two
+    files together hold each stored page once."""
+    async with site(SPEC) as running:
+        seeds, config, state = setup_crawl(tmp_path, running)
+        warc = tmp_path / "out" / "crawl.warc"
+        first = await run_cli("crawl", str(seeds), "--state", str(state), "--config",
+                              str(config), "--quiet", "--warc", str(warc), "--max-pages", "40")
+        assert first.rc == 0, first.stderr
+        before = warc.read_bytes()
+        union = tmp_path / "union"
+        merged = await run_cli("merge", "--state", "-o", str(union), str(state))
+        assert merged.rc == 0, merged.stderr
+        done = await run_cli("resume", str(union), "--quiet", "--max-pages", "0")
+        assert done.rc == 0, done.stderr
+        assert warc.read_bytes() == before  # the source's file is the source's
+        own = union / "crawl.warc"
+        uris = warc_uris(warc) + warc_uris(own)
+        assert len(warc_uris(own)) > 0
+        assert max(Counter(uris).values()) == 1
+        stored = {r["url"] for r in read_pages(union / "pages.jsonl")
+                  if r["status"] == 200 and r["content_type"] == "text/html"}
+        assert set(uris) == stored

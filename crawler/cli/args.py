@@ -5,6 +5,7 @@ to its workers as flags) and turned into ``Settings`` in one function."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +16,21 @@ from crawler.scope import normalize_domain
 from crawler.settings import Settings, load_settings
 from dedup.snapshot import CRAWL_ID_BYTES
 
-__all__ = ["PROG", "Parser", "UsageError", "add_crawl_options", "crawl_id", "crawl_settings", "err",
-           "int_at_least", "progress_for", "warn", "worker_flags"]
+__all__ = [
+    "PROG",
+    "Parser",
+    "UsageError",
+    "add_crawl_options",
+    "add_seeded_command",
+    "crawl_id",
+    "crawl_settings",
+    "describe",
+    "err",
+    "int_at_least",
+    "progress_for",
+    "warn",
+    "worker_flags",
+]
 
 PROG = "bloomcrawl"
 
@@ -28,6 +42,22 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def describe(command: Callable[..., int]) -> str:
+    """A command's ``--help`` description is its function's docstring: the text a user
+    reads is next to the code it describes, and written once."""
+    return inspect.cleandoc(command.__doc__ or "")
+
+
+def add_seeded_command(sub: Any, name: str, help: str, command: Callable[..., int],
+                       state_help: str) -> argparse.ArgumentParser:
+    """A command that starts from a seeds file into a new state directory (``crawl``,
+    ``fleet``): its parser, with those two arguments."""
+    p = sub.add_parser(name, help=help, description=describe(command))
+    p.add_argument("seeds", metavar="SEEDS_FILE", help="one URL per line")
+    p.add_argument("--state", required=True, metavar="DIR", help=state_help)
+    return p
 
 
 def err(message: str) -> None:

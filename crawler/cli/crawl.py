@@ -14,8 +14,10 @@ from crawler.cli.args import (
     UsageError,
     add_crawl_options,
     add_resume_options,
+    add_seeded_command,
     crawl_id,
     crawl_settings,
+    describe,
     int_at_least,
     progress_for,
     resume_changes,
@@ -33,12 +35,8 @@ __all__ = ["add_crawl", "add_resume"]
 
 
 def add_crawl(sub: Any) -> None:
-    p = sub.add_parser("crawl", help="start a crawl from a seeds file",
-                       description="Start a new crawl. SEEDS_FILE holds one URL per line "
-                       "(# comments and blank lines ignored).")
-    p.add_argument("seeds", metavar="SEEDS_FILE", help="one URL per line")
-    p.add_argument("--state", required=True, metavar="DIR",
-                   help="new or empty directory for the crawl's state (resumable)")
+    p = add_seeded_command(sub, "crawl", "start a crawl from a seeds file", cmd_crawl,
+                           "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     g = p.add_argument_group(
@@ -77,6 +75,8 @@ def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
+    """Start a new crawl. SEEDS_FILE holds one URL per line (# comments and blank lines
+    ignored)."""
     settings = crawl_settings(args)
     fleet = _fleet_args(args)
     progress = progress_for(settings, args.quiet)
@@ -97,10 +97,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 def add_resume(sub: Any) -> None:
     p = sub.add_parser("resume", help="continue a stopped or crashed crawl (or fleet)",
-                       description="Continue a crawl with the configuration it was started "
-                       "with: queued and interrupted URLs are fetched, nothing seen is "
-                       "fetched again. DIR is a state directory (a fleet worker's rejoins "
-                       "its fleet) or a fleet directory (every worker is resumed).")
+                       description=describe(cmd_resume))
     p.add_argument("dir", metavar="DIR", help="a crawl's state directory or a fleet directory")
     p.add_argument("--redis", metavar="URL",
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
@@ -127,6 +124,9 @@ def _refuse_frozen(args: argparse.Namespace) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a crawl with the configuration it was started with: queued and interrupted
+    URLs are fetched, nothing seen is fetched again. DIR is a state directory (a fleet
+    worker's rejoins its fleet) or a fleet directory (every worker is resumed)."""
     _refuse_frozen(args)
     changes = resume_changes(args)
     if is_fleet_dir(Path(args.dir)):

@@ -7,7 +7,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from crawler.cli.args import add_crawl_options, crawl_id, int_at_least, worker_flags
+from crawler.cli.args import (
+    add_crawl_options,
+    add_seeded_command,
+    crawl_id,
+    int_at_least,
+    worker_flags,
+)
 from crawler.fleet.launch import start_fleet
 from crawler.scope import read_seeds
 from crawler.settings import load_settings
@@ -18,16 +24,8 @@ __all__ = ["add_fleet"]
 
 
 def add_fleet(sub: Any) -> None:
-    p = sub.add_parser("fleet", help="run W local fleet workers (and a local Redis)",
-                       description="Start W worker processes on this machine, worker I in "
-                       "DIR/worker-I, sharing a Redis: --redis URL, or a redis-server this "
-                       "command starts on a free loopback port (its data in DIR/redis, so "
-                       "'bloomcrawl resume DIR' continues the fleet). Shows one combined "
-                       "progress line; Ctrl-C stops every worker. Crawl options apply to "
-                       "each worker (--max-pages is per worker).")
-    p.add_argument("seeds", metavar="SEEDS_FILE", help="one URL per line")
-    p.add_argument("--state", required=True, metavar="DIR",
-                   help="new or empty directory for the fleet")
+    p = add_seeded_command(sub, "fleet", "run W local fleet workers (and a local Redis)",
+                           cmd_fleet, "new or empty directory for the fleet")
     p.add_argument("--workers", required=True, type=int_at_least(1), metavar="W",
                    help="number of worker processes")
     p.add_argument("--redis", metavar="URL", help="an existing Redis for the fleet "
@@ -40,6 +38,11 @@ def add_fleet(sub: Any) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    """Start W worker processes on this machine, worker I in DIR/worker-I, sharing a Redis:
+    --redis URL, or a redis-server this command starts on a free loopback port (its data in
+    DIR/redis, so 'bloomcrawl resume DIR' continues the fleet). Shows one combined progress
+    line; Ctrl-C stops every worker. Crawl options apply to each worker (--max-pages is per
+    worker)."""
     settings = load_settings(args.config)  # a bad config file fails here, not W times
     state = Path(args.state)
     check_new_state_dir(state)

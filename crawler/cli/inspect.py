@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crawler.cli.args import warn
+from crawler.cli.args import describe, warn
 from crawler.fleet.identity import is_fleet_dir
 from crawler.progress import format_filter_stats, format_stats
 from crawler.report import is_shard_dir, shard_dir_stats, state_stats
@@ -20,9 +20,7 @@ __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair"
 
 def add_stats(sub: Any) -> None:
     p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)",
-                       description="Figures of a state directory (also while its crawl "
-                       "runs), or of a directory of shard files such as `merge -o OUT` "
-                       "writes (the filter's figures only: there is no ledger).")
+                       description=describe(cmd_stats))
     p.add_argument("dir", metavar="DIR",
                    help="a crawl's state directory or a directory of shard files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -30,6 +28,8 @@ def add_stats(sub: Any) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    """Figures of a state directory (also while its crawl runs), or of a directory of shard
+    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger)."""
     d = Path(args.dir)
     if is_fleet_dir(d):
         workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
@@ -48,9 +48,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_url_command(sub: Any, name: str, help: str, description: str, func: Any) -> None:
+def _add_url_command(sub: Any, name: str, help: str, func: Any) -> None:
     """A command over a state dir and some URLs (``check``, ``forget``)."""
-    p = sub.add_parser(name, help=help, description=description)
+    p = sub.add_parser(name, help=help, description=describe(func))
     p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
     p.add_argument("urls", nargs="+", metavar="URL",
                    help="URLs, canonicalized with the crawl's rules")
@@ -58,14 +58,13 @@ def _add_url_command(sub: Any, name: str, help: str, description: str, func: Any
 
 
 def add_check(sub: Any) -> None:
-    _add_url_command(sub, "check", "Bloom and ledger answer for URLs",
-                     "For each URL: its canonical form and key, the Bloom filter's answer "
-                     "(new or maybe-seen) and the ledger's (absent, or its state, depth, "
-                     "status and error). Read-only, safe next to a running crawl; exit "
-                     "status 1 if a URL is rejected.", cmd_check)
+    _add_url_command(sub, "check", "Bloom and ledger answer for URLs", cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """For each URL: its canonical form and key, the Bloom filter's answer (new or
+    maybe-seen) and the ledger's (absent, or its state, depth, status and error).
+    Read-only, safe next to a running crawl; exit status 1 if a URL is rejected."""
     rc = 0
     with UrlSeen(require_state_dir(args.dir), readonly=True) as seen:
         for url in args.urls:
@@ -90,15 +89,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_forget(sub: Any) -> None:
-    _add_url_command(sub, "forget", "forget URLs in the ledger so they count as new",
-                     "Re-crawl: append a tombstone for each URL to the ledger, so that the "
-                     "next time a page links to one it counts as new (the Bloom filter's "
-                     "'maybe seen' is confirmed in the ledger, which now says forgotten); "
-                     "a forgotten URL still queued leaves the frontier. The crawl must be "
-                     "stopped.", cmd_forget)
+    _add_url_command(sub, "forget", "forget URLs in the ledger so they count as new", cmd_forget)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
+    """Re-crawl: append a tombstone for each URL to the ledger, so that the next time a
+    page links to one it counts as new (the Bloom filter's 'maybe seen' is confirmed in the
+    ledger, which now says forgotten); a forgotten URL still queued leaves the frontier.
+    The crawl must be stopped."""
     rc = 0
     with UrlSeen(require_state_dir(args.dir), create=False) as seen:
         usable = []
@@ -115,21 +113,20 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return rc
 
 
-def _add_dir_command(sub: Any, name: str, help: str, description: str, func: Any) -> None:
+def _add_dir_command(sub: Any, name: str, help: str, func: Any) -> None:
     """A maintenance command on one stopped crawl's state directory."""
-    p = sub.add_parser(name, help=help, description=description)
+    p = sub.add_parser(name, help=help, description=describe(func))
     p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
     p.set_defaults(func=func)
 
 
 def add_rebuild(sub: Any) -> None:
-    _add_dir_command(sub, "rebuild", "recreate the shard files from the ledger",
-                     "Recreate every shard file of a stopped crawl from its ledger (the "
-                     "record of truth): after damaged or deleted shard files. The crawl "
-                     "must be stopped.", cmd_rebuild)
+    _add_dir_command(sub, "rebuild", "recreate the shard files from the ledger", cmd_rebuild)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
+    """Recreate every shard file of a stopped crawl from its ledger (the record of truth):
+    after damaged or deleted shard files. The crawl must be stopped."""
     d = require_state_dir(args.dir)
     seen = UrlSeen.rebuild(d)
     try:
@@ -143,13 +140,13 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 def add_migrate(sub: Any) -> None:
     _add_dir_command(sub, "migrate", "bring a state dir written by bloomcrawl 0.1 (ledger "
-                     "format 1) to format 2",
-                     "Rewrite a format-1 ledger as format 2 in place, keeping the old one as "
-                     "ledger.v1.sqlite, and rebuild the shard files. Safe to run again after "
-                     "an interruption. The crawl must be stopped.", cmd_migrate)
+                     "format 1) to format 2", cmd_migrate)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """Rewrite a format-1 ledger as format 2 in place, keeping the old one as
+    ledger.v1.sqlite, and rebuild the shard files. Safe to run again after an interruption.
+    The crawl must be stopped."""
     from dedup.migrate import V1_BACKUP, migrate
 
     n = migrate(args.dir)
@@ -161,15 +158,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def add_repair(sub: Any) -> None:
     _add_dir_command(sub, "repair", "recover a damaged ledger (database disk image is "
                      "malformed, a damaged WAL)",
-                     "Copy every readable row of a stopped crawl's damaged ledger into a new "
-                     "one (the damaged files are kept beside it as *.damaged-TIME), put back "
-                     "every page pages.jsonl records, and rebuild the index and the shard "
-                     "files; then 'bloomcrawl resume DIR' goes on. Rows on damaged pages are "
-                     "lost: URLs they held that were queued leave the frontier (reported).",
                      cmd_repair)
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
+    """Copy every readable row of a stopped crawl's damaged ledger into a new one (the
+    damaged files are kept beside it as *.damaged-TIME), put back every page pages.jsonl
+    records, and rebuild the index and the shard files; then 'bloomcrawl resume DIR' goes
+    on. Rows on damaged pages are lost: URLs they held that were queued leave the frontier
+    (reported)."""
     from crawler.repair import repair_state_dir
 
     d = require_state_dir(args.dir)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from crawler.cli.args import int_at_least, warn
+from crawler.cli.args import describe, int_at_least, warn
 from crawler.fleet.identity import LOCAL, REDIS_ENV, read_fleet_dir
 from crawler.fleet.resize import resize_fleet
 from crawler.merge import merge_shard_files, merge_state_dirs
@@ -17,11 +17,7 @@ __all__ = ["add_merge", "add_resize"]
 
 def add_merge(sub: Any) -> None:
     p = sub.add_parser("merge", help="OR shard files of several crawls/workers",
-                       description="OR Bloom shard files of identical geometry, shard by "
-                       "shard: given a fleet's worker state directories, the fleet's "
-                       "seen-set. INPUT is a shard file, a directory of shard files, or a "
-                       "state directory (whose shards are first brought up to date with its "
-                       "ledger). OUT is a directory (its shards/ if it is a state directory).")
+                       description=describe(cmd_merge))
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="directory to write the merged shard files to (a state "
                    "directory's shards/ if OUT is one)")
@@ -36,6 +32,10 @@ def add_merge(sub: Any) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    """OR Bloom shard files of identical geometry, shard by shard: given a fleet's worker
+    state directories, the fleet's seen-set. INPUT is a shard file, a directory of shard
+    files, or a state directory (whose shards are first brought up to date with its
+    ledger). OUT is a directory (its shards/ if it is a state directory)."""
     if args.state:
         rows, duplicates = merge_state_dirs(args.inputs, args.output)
         print(f"merged {len(args.inputs)} state directories into {Path(args.output)}: "
@@ -49,12 +49,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def add_resize(sub: Any) -> None:
     p = sub.add_parser("resize", help="halve or double a stopped fleet",
-                       description="Turn a stopped fleet of W workers (DIR/worker-I) into a "
-                       "new fleet directory of W/2 workers (worker I and I + W/2 merged) or "
-                       "2W (each worker's filter copied to both new owners, its ledger and "
-                       "pages.jsonl split by the new owner function). The fleet's "
-                       "un-acknowledged links in Redis are re-routed to their new owners. "
-                       "Continue with 'bloomcrawl resume NEWDIR'.")
+                       description=describe(cmd_resize))
     p.add_argument("--from-state", required=True, metavar="DIR", help="the fleet directory")
     p.add_argument("--to", required=True, type=int_at_least(1), metavar="W2",
                    help="the new number of workers: half or double the fleet's")
@@ -66,6 +61,11 @@ def add_resize(sub: Any) -> None:
 
 
 def cmd_resize(args: argparse.Namespace) -> int:
+    """Turn a stopped fleet of W workers (DIR/worker-I) into a new fleet directory of W/2
+    workers (worker I and I + W/2 merged) or 2W (each worker's filter copied to both new
+    owners, its ledger and pages.jsonl split by the new owner function). The fleet's
+    un-acknowledged links in Redis are re-routed to their new owners. Continue with
+    'bloomcrawl resume NEWDIR'."""
     fd = read_fleet_dir(args.from_state)
     url = args.redis or (os.environ.get(REDIS_ENV) if fd.redis != LOCAL else None)
     dirs = resize_fleet(fd, args.to, Path(args.output), redis_url=url,

@@ -10,6 +10,7 @@ after every retry round, or refused) are not, so they make it 3.
     2    usage or configuration error (bad flag, bad --config value)
     3    finished, but some URLs were given up (see ``bloomcrawl stats``)
     130  stopped by SIGINT (Ctrl-C) after a graceful stop; resumable (143: SIGTERM)
+    141  stdout's reader went away (``stats DIR | head``): stopped quietly, as SIGPIPE would
 """
 
 from __future__ import annotations

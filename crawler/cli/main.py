@@ -88,6 +88,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return _USER_ERRORS + ((monitor.TransportError,) if monitor is not None else ())
 
 
+def _reader_gone() -> int:
+    """stdout's reader went away (``bloomcrawl stats DIR | head``): stop quietly, as
+    a command killed by SIGPIPE would, and let nothing flush into the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE.value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: warning: %(message)s",
                         stream=sys.stderr)
@@ -99,11 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    except BrokenPipeError:
+        return _reader_gone()
     try:
         return int(args.func(args))
     except (UsageError, ConfigError) as exc:
         err(str(exc))
         return USAGE
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise

@@ -110,3 +110,27 @@ def test_the_fleet_status_line_fits_80_columns():
     line = format_fleet({i: BIG for i in range(999)}, {"idle": 999, "forwarded": 10**12}, 999,
                         999)
     assert len(line) <= 80, line
+
+
+@pytest.mark.parametrize("argv, codes", [
+    (["check", "STATE", *[f"http://h.test/{i}" for i in range(2000)]], {141}),
+    (["--help"], {0, 141}),  # argparse itself ignores a failed write of the help
+])
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, argv, codes):
+    """``bloomcrawl ... | head``: no 'error: Broken pipe', no traceback; 141 as if
+    killed by SIGPIPE."""
+    import subprocess
+    import sys
+
+    from dedup import UrlSeen
+    from tests.support.helpers import cli_env
+
+    with UrlSeen(tmp_path / "state", capacity=1000, shards=2):
+        pass
+    argv = [str(tmp_path / "state") if a == "STATE" else a for a in argv]
+    proc = subprocess.Popen([sys.executable, "-m", "crawler", *argv], env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    _, err = proc.communicate(timeout=60)
+    assert err.decode() == ""
+    assert proc.returncode in codes  # 141 = 128 + SIGPIPE

@@ -53,11 +53,6 @@ class RepairReport:
     orphans: list[tuple[str, int]] = field(default_factory=list)  # (url, depth) to re-admit
     set_aside: list[Path] = field(default_factory=list)
 
-    @property
-    def lost_anything(self) -> bool:
-        return bool(any(self.bad_ranges.values()) or self.frontier_lost or self.wal_damage
-                    or self.lost_seqs)
-
 
 def salvage_table(src: sqlite3.Connection, dst: sqlite3.Connection, table: str) -> tuple[int, int]:
     """Copy every readable row of ``table``; returns (rows kept, rowid ranges lost)."""

@@ -19,20 +19,25 @@ from tests.support.helpers import config_toml, run_cli, start_cli, write_seeds
 from tests.support.redisserver import require_redis_binary
 
 
+async def stopped_fleet(tmp_path, running, src, *extra: str) -> None:
+    """A fleet of 2 in ``src``, stopped by Ctrl-C part way through (resumable)."""
+    seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+    config = tmp_path / "worker.toml"
+    config.write_text(config_toml(worker_settings()))
+    proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
+                           "--config", str(config), *extra)
+    await served_at_least(running, 60)
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130, err.decode()  # stopped by SIGINT (resumable)
+
+
 @pytest.mark.slow
 async def test_resize_twice_from_one_fleet_leaves_it_and_both_copies_resumable(tmp_path):
     require_redis_binary()
     async with owned_site(SLOW_SPEC, 2) as running:
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
         src, a, b = tmp_path / "f2", tmp_path / "a", tmp_path / "b"
-        proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
-                               "--config", str(config))
-        await served_at_least(running, 60)
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 130, err.decode()  # stopped by SIGINT (resumable)
+        await stopped_fleet(tmp_path, running, src)
         for out in (a, b):
             done = await run_cli("resize", "--from-state", str(src), "--to", "1", "-o",
                                  str(out))
@@ -46,16 +51,8 @@ async def test_resize_twice_from_one_fleet_leaves_it_and_both_copies_resumable(t
 async def test_resize_twice_from_a_fleet_on_a_shared_redis_is_refused_by_name(tmp_path,
                                                                               redis_server):
     async with owned_site(SLOW_SPEC, 2) as running:
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
         src, a, b = tmp_path / "f2", tmp_path / "a", tmp_path / "b"
-        proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
-                               "--config", str(config), "--redis", redis_server.url)
-        await served_at_least(running, 60)
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 130, err.decode()  # stopped by SIGINT (resumable)
+        await stopped_fleet(tmp_path, running, src, "--redis", redis_server.url)
         done = await run_cli("resize", "--from-state", str(src), "--to", "1", "-o", str(a))
         assert done.rc == 0, done.stderr
         # its links in the shared Redis now belong to the resized fleet

@@ -22,7 +22,7 @@ from bitarray import bitarray
 
 from dedup.fingerprint import fingerprint, fingerprint_many, halves
 from dedup.geometry import Geometry, require_same
-from dedup.layers import CHUNK, LayerStack, estimate_count
+from dedup.layers import CHUNK, LayerStack, Probed, estimate_count
 from dedup.snapshot import SnapshotHeader, read_file, write_file
 
 log = logging.getLogger("dedup.bloom")
@@ -89,6 +89,23 @@ class StackedFilter:
     def contains_hashes(self, h: np.ndarray) -> np.ndarray:
         """:meth:`contains_many` for an ``(n, 2)`` uint64 array from :func:`halves`."""
         return self._contains(_as_hashes(h))
+
+    def probe_hashes(self, h: np.ndarray) -> Probed:
+        """:meth:`contains_hashes` (its answers are ``.found``) that keeps the bit
+        positions, so :meth:`add_probed` inserts some of the keys right after
+        without computing them again: a page's keys are asked about, then its new
+        ones added."""
+        h = _as_hashes(h)
+        return self._stack.probe(h, self._rows_of(h))
+
+    def add_probed(self, probed: Probed, idx: np.ndarray) -> None:
+        """Insert keys ``idx`` (distinct) of ``probed``; nothing may have been added
+        to the filter since it was probed."""
+        self._stack.add_probed(probed, np.asarray(idx, dtype=np.intp))
+        self._check_capacity()
+
+    def _rows_of(self, h: np.ndarray) -> np.ndarray | None:
+        raise NotImplementedError
 
     @property
     def error_rate(self) -> float:
@@ -229,6 +246,9 @@ class BloomFilter(StackedFilter):
 
     def _rows(self, n: int) -> np.ndarray | None:
         return None if self._stack.rows == 1 else np.full(n, self._row, dtype=np.intp)
+
+    def _rows_of(self, h: np.ndarray) -> np.ndarray | None:
+        return self._rows(len(h))
 
     def _add(self, h: np.ndarray) -> np.ndarray:
         if len(h) <= SMALL:

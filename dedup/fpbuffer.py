@@ -3,8 +3,15 @@
 Why not one dict: a dict of 128-bit Python ints costs ~130 B per record, and
 the buffer holds a quarter of a million records or more. Here most records
 sit in sorted numpy columns (24 B each) searched like a run
-(:class:`dedup.runs.SortedKeys`); only the most recent few thousand are in a
-small dict, folded into the sorted part by a linear merge whenever it fills.
+(:class:`dedup.runs.SortedKeys`); only the most recent tens of thousands are in
+a dict, folded into the sorted part by a linear merge whenever it fills.
+
+The dict is keyed by ``hi`` alone and points into two lists holding ``lo`` and
+the seq: ``hi.tolist()`` is one C call where building 128-bit keys took object
+arrays, and a fold (a copy of the whole sorted part) is the cost that the
+dict's size divides. Two records sharing ``hi`` (a re-admitted key, or a 2**-64
+coincidence) make the add fold at once, so the dict never holds two keys
+with the same ``hi``.
 
 Invariant: every record in the dict is newer (higher seq) than any record of
 the same key in the sorted part, so a lookup stops at its first hit. Adds that
@@ -14,17 +21,14 @@ the general newest-wins merge.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
 from dedup.merging import merge_newer, newest_unique
-from dedup.runs import SEQ_MASK, SortedKeys, filter_add, filter_size
+from dedup.runs import SEQ_MASK, Probe, SortedKeys, filter_add, filter_size
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def keys128(hi: np.ndarray, lo: np.ndarray) -> list[int]:
-    """128-bit Python ints: the recent dict's keys (cheap for page-sized batches)."""
-    return ((hi.astype(object) << 64) | lo.astype(object)).tolist()
 
 
 def _empty() -> Columns:
@@ -35,13 +39,15 @@ def _empty() -> Columns:
 class Buffer:
     """The newest records in RAM: sorted columns plus a small dict of the latest."""
 
-    def __init__(self, recent_max: int = 8192, capacity: int = 1 << 18) -> None:
+    def __init__(self, recent_max: int = 1 << 16, capacity: int = 1 << 18) -> None:
         self.recent_max = recent_max
         self._filter_bits = filter_size(capacity)  # fuller, never wrong, past capacity
         self.clear()
 
     def clear(self) -> None:
-        self.recent: dict[int, int] = {}  # (hi << 64 | lo) -> raw seq
+        self._recent: dict[int, int] = {}  # hi -> position in _lo and _seq
+        self._lo: list[int] = []
+        self._seq: list[int] = []  # raw seq (tombstone bit included)
         self._pending: list[Columns] = []  # the recent dict's records, as added
         # the sorted part's probe filter, as runs have: only ever gains bits until take
         self._bloom = np.zeros(self._filter_bits // 8, dtype=np.uint8)
@@ -52,16 +58,50 @@ class Buffer:
     def add(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray) -> None:
         if not len(seq):
             return
-        self.size += len(hi)
         masked = seq & SEQ_MASK
         in_order = int(masked[0]) > self.top and bool(np.all(masked[1:] > masked[:-1]))
-        self.top = max(self.top, int(masked.max()))
+        self._keep(hi, lo, seq, in_order, int(masked.max()), seq.tolist)
+
+    def add_consecutive(self, hi: np.ndarray, lo: np.ndarray, first: int) -> None:
+        """:meth:`add` of admissions at seqs ``first, first + 1, ...`` (a ledger
+        append): their order needs no checking, which was most of a page's cost."""
+        n = len(hi)
+        if not n:
+            return
+        seq = np.arange(first, first + n, dtype=np.uint64)
+        self._keep(hi, lo, seq, first > self.top, first + n - 1,
+                   lambda: range(first, first + n))
+
+    def _keep(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray, in_order: bool,
+              top: int, seq_list: Callable[[], Iterable[int]]) -> None:
+        self.size += len(hi)
+        self.top = max(self.top, top)
         self._pending.append((hi, lo, seq))
         if in_order:  # the owner's usual order: these are the newest records of their keys
-            self.recent.update(zip(keys128(hi, lo), seq.tolist(), strict=True))
-            if len(self.recent) < self.recent_max:
+            recent, at = self._recent, len(self._lo)
+            before = len(recent)
+            recent.update(zip(hi.tolist(), range(at, at + len(hi)), strict=True))
+            self._lo += lo.tolist()
+            self._seq += seq_list()
+            if len(recent) == before + len(hi) and len(recent) < self.recent_max:
                 return
         self.fold()
+
+    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
+        """The recent records, key by key, like :meth:`SortedKeys.probe`:
+        ``([(position, raw seq) found], [probes not found])``."""
+        recent, los, seqs = self._recent, self._lo, self._seq
+        if not recent:
+            return [], todo
+        hits: list[tuple[int, int]] = []
+        miss: list[Probe] = []
+        for t in todo:
+            p = recent.get(t[1])
+            if p is not None and los[p] == t[2]:
+                hits.append((t[0], seqs[p]))
+            else:
+                miss.append(t)
+        return hits, miss
 
     def fold(self) -> None:
         """Move the recent records into the sorted part (newest wins)."""
@@ -73,7 +113,7 @@ class Buffer:
         s = self.sorted
         merged = merge_newer((s.hi, s.lo, s.seq), new) if s.count else new
         self.sorted = SortedKeys.build(*merged, bloom=self._bloom)
-        self.recent = {}
+        self._recent, self._lo, self._seq = {}, [], []
         self._pending = []
 
     def take(self, upto_seq: int) -> Columns:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from dedup.atomic import atomic_write_bytes
-from dedup.fpbuffer import Buffer, keys128
+from dedup.fpbuffer import Buffer
 from dedup.merging import merge_runs, newest_unique
 from dedup.runs import BLOCK_RECORDS, SEQ_MASK, TOMBSTONE, Probe, Run, write_run
 
@@ -81,7 +81,7 @@ class FingerprintIndex:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
-        self._buffer = Buffer(recent_max=min(8192, max(4, buffer_records // 32)),
+        self._buffer = Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
                               capacity=buffer_records)
         self._merge: _Merge | None = None
         self._lookups = 0
@@ -107,6 +107,15 @@ class FingerprintIndex:
         if len(seq) and int(seq.max()) > int(SEQ_MASK):
             raise ValueError("seqs must be below 2**63")
         self._buffer.add(hi, lo, seq | TOMBSTONE if tombstone else seq)
+
+    def add_consecutive(self, his: np.ndarray, los: np.ndarray, first_seq: int) -> None:
+        """:meth:`add` of admissions at ledger seqs ``first_seq, first_seq + 1, ...``:
+        the ledger's append, the hot path."""
+        self._install()
+        hi, lo = _u64(his), _u64(los)
+        if first_seq < 0 or first_seq + len(hi) > int(SEQ_MASK) + 1:
+            raise ValueError("seqs must be below 2**63")
+        self._buffer.add_consecutive(hi, lo, int(first_seq))
 
     def forget(self, his: np.ndarray, los: np.ndarray, seqs: np.ndarray) -> None:
         """Tombstone the fingerprints at ledger ``seqs``: they read as absent until re-added."""
@@ -135,18 +144,11 @@ class FingerprintIndex:
         """A page-sized batch key by key: the seq found (negative for a tombstone),
         -1 where none."""
         raw = [-1] * len(his)
-        recent = self._buffer.recent
-        todo: list[Probe] = []
-        for i, (h, lo) in enumerate(zip(his, los, strict=True)):
-            got = recent.get(h << 64 | lo) if recent else None
-            if got is None:
-                todo.append((i, h, lo))
-            else:
-                raw[i] = got if got < _TOMB else -2
-        for part in (self._buffer.sorted, *self._runs):
+        todo: list[Probe] = list(zip(range(len(his)), his, los, strict=True))
+        for part in (self._buffer, self._buffer.sorted, *self._runs):
             if not todo:
                 break
-            if part.count:
+            if part is self._buffer or part.count:
                 hits, todo = part.probe(todo)
                 for i, got in hits:
                     raw[i] = got if got < _TOMB else -2
@@ -159,13 +161,11 @@ class FingerprintIndex:
         n = len(hi)
         raw = np.zeros(n, dtype=np.uint64)
         todo = np.ones(n, dtype=bool)
-        recent = self._buffer.recent
-        if recent:
-            got = [recent.get(k) for k in keys128(hi, lo)]
-            hit = np.fromiter((g is not None for g in got), dtype=bool, count=n)
-            if hit.any():
-                raw[hit] = np.array([g for g in got if g is not None], dtype=np.uint64)
-                todo &= ~hit
+        hits, _ = self._buffer.probe(list(zip(range(n), hi.tolist(), lo.tolist(), strict=True)))
+        if hits:
+            at, got = zip(*hits, strict=True)
+            raw[list(at)] = np.array(got, dtype=np.uint64)
+            todo[list(at)] = False
         parts = [p for p in (self._buffer.sorted, *self._runs) if p.count]
         if parts and todo.any():
             order = np.flatnonzero(todo)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import NamedTuple
 
 import numpy as np
 from bitarray import bitarray
@@ -143,6 +144,17 @@ def _first_occurrences(h1: np.ndarray, h2: np.ndarray, idx: np.ndarray) -> np.nd
     return idx[first]
 
 
+class Probed(NamedTuple):
+    """A batch probed by :meth:`LayerStack.probe`: the answers, and the bit positions
+    that :meth:`LayerStack.add_probed` sets without probing again."""
+
+    h1: np.ndarray
+    h2: np.ndarray
+    rows: np.ndarray | None
+    found: np.ndarray  # may be in the filter (every bit of some layer set)
+    bits: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # layer 0's probe; None: >1 layer
+
+
 class LayerStack:
     """The layers of ``rows`` filters sharing capacity, error rate, seed and growth.
 
@@ -235,6 +247,43 @@ class LayerStack:
                                    None if base is None else base[idx])
                 found[idx[got.all(axis=0)]] = True
         return found
+
+    def probe(self, h: np.ndarray, rows: np.ndarray | None) -> Probed:
+        """:meth:`contains` for a page-sized batch that is then partly added: the
+        seen-test asks about a page's keys, confirms the maybes, and inserts the new
+        ones, and probing those twice cost as much as everything else the filter did."""
+        h1, h2 = np.ascontiguousarray(h[:, 0]), np.ascontiguousarray(h[:, 1])
+        if len(self.arenas) > 1 or len(h1) > CHUNK:
+            return Probed(h1, h2, rows, self.contains(h, rows), None)
+        arena = self.arenas[0]
+        base = None if rows is None else rows.astype(_U64) * np.uint64(arena.words.shape[1])
+        bits = _probe(arena, h1, h2, base)
+        return Probed(h1, h2, rows, bits[2].all(axis=0), bits)
+
+    def add_probed(self, p: Probed, idx: np.ndarray) -> None:
+        """Insert keys ``idx`` of a batch probed just before (nothing added since).
+
+        Keys the probe found are skipped, as :meth:`add` would; ``idx`` must not name
+        one fingerprint twice (the seen-test's keys are distinct)."""
+        cols = idx[~p.found[idx]]
+        if not cols.size:
+            return
+        arena = self.arenas[0]
+        if p.bits is not None and len(self.arenas) == 1:
+            if p.rows is None:
+                if int(arena.counts[0]) + cols.size <= arena.capacity:
+                    _set_bits(arena, p.bits, cols, len(p.h1))
+                    arena.counts[0] += cols.size
+                    return
+            else:
+                r = p.rows[cols]
+                if int(arena.counts[r].max()) + cols.size <= arena.capacity:
+                    _set_bits(arena, p.bits, cols, len(p.h1))
+                    np.add.at(arena.counts, r, 1)
+                    return
+        # a row fills up (or the filter has grown layers): the general path
+        self.add(np.stack([p.h1[cols], p.h2[cols]], axis=1),
+                 None if p.rows is None else p.rows[cols])
 
     def add(self, h: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Insert keys; True where a key was definitely new (its first occurrence)."""

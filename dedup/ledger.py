@@ -153,7 +153,7 @@ class Ledger:
         seqs = self.journal.append(fps, depth=depth, urls=urls, hosts=hosts)
         if len(seqs):
             h = halves(fps) if h is None else h
-            self.index.add(h[:, 0], h[:, 1], np.arange(seqs.start, seqs.stop, dtype=np.uint64))
+            self.index.add_consecutive(h[:, 0], h[:, 1], seqs.start)
             if self.journal.autocommit:
                 self._flush_if_full()
         return seqs

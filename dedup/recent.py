@@ -9,6 +9,8 @@ linked-list update on every hit as well.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class RecentKeys:
     """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none."""
@@ -34,6 +36,33 @@ class RecentKeys:
         self._young.add(key)
         if len(self._young) >= self._half:
             self._old, self._young = self._young, set()
+
+    def update(self, keys: Iterable[str]) -> None:
+        """:meth:`add` of a batch, in one C-level set update."""
+        if self._half <= 0:
+            return
+        self._young.update(keys)
+        if len(self._young) >= self._half:
+            self._old, self._young = self._young, set()
+
+    def first_unknown(self, pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+        """For ``(value, key)`` pairs: ``({key: its first value}`` for the keys not held,
+        in first-seen order, ``number of pairs whose key is held)``. Held keys count
+        as hits (an old one moves back to the young set). One call per batch: a
+        method call per key cost more than the set lookups it made."""
+        young, old = self._young, self._old
+        first: dict[str, str] = {}
+        hits = 0
+        for value, key in pairs:
+            if key in young:
+                hits += 1
+            elif key in old:
+                hits += 1
+                self.add(key)
+                young, old = self._young, self._old  # the add may have swapped them
+            elif key not in first:
+                first[key] = value
+        return first, hits
 
     def discard(self, key: str) -> None:
         self._young.discard(key)

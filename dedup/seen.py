@@ -241,13 +241,8 @@ class UrlSeen:
         counters = self.counters
         counters["links"] += len(pairs)
         confirmed = self._confirmed
-        first_url: dict[str, str] = {}  # a key seen twice in one batch keeps its first URL
-        hits = 0
-        for url, key in pairs:
-            if key in confirmed:
-                hits += 1
-            elif key not in first_url:
-                first_url[key] = url
+        # a key seen twice in one batch keeps its first URL
+        first_url, hits = confirmed.first_unknown(pairs)
         counters["confirm_cache_hits"] += hits
         if not first_url:
             counters["repeats"] += len(pairs)
@@ -255,8 +250,9 @@ class UrlSeen:
         keys = list(first_url)
         fps_blob = fingerprint_many(keys, self.seed)
         h = halves(fps_blob)
-        new_mask = ~self.bloom.contains_hashes(h)
-        maybe = np.flatnonzero(~new_mask)
+        probed = self.bloom.probe_hashes(h)
+        new_mask = ~probed.found
+        maybe = np.flatnonzero(probed.found)
         counters["bloom_maybe"] += len(maybe)
         counters["bloom_definitely_new"] += len(keys) - len(maybe)
         if len(maybe):
@@ -265,8 +261,7 @@ class UrlSeen:
             absent = maybe[~present]
             new_mask[absent] = True
             counters["false_positives"] += len(absent)
-            for i in maybe[present].tolist():
-                confirmed.add(keys[i])
+            confirmed.update([keys[i] for i in maybe[present].tolist()])
         new = np.flatnonzero(new_mask)
         counters["new"] += len(new)
         counters["repeats"] += len(pairs) - len(new)
@@ -283,12 +278,11 @@ class UrlSeen:
         seqs = self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
         if state is not State.QUEUED:
             self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
-        self.bloom.add_hashes(h[new])
+        self.bloom.add_probed(probed, new)
         self._pending_hwm = seqs[-1]
         if self.ledger.autocommit:
             self._applied_hwm = self._pending_hwm
-        for i in idx:
-            confirmed.add(keys[i])
+        confirmed.update([keys[i] for i in idx])
         return first_url, keys, idx, seqs
 
     # -- inspection and forgetting ----------------------------------------------------

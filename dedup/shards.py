@@ -164,6 +164,9 @@ class ShardedBloom(StackedFilter):
                             dtype=bool)
         return stack.add(h, shard_of(h[:, 0], s))
 
+    def _rows_of(self, h: np.ndarray) -> np.ndarray | None:
+        return shard_of(h[:, 0], self.nshards)
+
     def _contains(self, h: np.ndarray) -> np.ndarray:
         stack, s = self._stack, self.nshards
         if len(h) <= SMALL:

@@ -25,9 +25,16 @@ def replay(index: FingerprintIndex, rows: Iterable[Row]) -> None:
 
 
 def add_rows(index: FingerprintIndex, rows: Sequence[Row], *, tombstone: bool) -> None:
-    """Index ledger rows ``(seq, hi, lo, _)`` in one ``add`` call."""
-    index.add(np.array([r[1] for r in rows], np.uint64), np.array([r[2] for r in rows], np.uint64),
-              np.array([r[0] for r in rows], np.uint64), tombstone=tombstone)
+    """Index ledger rows ``(seq, hi, lo, _)`` in one call: ``add``, or for admissions
+    at consecutive seqs starting odd, the ledger's own ``add_consecutive`` (so a
+    model run exercises both)."""
+    his = np.array([r[1] for r in rows], np.uint64)
+    los = np.array([r[2] for r in rows], np.uint64)
+    seqs = [r[0] for r in rows]
+    if not tombstone and seqs[0] % 2 and seqs == list(range(seqs[0], seqs[0] + len(seqs))):
+        index.add_consecutive(his, los, seqs[0])
+    else:
+        index.add(his, los, np.array(seqs, np.uint64), tombstone=tombstone)
 
 
 def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:

@@ -105,7 +105,7 @@ def test_crash_between_ledger_commit_and_setting_bits(tmp_path, monkeypatch):
     def crash(*a, **k):
         raise SystemExit("killed after the commit, before the bits")
 
-    monkeypatch.setattr(s.bloom, "add_hashes", crash)
+    monkeypatch.setattr(s.bloom, "add_probed", crash)
     with pytest.raises(SystemExit, match="killed after the commit"):
         s.filter_new(urls(10, start=10))
     s.close()

@@ -99,6 +99,27 @@ def test_hash_path_equals_key_path():
     assert b.contains_hashes(halves(fingerprint_many(keys, 77))).all()
 
 
+@pytest.mark.parametrize("make", [lambda: ShardedBloom(8, 3000, seed=5),
+                                  lambda: BloomFilter(3000, seed=5)], ids=["sharded", "single"])
+def test_probe_then_add_probed_equals_contains_then_add_hashes(make):
+    """The seen-test's path (probe a page, add its new keys from the same probe) builds
+    the filter add_hashes builds, bit for bit and count for count, through growth:
+    pages of 40 keys, every other key added, to 4x capacity."""
+    a, b = make(), make()
+    rng = np.random.default_rng(3)
+    for page in range(600):
+        keys = [f"k{page}-{i}" for i in range(40)] + [f"k{page - 1}-{i}" for i in range(5) if page]
+        h = halves(fingerprint_many(keys, 5))
+        probed = a.probe_hashes(h)
+        assert probed.found.tolist() == b.contains_hashes(h).tolist()
+        idx = np.flatnonzero(rng.random(len(keys)) < 0.5)
+        a.add_probed(probed, idx)
+        b.add_hashes(h[idx])
+        assert a.count == b.count
+    assert a.layers > 1  # grew: the general path was taken too
+    assert a == b
+
+
 def test_growth_per_shard_keeps_every_key_and_the_fpr(monkeypatch):
     monkeypatch.setattr(bloom_mod, "CHUNK", 1024)
     monkeypatch.setattr(layers_mod, "CHUNK", 1024)

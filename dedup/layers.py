@@ -41,6 +41,7 @@ from dedup.geometry import MAX_K, MAX_LAYERS, Geometry, LayerGeometry, layer_geo
 log = logging.getLogger("dedup.bloom")
 
 CHUNK = 8192              # keys per vectorized pass: keeps the (k, n) temporaries in L2
+_SMALL_SET = 512          # bit positions up to which np.bitwise_or.at sets them (~20 ns each)
 
 _M64 = 2**64 - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -122,6 +123,9 @@ def _set_bits(arena: Arena, probe: tuple[np.ndarray, np.ndarray, np.ndarray],
     mask = np.left_shift(_ONE, bit, out=bit).reshape(-1)  # the bit indices are not reused
     widx = widx.reshape(-1)
     flat = arena.flat
+    if widx.size <= _SMALL_SET:  # a page's keys: one exact call beats the passes' calls
+        np.bitwise_or.at(flat, widx, mask)
+        return
     while widx.size:
         flat[widx] |= mask
         lost = (flat[widx] & mask) == 0
@@ -252,7 +256,7 @@ class LayerStack:
         """:meth:`contains` for a page-sized batch that is then partly added: the
         seen-test asks about a page's keys, confirms the maybes, and inserts the new
         ones, and probing those twice cost as much as everything else the filter did."""
-        h1, h2 = np.ascontiguousarray(h[:, 0]), np.ascontiguousarray(h[:, 1])
+        h1, h2 = h[:, 0], h[:, 1]
         if len(self.arenas) > 1 or len(h1) > CHUNK:
             return Probed(h1, h2, rows, self.contains(h, rows), None)
         arena = self.arenas[0]
@@ -277,7 +281,7 @@ class LayerStack:
                     return
             else:
                 r = p.rows[cols]
-                if int(arena.counts[r].max()) + cols.size <= arena.capacity:
+                if int(arena.counts.max()) + cols.size <= arena.capacity:
                     _set_bits(arena, p.bits, cols, len(p.h1))
                     np.add.at(arena.counts, r, 1)
                     return

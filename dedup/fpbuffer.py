@@ -3,7 +3,7 @@
 Why not one dict: a dict of 128-bit Python ints costs ~130 B per record, and
 the buffer holds a quarter of a million records or more. Here most records
 sit in sorted numpy columns (24 B each) searched like a run
-(:class:`dedup.runs.SortedKeys`); only the most recent tens of thousands are in
+(:class:`dedup.sortedkeys.SortedKeys`); only the most recent tens of thousands are in
 a dict, folded into the sorted part by a linear merge whenever it fills.
 
 The dict is keyed by ``hi`` alone and points into two lists holding ``lo`` and
@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from dedup.merging import merge_newer, newest_unique
-from dedup.runs import SEQ_MASK, Probe, SortedKeys, filter_add, filter_size
+from dedup.runs import SEQ_MASK
+from dedup.sortedkeys import Probe, SortedKeys, filter_add, filter_size
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 

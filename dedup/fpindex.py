@@ -42,7 +42,8 @@ import numpy as np
 from dedup.atomic import atomic_write_bytes
 from dedup.fpbuffer import Buffer
 from dedup.merging import merge_runs, newest_unique
-from dedup.runs import BLOCK_RECORDS, SEQ_MASK, TOMBSTONE, Probe, Run, write_run
+from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
+from dedup.sortedkeys import BLOCK_RECORDS, Probe
 
 MANIFEST = "MANIFEST"
 MANIFEST_FORMAT = 1
@@ -50,8 +51,9 @@ _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
 # Up to this many keys a lookup probes key by key in C-level bisects; above it,
 # one vectorized numpy search per run (numpy's ~1 µs per call pays off).
 SMALL_BATCH = 48
-# Lookups between releases of the runs' touched pages (Run.release): bounds the
-# RSS a long crawl accrues from the maps at ~a page per key, for ~1 µs a page.
+# Lookups between releases of the runs' mapped pages (Run.release). Page-sized
+# lookups read buckets with pread and map nothing; only large batches (replay,
+# rebuild) search the map, and this bounds what they leave mapped.
 RELEASE_EVERY = 1024
 _TOMB = int(TOMBSTONE)
 

@@ -9,7 +9,6 @@ whatever the runs' sizes, so a merge of billions of records runs in a few MB.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -39,9 +38,6 @@ def _count_upto(hi: np.ndarray, lo: np.ndarray, bound: tuple[int, int]) -> int:
     return i + int(np.searchsorted(lo[i:j], bl, side="right"))
 
 
-_RELEASE_STEPS = 8  # chunks of every input between releases of their mapped pages
-
-
 def merge_runs(runs: Sequence[Run], *, drop_tombstones: bool,
                chunk: int = MERGE_CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield the newest-wins union of ``runs`` as sorted ``(hi, lo, seq)`` chunks.
@@ -52,10 +48,7 @@ def merge_runs(runs: Sequence[Run], *, drop_tombstones: bool,
     run whose chunk set the cut is consumed whole, so every step progresses.
     """
     cursors = [0] * len(runs)
-    for step in itertools.count(1):
-        if step % _RELEASE_STEPS == 0:  # a merge reads whole runs: keep RSS to a window
-            for run in runs:
-                run.release()
+    while True:
         parts, bound = [], None
         for run, c in zip(runs, cursors, strict=True):
             rec = run.records(c, c + chunk)

@@ -1,4 +1,4 @@
-"""Immutable sorted run files of the fingerprint index: codec, atomic write, batched lookup.
+"""Immutable sorted run files of the fingerprint index: codec, atomic write, open, read.
 
 A run is one file of 24-byte records ``(hi, lo, seq)`` (little-endian uint64),
 sorted by ``(hi, lo)``, one record per fingerprint; ``seq`` is the ledger
@@ -10,15 +10,11 @@ sequence number, top bit set for a tombstone. Layout::
     records  24 bytes each
 
 Why a file and not a SQLite table: the records are written once, in order, in
-large sequential writes, and read through an ``mmap`` with a small in-RAM
-index, a *radix directory* (:class:`SortedKeys`): the first record of every
-bucket of the top ``k`` bits of ``hi``, with ``2**k`` about ``count /
-block_records`` (fingerprints are uniform hashes, so a bucket holds about
-``block_records`` records; skewed keys only make a bucket's search longer, never
-wrong). A page-sized batch (a few keys) is probed key by key in C-level
-``bisect`` calls on a ``memoryview`` of the map: numpy's fixed cost per call
-(~1 µs) on a dozen ops per run dominated such batches. A large batch stays one
-vectorized branchless binary search over all its keys.
+large sequential writes; lookups go through the radix directory and probe
+filter of :mod:`dedup.sortedkeys`, kept in RAM, and read a key's bucket (~16
+records) with ``pread``. The file is also mapped, for the vectorized search of
+large batches (replays, rebuilds), which :meth:`Run.release` lets go of; opening
+and merging stream the records with plain reads, so no path maps a whole run.
 bench/index_bench.py measures this against SQLite ``WITHOUT ROWID`` runs.
 
 Opening validates every header field against the file size before mapping
@@ -34,7 +30,6 @@ import mmap
 import os
 import struct
 import zlib
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -42,21 +37,26 @@ from typing import BinaryIO
 import numpy as np
 
 from dedup.atomic import atomic_write
+from dedup.sortedkeys import (
+    BLOCK_RECORDS,
+    RECORD_SIZE,
+    Probe,
+    SortedKeys,
+    bucket_counts,
+    columns,
+    directory_bits,
+    filter_add,
+    filter_size,
+)
 
 MAGIC = b"BCFPRUN1"
 FORMAT_VERSION = 1
-RECORD_SIZE = 24
-BLOCK_RECORDS = 16  # records per directory bucket: 0.25-0.5 B of RAM per key, ~4 bisect steps
 MAX_BLOCK_RECORDS = 1 << 16
 TOMBSTONE = np.uint64(1 << 63)
 SEQ_MASK = np.uint64((1 << 63) - 1)
 _HEAD = struct.Struct("<8sIIQQQI")
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
-FILTER_BITS = 8  # bits per record of a run's probe filter: ~12% of absent keys pass it
-_FILTER_MAX = 1 << 32  # bits; keeps ``(lo >> 32) * m`` within uint64
-# A probe to answer: (position in the caller's batch, hi, lo) as Python ints.
-Probe = tuple[int, int, int]
 
 
 class RunFileError(ValueError):
@@ -132,149 +132,6 @@ def write_run(path: str | os.PathLike[str],
     return written
 
 
-def filter_size(count: int) -> int:
-    """Bits of a run's probe filter (at least 8, a multiple of 8)."""
-    return min(_FILTER_MAX, max(8, -(-count * FILTER_BITS // 8) * 8))
-
-
-def filter_positions(lo: np.ndarray, m: int) -> np.ndarray:
-    """Each key's bit in a filter of ``m`` bits: the top 32 bits of ``lo`` scaled to
-    ``[0, m)`` (fingerprints are uniform hashes: no hashing needed)."""
-    return ((lo >> np.uint64(32)) * np.uint64(m)) >> np.uint64(32)
-
-
-def filter_add(bloom: np.ndarray, lo: np.ndarray) -> None:
-    """Set the filter bits of the keys with these ``lo`` halves."""
-    x = filter_positions(lo, len(bloom) * 8)
-    np.bitwise_or.at(bloom, (x >> np.uint64(3)).astype(np.intp),
-                     np.uint8(1) << (x & np.uint64(7)).astype(np.uint8))
-
-
-def directory_bits(count: int, block: int) -> int:
-    """``k``: the directory has ``2**k`` buckets, about ``block`` records each."""
-    k = 1
-    while k < 40 and (count >> k) > block:
-        k += 1
-    return k
-
-
-def bucket_counts(hi: np.ndarray, bits: int) -> np.ndarray:
-    """Records per directory bucket (the top ``bits`` bits of ``hi``) of one chunk."""
-    ids = (hi >> np.uint64(64 - bits)).astype(np.intp)
-    return np.bincount(ids, minlength=1 << bits)
-
-
-class SortedKeys:
-    """Records sorted by ``(hi, lo)`` (unique) with a radix directory: the batched
-    lookup shared by run files and the index buffer's sorted part.
-
-    ``counts`` are the records per bucket of the top ``bits`` bits of ``hi``; the
-    columns may be strided views (a run's rows in its map).
-    """
-
-    def __init__(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray,
-                 counts: np.ndarray, bits: int,
-                 views: list[memoryview] | None = None,
-                 bloom: np.ndarray | None = None) -> None:
-        self.count = len(hi)
-        # a one-probe Bloom filter over lo (None: none): most keys a page asks about
-        # are absent from most runs, and a filter bit is cheaper than a bisect
-        self.bloom = bloom
-        self._bloom = memoryview(bloom) if bloom is not None else None
-        self._m = len(bloom) * 8 if bloom is not None else 0
-        self.hi, self.lo, self.seq = hi, lo, seq
-        self.shift = 64 - bits
-        wide = self.count >= 1 << 31
-        start = np.zeros(len(counts) + 1, dtype=np.int64 if wide else np.int32)
-        np.cumsum(counts, out=start[1:])
-        self.start = start
-        self._start = memoryview(start).cast("B").cast("q" if wide else "i")
-        if views is None:
-            views = [_columns(a, 1)[0] for a in (hi, lo, seq)]
-        self._hi, self._lo, self._seq = views
-
-    @classmethod
-    def build(cls, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray,
-              block: int = BLOCK_RECORDS, bloom: np.ndarray | None = None) -> SortedKeys:
-        """Index contiguous sorted unique columns held in RAM (``bloom``: a filter
-        already holding every key's bit, or None)."""
-        bits = directory_bits(len(hi), block)
-        return cls(hi, lo, seq, bucket_counts(hi, bits), bits, bloom=bloom)
-
-    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """Key by key: ``([(position, raw seq) found], [probes not found])``.
-
-        Two directory reads and a ``bisect`` of ~log2(block) steps per key, all
-        in C: cheaper than numpy's fixed cost per call for a page's dozen keys.
-        """
-        mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
-        bloom, m = self._bloom, self._m
-        hits: list[tuple[int, int]] = []
-        miss: list[Probe] = []
-        for t in todo:
-            if bloom is not None:
-                x = ((t[2] >> 32) * m) >> 32
-                if not (bloom[x >> 3] >> (x & 7)) & 1:
-                    miss.append(t)
-                    continue
-            h = t[1]
-            j = h >> shift
-            a, b = start[j], start[j + 1]
-            p = bisect_left(mh, h, a, b)
-            if p < b and mh[p] == h:
-                if ml[p] != t[2] and p + 1 < b and mh[p + 1] == h:
-                    e = bisect_right(mh, h, p, b)  # a streak of equal hi: search its lo
-                    p = bisect_left(ml, t[2], p, e)
-                    if p == e:
-                        miss.append(t)
-                        continue
-                if ml[p] == t[2]:
-                    hits.append((t[0], ms[p]))
-                    continue
-            miss.append(t)
-        return hits, miss
-
-    def contains(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For each key: (found, raw seq incl. tombstone bit, 0 if not found).
-
-        One branchless binary search inside each key's bucket, all keys at once
-        (log2(bucket) steps of n gathers). A batch sorted by ``(hi, lo)`` reads
-        the columns front to back.
-        """
-        hi = np.asarray(hi, dtype=np.uint64)
-        lo = np.asarray(lo, dtype=np.uint64)
-        found = np.zeros(len(hi), dtype=bool)
-        seq = np.zeros(len(hi), dtype=np.uint64)
-        if not self.count or not len(hi):
-            return found, seq
-        j = (hi >> np.uint64(self.shift)).astype(np.intp)
-        first = self.start[j]
-        size = self.start[j + 1] - first
-        live = size > 0
-        np.minimum(first, self.count - 1, out=first)  # empty buckets: any row, masked below
-        H, L = self.hi, self.lo
-        while True:
-            half = size // 2
-            if not half.any():
-                break
-            mid = first + half
-            mh, ml = H[mid], L[mid]
-            below = (mh < hi) | ((mh == hi) & (ml <= lo))
-            first = np.where(below, mid, first)
-            size -= half
-        hit = live & (H[first] == hi) & (L[first] == lo)
-        found[hit] = True
-        seq[hit] = self.seq[first[hit]]
-        return found, seq
-
-
-def _columns(a: np.ndarray, width: int) -> list[memoryview]:
-    """Memoryviews of the ``width`` interleaved uint64 columns of contiguous ``a``:
-    their items are Python ints, so ``bisect`` searches them in C."""
-    flat = memoryview(np.ascontiguousarray(a).reshape(-1)).cast("B").cast("Q")
-    return [flat[c::width] for c in range(width)]
-
-
 class Run:
     """One open run file: the records mapped read-only, the radix directory in RAM."""
 
@@ -290,15 +147,23 @@ class Run:
             self.path, head, size)
         self.nbytes = size
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
         if self.count:  # a plain ndarray over our own map (numpy.memmap taxes every index)
-            with open(self.path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._fd = os.open(self.path, os.O_RDONLY)
+            try:
+                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            except BaseException:
+                os.close(self._fd)
+                raise
             self._rec = np.frombuffer(self._map, dtype="<u8", count=self.count * 3,
                                       offset=HEADER_SIZE).reshape(self.count, 3)
         else:
             self._rec = np.zeros((0, 3), dtype="<u8")
-        self.keys = self._verify(crc)
-        self.release()
+        try:
+            self.keys = self._verify(crc)
+        except BaseException:
+            self.close()
+            raise
 
     def release(self) -> None:
         """Let go of the mapped pages this process has touched (they stay in the page
@@ -315,7 +180,7 @@ class Run:
         m = filter_size(self.count)
         bloom = np.zeros(m // 8, dtype=np.uint8)
         for start in range(0, self.count, _CHUNK):
-            chunk = np.ascontiguousarray(self._rec[start:start + _CHUNK])
+            chunk = self.records(start, start + _CHUNK)
             got = zlib.crc32(chunk.data, got)
             hi, lo = chunk[:, 0], chunk[:, 1]
             seq = chunk[:, 2] & SEQ_MASK
@@ -329,12 +194,24 @@ class Run:
         if got != crc:
             raise RunFileError(f"run file {self.path}: record checksum mismatch")
         rec = self._rec
-        return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, _columns(rec, 3),
-                          bloom)
+        return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, columns(rec, 3),
+                          bloom, (self._fd, HEADER_SIZE) if self._fd is not None else None)
 
     def records(self, start: int, stop: int) -> np.ndarray:
-        """Records ``[start, stop)`` as an ``(n, 3)`` uint64 array (a view of the map)."""
-        return self._rec[start:stop]
+        """Records ``[start, stop)`` as an ``(n, 3)`` uint64 array, read into memory.
+
+        Read, not mapped: streaming a whole run (opening it, merging it) through
+        the map would map every page of it into this process (RSS of the whole
+        index at a billion URLs); the map is for the lookups' scattered reads."""
+        start, stop = max(0, start), min(stop, self.count)
+        out = np.empty((max(0, stop - start), 3), dtype="<u8")
+        if out.size:
+            assert self._fd is not None
+            got = os.preadv(self._fd, [out], HEADER_SIZE + start * RECORD_SIZE)
+            if got != out.nbytes:
+                raise RunFileError(f"run file {self.path}: short read ({got} of "
+                                   f"{out.nbytes} bytes): changed under us")
+        return out
 
     def contains(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each key: (found in this run, raw seq incl. tombstone bit, 0 if not found).
@@ -358,6 +235,9 @@ class Run:
         """Drop this object's references to the map (numpy unmaps it once no view is left)."""
         self._rec = np.zeros((0, 3), dtype="<u8")
         self._map = None  # unmapped once the last view of it is gone
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         empty = np.zeros(0, dtype=np.uint64)
         self.keys = SortedKeys(empty, empty, empty, np.zeros(2, dtype=np.int64), 1)
         self.count = 0

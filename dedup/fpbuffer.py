@@ -118,9 +118,10 @@ class Buffer:
         self._pending = []
 
     def take(self, upto_seq: int) -> Columns:
-        """Remove and return the records with seq <= ``upto_seq`` (sorted, newest
-        per key); the rest stays. A key's older record is dropped when a newer one
-        stays: the newer one answers for it, here or replayed from the ledger."""
+        """Remove and return the records with seq <= ``upto_seq`` (sorted by key, one
+        record per key: the newest); the rest stays. A key's older record is dropped
+        when a newer one stays: the newer one answers for it, here or replayed from
+        the ledger."""
         self.fold()
         s = self.sorted
         old = (s.seq & SEQ_MASK) <= np.uint64(upto_seq)

@@ -41,7 +41,7 @@ import numpy as np
 
 from dedup.atomic import atomic_write_bytes
 from dedup.fpbuffer import Buffer
-from dedup.merging import merge_runs, newest_unique
+from dedup.merging import merge_runs
 from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
 from dedup.sortedkeys import BLOCK_RECORDS, Probe
 
@@ -197,9 +197,11 @@ class FingerprintIndex:
         if self.readonly:
             raise PermissionError(f"{self.directory}: index opened read-only")
         self._install()
-        hi, lo, seq = self._buffer.take(upto_seq)
-        if len(hi):
-            hi, lo, seq = newest_unique(hi, lo, seq, drop_tombstones=not self._runs)
+        hi, lo, seq = self._buffer.take(upto_seq)  # sorted, one record per key
+        if len(hi) and not self._runs:  # nothing older for a tombstone to hide
+            live = (seq & TOMBSTONE) == 0
+            if not live.all():
+                hi, lo, seq = hi[live], lo[live], seq[live]
         if len(hi):
             name = self._new_name()
             write_run(self.directory / name, [(hi, lo, seq)], block_records=self.block_records)

@@ -21,7 +21,7 @@ the general newest-wins merge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Buffer:
             return
         masked = seq & SEQ_MASK
         in_order = int(masked[0]) > self.top and bool(np.all(masked[1:] > masked[:-1]))
-        self._keep(hi, lo, seq, in_order, int(masked.max()), seq.tolist)
+        self._keep(hi, lo, seq, int(masked.max()), seq.tolist() if in_order else None)
 
     def add_consecutive(self, hi: np.ndarray, lo: np.ndarray, first: int) -> None:
         """:meth:`add` of admissions at seqs ``first, first + 1, ...`` (a ledger
@@ -70,23 +70,30 @@ class Buffer:
         if not n:
             return
         seq = np.arange(first, first + n, dtype=np.uint64)
-        self._keep(hi, lo, seq, first > self.top, first + n - 1,
-                   lambda: range(first, first + n))
+        in_order = first > self.top
+        self._keep(hi, lo, seq, first + n - 1, range(first, first + n) if in_order else None)
 
-    def _keep(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray, in_order: bool,
-              top: int, seq_list: Callable[[], Iterable[int]]) -> None:
+    def _keep(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray, top: int,
+              newest: Iterable[int] | None) -> None:
+        """Add the records; ``newest`` is their seqs when they are all newer than
+        anything held (they may go to the recent dict), else None."""
         self.size += len(hi)
         self.top = max(self.top, top)
         self._pending.append((hi, lo, seq))
-        if in_order:  # the owner's usual order: these are the newest records of their keys
+        if newest is not None:  # the owner's usual order
             recent, at = self._recent, len(self._lo)
             before = len(recent)
             recent.update(zip(hi.tolist(), range(at, at + len(hi)), strict=True))
             self._lo += lo.tolist()
-            self._seq += seq_list()
+            self._seq += newest
             if len(recent) == before + len(hi) and len(recent) < self.recent_max:
                 return
         self.fold()
+
+    @property
+    def count(self) -> int:
+        """Records in the recent dict (the sorted part counts its own)."""
+        return len(self._recent)
 
     def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
         """The recent records, key by key, like :meth:`SortedKeys.probe`:

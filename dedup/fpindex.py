@@ -150,7 +150,7 @@ class FingerprintIndex:
         for part in (self._buffer, self._buffer.sorted, *self._runs):
             if not todo:
                 break
-            if part is self._buffer or part.count:
+            if part.count:
                 hits, todo = part.probe(todo)
                 for i, got in hits:
                     raw[i] = got if got < _TOMB else -2

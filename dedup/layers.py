@@ -273,18 +273,15 @@ class LayerStack:
         if not cols.size:
             return
         arena = self.arenas[0]
-        if p.bits is not None and len(self.arenas) == 1:
+        # no row can fill up (the fullest row takes them all) and no layer was added
+        if (p.bits is not None and len(self.arenas) == 1
+                and int(arena.counts.max()) + cols.size <= arena.capacity):
+            _set_bits(arena, p.bits, cols, len(p.h1))
             if p.rows is None:
-                if int(arena.counts[0]) + cols.size <= arena.capacity:
-                    _set_bits(arena, p.bits, cols, len(p.h1))
-                    arena.counts[0] += cols.size
-                    return
+                arena.counts[0] += cols.size
             else:
-                r = p.rows[cols]
-                if int(arena.counts.max()) + cols.size <= arena.capacity:
-                    _set_bits(arena, p.bits, cols, len(p.h1))
-                    np.add.at(arena.counts, r, 1)
-                    return
+                np.add.at(arena.counts, p.rows[cols], 1)
+            return
         # a row fills up (or the filter has grown layers): the general path
         self.add(np.stack([p.h1[cols], p.h2[cols]], axis=1),
                  None if p.rows is None else p.rows[cols])

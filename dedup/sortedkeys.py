@@ -111,7 +111,7 @@ class SortedKeys:
         in C: cheaper than numpy's fixed cost per call for a page's dozen keys.
         """
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
-        bloom, m = self._bloom, self._m
+        bloom, m, file = self._bloom, self._m, self._file
         hits: list[tuple[int, int]] = []
         miss: list[Probe] = []
         for t in todo:
@@ -123,11 +123,11 @@ class SortedKeys:
             h = t[1]
             j = h >> shift
             a, b = start[j], start[j + 1]
-            if self._file is not None:
+            if file is not None:
                 if a == b:
                     miss.append(t)
                     continue
-                fd, off = self._file
+                fd, off = file
                 raw = os.pread(fd, (b - a) * RECORD_SIZE, off + a * RECORD_SIZE)
                 if len(raw) != (b - a) * RECORD_SIZE:
                     raise ValueError(f"run file (fd {fd}): short read: changed under us")

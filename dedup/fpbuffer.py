@@ -131,6 +131,9 @@ class Buffer:
         the ledger."""
         self.fold()
         s = self.sorted
+        if self.top <= upto_seq:  # the flush after a commit: all of it, no copy
+            self.clear()
+            return s.hi, s.lo, s.seq
         old = (s.seq & SEQ_MASK) <= np.uint64(upto_seq)
         keep = ~old
         out = s.hi[old], s.lo[old], s.seq[old]

@@ -75,15 +75,16 @@ def merge_newer(old: tuple[np.ndarray, np.ndarray, np.ndarray],
     """Merge two sorted unique record sets, the higher seq winning on equal keys:
     the index buffer folding its recent records into its sorted part.
 
-    Linear in practice: a stable sort of two concatenated sorted runs is one
-    timsort merge. Only when two records share a ``hi`` (a re-admission, a
+    The new records are inserted at their places in the old columns
+    (``np.insert``): one output array per column and a mask, so a fold of a
+    million records needs its own size in temporaries, not three times it.
+    Only when a new record shares its ``hi`` with an old one (a re-admission, a
     forget, or skewed keys) does it fall back to the general :func:`newest_unique`.
     """
-    hi = np.concatenate((old[0], new[0]))
-    lo = np.concatenate((old[1], new[1]))
-    seq = np.concatenate((old[2], new[2]))
-    order = np.argsort(hi, kind="stable")
-    hi = hi[order]
-    if len(hi) > 1 and bool((hi[1:] == hi[:-1]).any()):
-        return newest_unique(hi, lo[order], seq[order], drop_tombstones=False)
-    return hi, lo[order], seq[order]
+    at = np.searchsorted(old[0], new[0])
+    inside = at < len(old[0])
+    if bool((old[0][at[inside]] == new[0][inside]).any()):
+        return newest_unique(*(np.concatenate((a, b)) for a, b in zip(old, new, strict=True)),
+                             drop_tombstones=False)
+    hi, lo, seq = (np.insert(a, at, b) for a, b in zip(old, new, strict=True))
+    return hi, lo, seq

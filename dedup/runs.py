@@ -30,7 +30,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -104,7 +104,7 @@ def write_run(path: str | os.PathLike[str],
         f.write(b"\0" * HEADER_SIZE)
         count, crc, lo_seq, hi_seq = 0, 0, None, None
         last: tuple[int, int] | None = None
-        for hi, lo, seq in chunks:
+        for hi, lo, seq in _sliced(chunks):
             if should_stop is not None and should_stop():
                 raise InterruptedError("run write abandoned")
             n = len(hi)
@@ -130,6 +130,15 @@ def write_run(path: str | os.PathLike[str],
 
     atomic_write(path, body)
     return written
+
+
+def _sliced(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The chunks cut into slices of at most ``_CHUNK`` records: a flush hands
+    over its whole buffer at once, and each slice is copied twice on its way out."""
+    for hi, lo, seq in chunks:
+        for a in range(0, len(hi), _CHUNK):
+            yield hi[a:a + _CHUNK], lo[a:a + _CHUNK], seq[a:a + _CHUNK]
 
 
 class Run:

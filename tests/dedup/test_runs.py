@@ -121,3 +121,20 @@ def test_every_truncation_and_bit_flip_is_refused(tmp_path: Path) -> None:
         path.write_bytes(bytes(flipped))
         with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
             Run(path)
+
+
+def test_writer_slices_large_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush hands its whole buffer over as one chunk: it is written in slices
+    (bounded copies), with the order still checked across the slices' seams."""
+    monkeypatch.setattr(runs, "_CHUNK", 3)
+    hi = np.arange(10, dtype=np.uint64) * np.uint64(7)
+    lo = np.arange(10, dtype=np.uint64)
+    seq = np.arange(1, 11, dtype=np.uint64)
+    assert write_run(tmp_path / "r.fpr", [(hi, lo, seq)]) == 10
+    found, got = Run(tmp_path / "r.fpr").contains(hi, lo)
+    assert found.all() and got.tolist() == seq.tolist()
+    hi[6] = hi[5]  # a duplicate key right at a seam (slices of 3: positions 5 | 6)
+    lo[6] = lo[5]
+    with pytest.raises(ValueError, match="strictly increase"):
+        write_run(tmp_path / "s.fpr", [(hi, lo, seq)])
+    assert not (tmp_path / "s.fpr").exists()

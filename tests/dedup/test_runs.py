@@ -138,3 +138,17 @@ def test_writer_slices_large_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(ValueError, match="strictly increase"):
         write_run(tmp_path / "s.fpr", [(hi, lo, seq)])
     assert not (tmp_path / "s.fpr").exists()
+
+
+def test_probe_ignores_matches_across_fields(tmp_path: Path) -> None:
+    """A run file's bucket is searched for a key's 16 bytes: a match that straddles
+    two fields (a record's lo and seq, or a seq and the next hi) is not the key."""
+    rows = [(1, 2, 3), (2, 3, 7), (5, 9, 11), (11, 20, 21)]
+    hi, lo, seq = (np.array(c, np.uint64) for c in zip(*rows, strict=True))
+    write_run(tmp_path / "r.fpr", [(hi, lo, seq)], block_records=64)
+    run = Run(tmp_path / "r.fpr")
+    todo = [(0, 2, 3), (1, 9, 11), (2, 3, 7), (3, 11, 11), (4, 11, 20)]
+    hits, miss = run.probe(todo)
+    # (2, 3) is stored, and also straddles record 0's lo|seq, which comes first
+    assert hits == [(0, 7), (4, 21)]
+    assert [t[0] for t in miss] == [1, 2, 3]

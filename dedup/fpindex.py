@@ -41,6 +41,7 @@ import numpy as np
 
 from dedup.atomic import atomic_write_bytes
 from dedup.fpbuffer import Buffer
+from dedup.heap import return_large_frees
 from dedup.merging import merge_runs
 from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
 from dedup.sortedkeys import BLOCK_RECORDS, Probe
@@ -81,6 +82,7 @@ class FingerprintIndex:
         self.readonly = readonly
         if not readonly:
             self.directory.mkdir(parents=True, exist_ok=True)
+            return_large_frees()  # folds, flushes and merges free arrays of tens of MB
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
         self._buffer = Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
@@ -125,10 +127,7 @@ class FingerprintIndex:
 
     def lookup(self, his: np.ndarray, los: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(present, seq)`` per key, in input order; ``seq`` is -1 where not present.
-
-        Buffer first, then runs newest first, each run one vectorized step on the keys
-        still unanswered, sorted; a key stops at its first (newest) record.
-        """
+        Buffer, then runs newest first: a key stops at its first (newest) record."""
         self._install()
         self._lookups += 1
         if self._lookups % RELEASE_EVERY == 0:

@@ -160,6 +160,8 @@ class Run:
         if self.count:  # a plain ndarray over our own map (numpy.memmap taxes every index)
             self._fd = os.open(self.path, os.O_RDONLY)
             try:
+                if hasattr(os, "posix_fadvise"):  # lookups read a bucket: no readahead
+                    os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
                 self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
             except BaseException:
                 os.close(self._fd)

@@ -108,14 +108,13 @@ class SortedKeys:
         """Key by key: ``([(position, raw seq) found], [probes not found])``.
 
         The filter bit first; then, in RAM, two directory reads and a ``bisect``
-        of ~log2(block) steps; from a file, one ``pread`` of the key's bucket
-        searched for the key's 16 bytes by ``bytes.find``. All in C: cheaper than
-        numpy's fixed cost per call for a page's dozen keys.
+        of ~log2(block) steps; from a file, one ``pread`` of the key's bucket,
+        searched for the key's 16 bytes (a bucket's records are unique, so the one
+        record-aligned match of ``hi || lo``, little-endian as stored, is the key).
+        All in C: cheaper than numpy's fixed cost per call for a page's dozen keys.
         """
-        if self._file is not None:
-            return self._probe_file(todo)
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
-        bloom, m = self._bloom, self._m
+        bloom, m, file = self._bloom, self._m, self._file
         hits: list[tuple[int, int]] = []
         miss: list[Probe] = []
         for t in todo:
@@ -127,6 +126,13 @@ class SortedKeys:
             h = t[1]
             j = h >> shift
             a, b = start[j], start[j + 1]
+            if file is not None:
+                p = self._find_in_file(file, a, b, h, t[2])
+                if p is None:
+                    miss.append(t)
+                else:
+                    hits.append((t[0], p))
+                continue
             p = bisect_left(mh, h, a, b)
             if p < b and mh[p] == h:
                 if ml[p] != t[2] and p + 1 < b and mh[p + 1] == h:
@@ -141,37 +147,21 @@ class SortedKeys:
             miss.append(t)
         return hits, miss
 
-    def _probe_file(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """:meth:`probe` of a run file: a bucket's records are unique, so the one
-        record-aligned match of ``hi || lo`` (little-endian, as stored) is the key."""
-        fd, off = self._file  # type: ignore[misc]
-        start, shift, bloom, m = self._start, self.shift, self._bloom, self._m
-        hits: list[tuple[int, int]] = []
-        miss: list[Probe] = []
-        for t in todo:
-            if bloom is not None:
-                x = ((t[2] >> 32) * m) >> 32
-                if not (bloom[x >> 3] >> (x & 7)) & 1:
-                    miss.append(t)
-                    continue
-            j = t[1] >> shift
-            a, b = start[j], start[j + 1]
-            if a == b:
-                miss.append(t)
-                continue
-            size = (b - a) * RECORD_SIZE
-            raw = os.pread(fd, size, off + a * RECORD_SIZE)
-            if len(raw) != size:
-                raise ValueError(f"run file (fd {fd}): short read: changed under us")
-            key = t[1].to_bytes(8, "little") + t[2].to_bytes(8, "little")
-            p = raw.find(key)
-            while p > 0 and p % RECORD_SIZE:  # a match across two records' fields
-                p = raw.find(key, p + 1)
-            if p < 0:
-                miss.append(t)
-            else:
-                hits.append((t[0], int.from_bytes(raw[p + 16:p + RECORD_SIZE], "little")))
-        return hits, miss
+    @staticmethod
+    def _find_in_file(file: tuple[int, int], a: int, b: int, hi: int, lo: int) -> int | None:
+        """The raw seq of key ``(hi, lo)`` among records ``[a, b)`` of a run file, or None."""
+        if a == b:
+            return None
+        fd, off = file
+        size = (b - a) * RECORD_SIZE
+        raw = os.pread(fd, size, off + a * RECORD_SIZE)
+        if len(raw) != size:
+            raise ValueError(f"run file (fd {fd}): short read: changed under us")
+        key = hi.to_bytes(8, "little") + lo.to_bytes(8, "little")
+        p = raw.find(key)
+        while p > 0 and p % RECORD_SIZE:  # a match across two records' fields
+            p = raw.find(key, p + 1)
+        return None if p < 0 else int.from_bytes(raw[p + 16:p + RECORD_SIZE], "little")
 
     def contains(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each key: (found, raw seq incl. tombstone bit, 0 if not found).

@@ -49,13 +49,12 @@ from dedup.sortedkeys import BLOCK_RECORDS, Probe
 MANIFEST = "MANIFEST"
 MANIFEST_FORMAT = 1
 _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
-# Up to this many keys a lookup probes key by key in C-level bisects; above it,
-# one vectorized numpy search per run (numpy's ~1 µs per call pays off).
+# Up to this many keys (a page's) a lookup probes key by key in C-level bisects;
+# up to MAPLESS_BATCH (a group of pages') each part filters them vectorized and
+# reads a candidate's bucket with pread; above it (replay, rebuild) each run is
+# searched through its map, released after the lookup.
 SMALL_BATCH = 48
-# Lookups between releases of the runs' mapped pages (Run.release). Page-sized
-# lookups read buckets with pread and map nothing; only large batches (replay,
-# rebuild) search the map, and this bounds what they leave mapped.
-RELEASE_EVERY = 1024
+MAPLESS_BATCH = 1 << 16
 _TOMB = int(TOMBSTONE)
 
 
@@ -88,7 +87,6 @@ class FingerprintIndex:
         self._buffer = Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
                               capacity=buffer_records)
         self._merge: _Merge | None = None
-        self._lookups = 0
         self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
         self._runs: list[Run] = []  # newest first
         try:
@@ -129,15 +127,11 @@ class FingerprintIndex:
         """``(present, seq)`` per key, in input order; ``seq`` is -1 where not present.
         Buffer, then runs newest first: a key stops at its first (newest) record."""
         self._install()
-        self._lookups += 1
-        if self._lookups % RELEASE_EVERY == 0:
-            for run in self._runs:
-                run.release()
         hi, lo = _u64(his), _u64(los)
         if len(hi) <= SMALL_BATCH:
             raw = self._probe(hi.tolist(), lo.tolist())
         else:
-            raw = self._search(hi, lo)
+            raw = self._search(hi, lo, mapped=len(hi) > MAPLESS_BATCH)
         present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
         return present, np.where(present, raw, -1)
 
@@ -155,10 +149,11 @@ class FingerprintIndex:
                     raw[i] = got if got < _TOMB else -2
         return np.array(raw, dtype=np.int64)
 
-    def _search(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-        """A large batch, vectorized: buffer, then runs newest first, each one numpy
-        search over the keys still unanswered, sorted; the seq found (negative for a
-        tombstone), -1 where none."""
+    def _search(self, hi: np.ndarray, lo: np.ndarray, *, mapped: bool) -> np.ndarray:
+        """A larger batch, vectorized: buffer, then runs newest first, each one step
+        over the keys still unanswered, sorted (``mapped``: a numpy search through
+        the runs' maps, released after); the seq found (negative for a tombstone),
+        -1 where none."""
         n = len(hi)
         raw = np.zeros(n, dtype=np.uint64)
         todo = np.ones(n, dtype=bool)
@@ -172,12 +167,16 @@ class FingerprintIndex:
             order = np.flatnonzero(todo)
             order = order[np.lexsort((lo[order], hi[order]))]
             for part in parts:
-                found, seq = part.contains(hi[order], lo[order])
+                search = part.contains if mapped else part.find_many
+                found, seq = search(hi[order], lo[order])
                 raw[order[found]] = seq[found]
                 todo[order[found]] = False
                 order = order[~found]
                 if not len(order):
                     break
+        if mapped:
+            for run in self._runs:
+                run.release()
         out = raw.view(np.int64).copy()  # tombstones (top bit) read as negative
         out[todo] = -1
         return out

@@ -242,6 +242,10 @@ class Run:
         """Key by key (see :meth:`SortedKeys.probe`): for page-sized batches."""
         return self.keys.probe(todo)
 
+    def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`contains`, mapping nothing (see :meth:`SortedKeys.find_many`)."""
+        return self.keys.find_many(hi, lo)
+
     def close(self) -> None:
         """Drop this object's references to the map (numpy unmaps it once no view is left)."""
         self._rec = np.zeros((0, 3), dtype="<u8")

@@ -147,6 +147,31 @@ class SortedKeys:
             miss.append(t)
         return hits, miss
 
+    def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`contains` for a batch of hundreds or thousands of keys (a group of
+        pages) that maps nothing: the filter bits of all keys at once, then the
+        candidates searched in RAM, or from a file with one ``pread`` each."""
+        found = np.zeros(len(hi), dtype=bool)
+        seq = np.zeros(len(hi), dtype=np.uint64)
+        if not self.count or not len(hi):
+            return found, seq
+        cand = np.arange(len(hi))
+        if self.bloom is not None:
+            x = filter_positions(lo, self._m)
+            bit = self.bloom[(x >> np.uint64(3)).astype(np.intp)] >> (x & np.uint64(7))
+            cand = np.flatnonzero(bit & np.uint64(1))
+        if self._file is None:
+            found[cand], seq[cand] = self.contains(hi[cand], lo[cand])
+            return found, seq
+        j = (hi[cand] >> np.uint64(self.shift)).astype(np.intp)
+        for c, h, lo_, a, b in zip(cand.tolist(), hi[cand].tolist(), lo[cand].tolist(),
+                                   self.start[j].tolist(), self.start[j + 1].tolist(),
+                                   strict=True):
+            got = self._find_in_file(self._file, a, b, h, lo_)
+            if got is not None:
+                found[c], seq[c] = True, got
+        return found, seq
+
     @staticmethod
     def _find_in_file(file: tuple[int, int], a: int, b: int, hi: int, lo: int) -> int | None:
         """The raw seq of key ``(hi, lo)`` among records ``[a, b)`` of a run file, or None."""

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from dedup import fpindex
 from dedup.fpindex import SMALL_BATCH, FingerprintIndex
 
 Row = tuple[int, int, int, bool]
@@ -51,15 +52,21 @@ def model_of(rows: Iterable[Row]) -> dict[tuple[int, int], int]:
 def assert_answers(index: FingerprintIndex, model: dict[tuple[int, int], int],
                    keys: Sequence[tuple[int, int]]) -> None:
     """The index answers every key (present and seq) exactly like the model, asked
-    all at once (the vectorized path) and a page at a time (the key-by-key path)."""
+    all at once (the vectorized paths: with pread, and through the runs' maps as a
+    batch above ``MAPLESS_BATCH`` is) and a page at a time (key by key)."""
     his = np.array([k[0] for k in keys], np.uint64)
     los = np.array([k[1] for k in keys], np.uint64)
     want_p = [k in model for k in keys]
     want_s = [model.get(k, -1) for k in keys]
-    present, seq = index.lookup(his, los)
-    assert present.tolist() == want_p
-    assert seq.tolist() == want_s
-    assert len(keys) > SMALL_BATCH  # else the vectorized path went untested
+    assert SMALL_BATCH < len(keys) <= fpindex.MAPLESS_BATCH  # else a path went untested
+    mapless = fpindex.MAPLESS_BATCH
+    try:
+        for fpindex.MAPLESS_BATCH in (mapless, SMALL_BATCH):
+            present, seq = index.lookup(his, los)
+            assert present.tolist() == want_p
+            assert seq.tolist() == want_s
+    finally:
+        fpindex.MAPLESS_BATCH = mapless
     for i in range(0, len(keys), 13):
         present, seq = index.lookup(his[i:i + 13], los[i:i + 13])
         assert present.tolist() == want_p[i:i + 13]

@@ -122,6 +122,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, help="where state goes (default: a temp dir, "
                     "removed at the end)")
     ap.add_argument("--snapshot-every", type=int, default=snapshot_every_default())
+    ap.add_argument("--feed", choices=("group", "page"), default="group",
+                    help="each 100-page group in one call where an implementation batches "
+                         "(UrlSeen.filter_new_pages, one executemany, one set update), or "
+                         "one call per page as the crawler admits")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=20_000)
     ap.add_argument("--zipf", type=float, default=1.0)
@@ -157,7 +161,7 @@ def main() -> None:
         runs += [(k, True) for k in args.impls if k in COLD_IMPLS]
     common = ["--distinct", str(args.distinct), "--window", str(args.window),
               "--snapshot-every", str(args.snapshot_every), "--seed", str(args.seed),
-              "--hosts", str(args.hosts), "--zipf", str(args.zipf)]
+              "--hosts", str(args.hosts), "--zipf", str(args.zipf), "--feed", args.feed]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bloomcrawl-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -35,6 +35,11 @@ class Impl:
     def feed(self, base: str, hrefs: list[str]) -> int:
         raise NotImplementedError
 
+    def feed_group(self, pages: list[tuple[str, list[str]]]) -> int:
+        """A group of pages (one commit's worth) at once, where the implementation can
+        batch across pages; the same count as feeding them one by one."""
+        return sum(self.feed(base, hrefs) for base, hrefs in pages)
+
     def commit(self, distinct: int) -> None:
         """End of a group of pages (100 by default); ``distinct`` counted so far."""
 
@@ -64,6 +69,11 @@ class Seen(Impl):
 
     def feed(self, base: str, hrefs: list[str]) -> int:
         return len(self.seen.filter_new(hrefs, base_url=base))
+
+    def feed_group(self, pages: list[tuple[str, list[str]]]) -> int:
+        if not hasattr(self.seen, "filter_new_pages"):  # an older UrlSeen
+            return super().feed_group(pages)
+        return sum(map(len, self.seen.filter_new_pages(pages)))
 
     def commit(self, distinct: int) -> None:
         if self.group_commit:
@@ -103,10 +113,13 @@ class SqlitePeer(Impl):
         self.db.execute("BEGIN")
 
     def feed(self, base: str, hrefs: list[str]) -> int:
+        return self.feed_group([(base, hrefs)])
+
+    def feed_group(self, pages: list[tuple[str, list[str]]]) -> int:
         before = self.db.total_changes
         self.db.executemany("INSERT OR IGNORE INTO seen VALUES (?)",
-                            [(fingerprint(r[1]),) for r in self.canon.resolve_many(hrefs, base)
-                             if r is not None])
+                            [(fingerprint(r[1]),) for base, hrefs in pages
+                             for r in self.canon.resolve_many(hrefs, base) if r is not None])
         return self.db.total_changes - before
 
     def commit(self, distinct: int) -> None:
@@ -130,10 +143,13 @@ class SetPeer(Impl):
         self.seen: set[bytes] = set()
 
     def feed(self, base: str, hrefs: list[str]) -> int:
+        return self.feed_group([(base, hrefs)])
+
+    def feed_group(self, pages: list[tuple[str, list[str]]]) -> int:
         seen = self.seen
         before = len(seen)
-        seen.update([fingerprint(r[1]) for r in self.canon.resolve_many(hrefs, base)
-                     if r is not None])
+        seen.update([fingerprint(r[1]) for base, hrefs in pages
+                     for r in self.canon.resolve_many(hrefs, base) if r is not None])
         return len(seen) - before
 
 

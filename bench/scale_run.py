@@ -86,9 +86,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         n_links = sum(len(hrefs) for _, hrefs in pages)
         g1 = process_time()
         t0, c0 = perf_counter(), process_time()
-        new = 0
-        for base, hrefs in pages:
-            new += impl.feed(base, hrefs)
+        if args.feed == "group":
+            new = impl.feed_group(pages)
+        else:
+            new = sum(impl.feed(base, hrefs) for base, hrefs in pages)
         m.distinct += new
         impl.commit(m.distinct)
         done = m.distinct >= args.distinct
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print("W " + json.dumps(row), flush=True)
             while edge <= m.distinct:
                 edge += args.window
-    return {"impl": args.impl, "name": impl.name, "cold": args.cold,
+    name = impl.name + (", page by page" if args.feed == "page" else "")
+    return {"impl": args.impl, "name": name, "cold": args.cold, "feed": args.feed,
             "group_commit": getattr(impl, "group_commit", None),
             "distinct": m.distinct, "pages": m.total_pages, "links": m.total_links,
             "windows": windows}
@@ -134,6 +136,9 @@ def main() -> None:
     ap.add_argument("--distinct", type=int, default=1_000_000)
     ap.add_argument("--window", type=int, default=500_000)
     ap.add_argument("--cold", action="store_true")
+    ap.add_argument("--feed", choices=("group", "page"), default="group",
+                    help="a group commit's pages in one call where the API batches (group), "
+                         "or one call per page, as the crawler admits (page)")
     ap.add_argument("--snapshot-every", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=20_000)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from dedup.bloom import read_snapshot, write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.errors import GeometryMismatch, SnapshotError
 from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
-from dedup.geometry import Geometry, require_same
+from dedup.identity import settle
 from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
 from dedup.ledger import INDEX_BUFFER, Ledger, State
 from dedup.recent import RecentKeys
@@ -92,9 +91,8 @@ class UrlSeen:
 
     def _open(self, asked: dict[str, Any], rules: CanonRules | None, crawl_id: str | None,
               confirm_cache_size: int, canon_cache_size: int) -> None:
-        self.geometry = self._settle_geometry(asked)
-        self.rules = self._settle_rules(rules)
-        self.crawl_id = self._settle_crawl_id(crawl_id)
+        self.geometry, self.rules, self.crawl_id = settle(
+            self.ledger, f"{self.state_dir}: ", asked, rules, crawl_id, write=not self.readonly)
         self.seed: int = self.geometry.seed
         self.nshards: int = self.geometry.shards
         self.bloom = self._empty_filter()
@@ -109,44 +107,6 @@ class UrlSeen:
         self._pending_hwm = self._applied_hwm
 
     # -- opening -----------------------------------------------------------------
-
-    def _settle_geometry(self, asked: dict[str, Any]) -> Geometry:
-        asked = {k: v for k, v in asked.items() if v is not None}
-        stored = self.ledger.meta_get("geometry")
-        if stored is None:
-            geometry = Geometry(**asked)
-            if not self.readonly:
-                self.ledger.meta_set("geometry", geometry.to_dict())
-            return geometry
-        require_same(asked, {k: stored.get(k) for k in asked},
-                     f"{self.state_dir}: asked for != created with: ")
-        return Geometry.from_dict(stored)
-
-    def _settle_rules(self, rules: CanonRules | None) -> CanonRules:
-        stored = self.ledger.meta_get("canon_rules")
-        if stored is None:
-            rules = rules or CanonRules()
-            if not self.readonly:
-                self.ledger.meta_set("canon_rules", _rules_to_json(rules))
-            return rules
-        stored_rules = CanonRules(sort_query=stored["sort_query"],
-                                  strip_params=tuple(stored["strip_params"]),
-                                  max_length=stored["max_length"])
-        if rules is not None and rules != stored_rules:
-            raise GeometryMismatch(f"{self.state_dir}: canonicalization rules differ from the "
-                                   "ones this crawl was created with (keys would not match)")
-        return stored_rules
-
-    def _settle_crawl_id(self, crawl_id: str | None) -> str:
-        stored = self.ledger.meta_get("crawl_id")
-        if stored is None:
-            stored = crawl_id or uuid.uuid4().hex
-            if not self.readonly:
-                self.ledger.meta_set("crawl_id", stored)
-        elif crawl_id is not None and crawl_id != stored:
-            raise GeometryMismatch(f"{self.state_dir}: crawl_id differs: the directory belongs "
-                                   f"to crawl {stored}, not {crawl_id}")
-        return stored
 
     def _empty_filter(self) -> ShardedBloom:
         g = self.geometry
@@ -204,6 +164,34 @@ class UrlSeen:
         pairs = self._resolve(links, base_url)
         _, keys, idx, _ = self._admit(pairs, depth, State.QUEUED, keep_urls=False)
         return [keys[i] for i in idx]
+
+    def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
+                         depth: int = 0) -> list[list[str]]:
+        """:meth:`filter_new` of many ``(base_url, links)`` pages at once: the same
+        answers as calling it page by page in order (a key new on two pages is new
+        on the first), with one Bloom probe, one index lookup and one ledger row for
+        them all. For a caller that has pages in hand (a group commit's worth, a
+        crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
+        cost alone."""
+        pairs: list[tuple[str, str]] = []
+        ends = []
+        for base_url, links in pages:
+            pairs += self._resolve(links, base_url)
+            ends.append(len(pairs))
+        _, keys, idx, _ = self._admit(pairs, depth, State.QUEUED, keep_urls=False)
+        if not idx:
+            return [[] for _ in ends]
+        new = {keys[i] for i in idx}
+        out, start = [], 0
+        for end in ends:
+            page = []
+            for _, key in pairs[start:end]:
+                if key in new:
+                    new.discard(key)
+                    page.append(key)
+            out.append(page)
+            start = end
+        return out
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -383,8 +371,3 @@ class UrlSeen:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _rules_to_json(rules: CanonRules) -> dict[str, Any]:
-    d = asdict(rules)
-    d["strip_params"] = list(d["strip_params"])
-    return d

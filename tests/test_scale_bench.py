@@ -53,6 +53,24 @@ def test_scale_bench_counts_agree(tmp_path: Path) -> None:
     assert "Per window of distinct URLs" in again and "Issue 10 targets" in again
 
 
+
+def test_scale_bench_page_by_page_counts_the_same(tmp_path: Path) -> None:
+    """--feed page (one call per page, the crawler's way) against the default groups."""
+    counts = []
+    for feed in ("page", "group"):
+        out = tmp_path / f"{feed}.json"
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / "scale.py"), "--distinct", "5000", "--window", "5000",
+             "--impl", "urlseen,sqlite", "--jobs", "2", "--hosts", "2000", "--feed", feed,
+             "--workdir", str(tmp_path / feed), "--out", str(out)],
+            capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        result = json.loads(out.read_text())
+        assert {r["feed"] for r in result["runs"]} == {feed}
+        counts.append(set(map(tuple, result["counts"].values())))
+    assert len(counts[0]) == 1 and counts[0] == counts[1]
+
+
 def test_stream_is_reproducible_and_agrees_with_w3lib() -> None:
     """Same seed, same pages; 75 links a page in the promised forms; the project's
     keys and Scrapy's canonical URLs name the same set (what lets the bench assert

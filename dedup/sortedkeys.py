@@ -26,6 +26,7 @@ RECORD_SIZE = 24  # bytes of one (hi, lo, seq) record
 BLOCK_RECORDS = 16  # records per directory bucket: 0.25-0.5 B of RAM per key, ~4 bisect steps
 FILTER_BITS = 8  # bits per record of a probe filter: ~12% of absent keys pass it
 _FILTER_MAX = 1 << 32  # bits; keeps ``(lo >> 32) * m`` within uint64
+_WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 0)  # 0: no posix_fadvise here
 # A probe to answer: (position in the caller's batch, hi, lo) as Python ints.
 Probe = tuple[int, int, int]
 
@@ -164,9 +165,15 @@ class SortedKeys:
             found[cand], seq[cand] = self.contains(hi[cand], lo[cand])
             return found, seq
         j = (hi[cand] >> np.uint64(self.shift)).astype(np.intp)
+        starts, ends = self.start[j].tolist(), self.start[j + 1].tolist()
+        if _WILLNEED:  # ask for every bucket first: the reads of an index colder than
+            fd, off = self._file  # RAM then wait together, not one after another
+            for a, b in zip(starts, ends, strict=True):
+                if b > a:  # (a length of 0 would mean the rest of the file)
+                    os.posix_fadvise(fd, off + a * RECORD_SIZE, (b - a) * RECORD_SIZE,
+                                     _WILLNEED)
         for c, h, lo_, a, b in zip(cand.tolist(), hi[cand].tolist(), lo[cand].tolist(),
-                                   self.start[j].tolist(), self.start[j + 1].tolist(),
-                                   strict=True):
+                                   starts, ends, strict=True):
             got = self._find_in_file(self._file, a, b, h, lo_)
             if got is not None:
                 found[c], seq[c] = True, got

@@ -45,13 +45,16 @@ class RecentKeys:
         if len(self._young) >= self._half:
             self._old, self._young = self._young, set()
 
-    def first_unknown(self, pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+    def first_unknown(self, pairs: Iterable[tuple[str, str]],
+                      first: dict[str, str] | None = None) -> tuple[dict[str, str], int]:
         """For ``(value, key)`` pairs: ``({key: its first value}`` for the keys not held,
         in first-seen order, ``number of pairs whose key is held)``. Held keys count
         as hits (an old one moves back to the young set). One call per batch: a
-        method call per key cost more than the set lookups it made."""
+        method call per key cost more than the set lookups it made. ``first``
+        continues an earlier call's dict (a batch of pages, one call each)."""
         young, old = self._young, self._old
-        first: dict[str, str] = {}
+        if first is None:
+            first = {}
         hits = 0
         for value, key in pairs:
             if key in young:

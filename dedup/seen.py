@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,24 +174,21 @@ class UrlSeen:
         them all. For a caller that has pages in hand (a group commit's worth, a
         crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
         cost alone."""
-        pairs: list[tuple[str, str]] = []
-        ends = []
-        for base_url, links in pages:
-            pairs += self._resolve(links, base_url)
-            ends.append(len(pairs))
-        _, keys, idx, _ = self._admit(pairs, depth, State.QUEUED, keep_urls=False)
-        if not idx:
-            return [[] for _ in ends]
-        new = {keys[i] for i in idx}
-        out, start = [], 0
+        first: dict[str, str] = {}
+        ends: list[int] = []
+        links = hits = 0
+        for base_url, page_links in pages:
+            pairs = self._resolve(page_links, base_url)
+            links += len(pairs)
+            hits += self._confirmed.first_unknown(pairs, first)[1]
+            ends.append(len(first))  # keys are in first-seen order: page by page
+        _, keys, idx, _ = self._admit_unknown(first, links, hits, depth, State.QUEUED,
+                                              keep_urls=False)
+        out, j = [], 0
         for end in ends:
-            page = []
-            for _, key in pairs[start:end]:
-                if key in new:
-                    new.discard(key)
-                    page.append(key)
-            out.append(page)
-            start = end
+            k = bisect_left(idx, end, j)
+            out.append([keys[i] for i in idx[j:k]])
+            j = k
         return out
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
@@ -226,14 +224,22 @@ class UrlSeen:
         appended with no read at all; only "maybe seen" ones go to the ledger's
         fingerprint index, in one batch.
         """
-        counters = self.counters
-        counters["links"] += len(pairs)
-        confirmed = self._confirmed
         # a key seen twice in one batch keeps its first URL
-        first_url, hits = confirmed.first_unknown(pairs)
+        first_url, hits = self._confirmed.first_unknown(pairs)
+        return self._admit_unknown(first_url, len(pairs), hits, depth, state,
+                                   keep_urls=keep_urls)
+
+    def _admit_unknown(self, first_url: dict[str, str], links: int, hits: int, depth: int,
+                       state: State, *, keep_urls: bool
+                       ) -> tuple[dict[str, str], list[str], list[int], range]:
+        """:meth:`_admit` once the confirm cache has answered: ``first_url`` holds the
+        keys it did not, of ``links`` links of which ``hits`` it did."""
+        counters = self.counters
+        counters["links"] += links
+        confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits
         if not first_url:
-            counters["repeats"] += len(pairs)
+            counters["repeats"] += links
             return first_url, [], [], range(0)
         keys = list(first_url)
         fps_blob = fingerprint_many(keys, self.seed)
@@ -252,7 +258,7 @@ class UrlSeen:
             confirmed.update([keys[i] for i in maybe[present].tolist()])
         new = np.flatnonzero(new_mask)
         counters["new"] += len(new)
-        counters["repeats"] += len(pairs) - len(new)
+        counters["repeats"] += links - len(new)
         if not len(new):
             return first_url, keys, [], range(0)
         if self.readonly:

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from dedup.heap import give_back
 from dedup.merging import merge_newer, newest_unique
 from dedup.runs import SEQ_MASK
 from dedup.sortedkeys import Probe, SortedKeys, filter_add, filter_size
@@ -123,6 +124,7 @@ class Buffer:
         self.sorted = SortedKeys.build(*merged, bloom=self._bloom)
         self._recent, self._lo, self._seq = {}, [], []
         self._pending = []
+        give_back()  # the old sorted columns, up to 24 MB a million records
 
     def take(self, upto_seq: int) -> Columns:
         """Remove and return the records with seq <= ``upto_seq`` (sorted by key, one

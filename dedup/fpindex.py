@@ -41,7 +41,7 @@ import numpy as np
 
 from dedup.atomic import atomic_write_bytes
 from dedup.fpbuffer import Buffer
-from dedup.heap import return_large_frees
+from dedup.heap import give_back
 from dedup.merging import merge_runs
 from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
 from dedup.sortedkeys import BLOCK_RECORDS, Probe
@@ -81,7 +81,6 @@ class FingerprintIndex:
         self.readonly = readonly
         if not readonly:
             self.directory.mkdir(parents=True, exist_ok=True)
-            return_large_frees()  # folds, flushes and merges free arrays of tens of MB
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
         self._buffer = Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
@@ -207,6 +206,7 @@ class FingerprintIndex:
         self.mark = max(self.mark, int(upto_seq))
         self._write_manifest()
         self._maybe_merge()
+        give_back()  # the buffer's columns, just written out
 
     def wait_merges(self) -> None:
         """Block until no merge is running or pending, installing each as it ends."""
@@ -331,6 +331,7 @@ class FingerprintIndex:
         for r in m.inputs:
             r.close()
             r.path.unlink(missing_ok=True)
+        give_back()  # what the merge thread freed in its arena
         self._maybe_merge()
 
     def _close_runs(self) -> None:

@@ -178,8 +178,9 @@ class Run:
 
     def release(self) -> None:
         """Let go of the mapped pages this process has touched (they stay in the page
-        cache): lookups touch a page per key, and without this a long crawl's RSS
-        would grow to the whole index."""
+        cache): a vectorized search of a large batch (replay, rebuild) touches
+        pages all over the run, and without this they would stay in RSS. Page- and
+        group-sized lookups read with ``pread`` and map nothing."""
         if self._map is not None:
             self._map.madvise(mmap.MADV_DONTNEED)
 

@@ -118,7 +118,7 @@ class Buffer:
             return
         cols = [np.concatenate(c) for c in zip(*self._pending, strict=True)]
         new = newest_unique(*cols, drop_tombstones=False)
-        filter_add(self._bloom, new[1])
+        filter_add(self._bloom, new[0], new[1])
         s = self.sorted
         merged = merge_newer((s.hi, s.lo, s.seq), new) if s.count else new
         self.sorted = SortedKeys.build(*merged, bloom=self._bloom)
@@ -143,7 +143,7 @@ class Buffer:
         top = self.top
         self.clear()
         if len(rest[0]):
-            filter_add(self._bloom, rest[1])
+            filter_add(self._bloom, rest[0], rest[1])
             self.sorted = SortedKeys.build(*rest, bloom=self._bloom)
             self.size = len(rest[0])
             self.top = top

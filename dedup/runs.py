@@ -202,7 +202,7 @@ class Run:
                 raise RunFileError(f"run file {self.path}: records out of order or range")
             prev = (int(hi[-1]), int(lo[-1]))
             counts += bucket_counts(hi, bits)
-            filter_add(bloom, lo)
+            filter_add(bloom, hi, lo)
         if got != crc:
             raise RunFileError(f"run file {self.path}: record checksum mismatch")
         rec = self._rec

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dedup import runs
 from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, write_run
+from dedup.sortedkeys import filter_passes
 
 
 def _sorted(keys: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,3 +153,38 @@ def test_probe_ignores_matches_across_fields(tmp_path: Path) -> None:
     # (2, 3) is stored, and also straddles record 0's lo|seq, which comes first
     assert hits == [(0, 7), (4, 21)]
     assert [t[0] for t in miss] == [1, 2, 3]
+
+
+def test_probe_filter_passes_every_key_and_few_absent_ones(tmp_path: Path) -> None:
+    """The run filter is what spares a bucket read: it must pass every key it holds
+    and, at 8 bits a record, let few absent keys through (one probe let ~12%)."""
+    rng = np.random.default_rng(7)
+    hi, lo = _sorted(set(zip(rng.integers(0, 2**63, 50_000).tolist(),
+                             rng.integers(0, 2**63, 50_000).tolist(), strict=True)))
+    hi, lo = hi * np.uint64(2), lo * np.uint64(2) + np.uint64(1)  # spread over all bits
+    path = tmp_path / "r.fpr"
+    write_run(path, [(hi, lo, np.arange(1, len(hi) + 1, dtype=np.uint64))])
+    keys = Run(path).keys
+    assert filter_passes(keys.bloom, hi, lo).all()
+    absent_hi = rng.integers(0, 2**63, 100_000).astype(np.uint64) * np.uint64(2)
+    absent_lo = rng.integers(0, 2**63, 100_000).astype(np.uint64) * np.uint64(2)  # even: absent
+    rate = filter_passes(keys.bloom, absent_hi, absent_lo).mean()
+    assert 0 < rate < 0.05
+
+
+@pytest.mark.parametrize("readahead", [True, False])
+def test_find_many_answers_alike_with_and_without_read_ahead(tmp_path: Path,
+                                                            readahead: bool) -> None:
+    rng = np.random.default_rng(3)
+    hi, lo = _sorted(set(zip(rng.integers(0, 2**64, 5000, dtype=np.uint64).tolist(),
+                             rng.integers(0, 2**64, 5000, dtype=np.uint64).tolist(),
+                             strict=True)))
+    seq = np.arange(1, len(hi) + 1, dtype=np.uint64)
+    write_run(tmp_path / "r.fpr", [(hi, lo, seq)])
+    keys = Run(tmp_path / "r.fpr").keys
+    keys._readahead = readahead
+    ask_hi = np.concatenate([hi[::7], rng.integers(0, 2**64, 500, dtype=np.uint64)])
+    ask_lo = np.concatenate([lo[::7], rng.integers(0, 2**64, 500, dtype=np.uint64)])
+    found, got = keys.find_many(ask_hi, ask_lo)
+    assert found[:len(hi[::7])].all() and not found[len(hi[::7]):].any()
+    assert got[:len(hi[::7])].tolist() == seq[::7].tolist()

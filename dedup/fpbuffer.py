@@ -112,6 +112,17 @@ class Buffer:
                 miss.append(t)
         return hits, miss
 
+    def find_many(self, his: list[int], los: list[int]) -> list[tuple[int, int]]:
+        """:meth:`probe` of a larger batch given as two lists: ``[(position, raw seq)]``
+        found. Most keys are not here, and a C-level ``map`` of the dict's ``get``
+        answers them at a fraction of the loop's cost per key."""
+        recent = self._recent
+        if not recent:
+            return []
+        lo_col, seq_col = self._lo, self._seq
+        return [(i, seq_col[p]) for i, p in enumerate(map(recent.get, his))
+                if p is not None and lo_col[p] == los[i]]
+
     def fold(self) -> None:
         """Move the recent records into the sorted part (newest wins)."""
         if not self._pending:

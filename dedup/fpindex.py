@@ -156,7 +156,7 @@ class FingerprintIndex:
         n = len(hi)
         raw = np.zeros(n, dtype=np.uint64)
         todo = np.ones(n, dtype=bool)
-        hits, _ = self._buffer.probe(list(zip(range(n), hi.tolist(), lo.tolist(), strict=True)))
+        hits = self._buffer.find_many(hi.tolist(), lo.tolist())
         if hits:
             at, got = zip(*hits, strict=True)
             raw[list(at)] = np.array(got, dtype=np.uint64)

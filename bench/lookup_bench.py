@@ -115,16 +115,17 @@ def main() -> None:
             t = time.perf_counter()
             build(state, args.pages, args.seed)
             print(f"built {state} from {args.pages:,} pages in {time.perf_counter() - t:.0f} s")
-        print("| lookups | keys asked a page | cache | wall µs a page | CPU µs a page |")
-        print("|---|---:|---|---:|---:|")
+        print("| lookups | keys asked a page | cache | keys found | wall µs a page "
+              "| CPU µs a page |")
+        print("|---|---:|---|---:|---:|---:|")
         for by_page, per_call in ((True, 1), (False, GROUP)):
             batches = record(state, args.pages, args.record, args.seed, by_page)
             keys = sum(map(len, batches)) / args.record
             name = "page by page" if by_page else f"{GROUP} pages a call"
             for cold in (False, True):
-                wall, cpu, _ = replay(state, batches, args.record, per_call, cold=cold,
-                                      repeat=1 if cold else args.repeat)
-                print(f"| {name} | {keys:.1f} | {'cold' if cold else 'warm'} "
+                wall, cpu, found = replay(state, batches, args.record, per_call, cold=cold,
+                                          repeat=1 if cold else args.repeat)
+                print(f"| {name} | {keys:.1f} | {'cold' if cold else 'warm'} | {found:,} "
                       f"| {wall:,.1f} | {cpu:,.1f} |")
     finally:
         if tmp is not None:

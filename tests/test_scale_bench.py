@@ -100,3 +100,18 @@ def test_stream_is_reproducible_and_agrees_with_w3lib() -> None:
                                                               keep_fragments=True)))
     assert ours == theirs
     assert 0.1 < len(ours) / len(hrefs) < 0.5  # mostly repeats, many new
+
+
+def test_lookup_bench_answers_alike_warm_and_cold(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "lookup_bench.py"), "--pages", "3000", "--record", "400",
+         "--repeat", "1", "--state", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
+            if line.startswith(("| page by page", "| 100 pages a call"))]
+    assert [(r[0].strip(), r[2].strip()) for r in rows] == [
+        ("page by page", "warm"), ("page by page", "cold"),
+        ("100 pages a call", "warm"), ("100 pages a call", "cold")]
+    found = [int(r[3].replace(",", "")) for r in rows]
+    assert found[0] == found[1] > 0 and found[2] == found[3] > 0

@@ -182,21 +182,21 @@ class SortedKeys:
 
     def _read_probes(self, reads: list[tuple[Probe, int, int]],
                      hits: list[tuple[int, int]], miss: list[Probe]) -> None:
-        """:meth:`probe`'s bucket reads from the run file, read ahead together while
-        reads wait on the disk (see :meth:`_read_buckets`)."""
-        fd, off = self._file  # type: ignore[misc]
-        began = time.perf_counter()
-        if _WILLNEED and self._readahead and len(reads) > 1:
-            for _, a, b in reads:
-                os.posix_fadvise(fd, off + a * RECORD_SIZE, (b - a) * RECORD_SIZE, _WILLNEED)
+        """:meth:`probe`'s bucket reads from the run file (see :meth:`_read_at`)."""
+        off = self._file[1]  # type: ignore[index]
+        where, sizes, parts = [], [], []
         for t, a, b in reads:
-            p = self._find_in_file(self._file, a, b, t[1], t[2])  # type: ignore[arg-type]
-            if p is None:
-                miss.append(t)
+            where.append(off + a * RECORD_SIZE)
+            sizes.append((b - a) * RECORD_SIZE)
+            parts += (t[1].to_bytes(8, "little"), t[2].to_bytes(8, "little"))
+        at, got = self._read_at(where, sizes, b"".join(parts))
+        j = 0
+        for i, (t, _, _) in enumerate(reads):
+            if j < len(at) and at[j] == i:  # ``at`` ascends
+                hits.append((t[0], got[j]))
+                j += 1
             else:
-                hits.append((t[0], p))
-        if _WILLNEED:
-            self._readahead = time.perf_counter() - began > len(reads) * _WAITING_READ
+                miss.append(t)
 
     def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`contains` for a batch of hundreds or thousands of keys (a group of
@@ -219,11 +219,9 @@ class SortedKeys:
         return found, seq
 
     def _read_buckets(self, hi: np.ndarray, lo: np.ndarray) -> tuple[list[int], list[int]]:
-        """Each key's bucket read from the run file with one ``pread`` and searched
-        for its 16 bytes: ``(positions found, their raw seqs)``. Everything per key
-        that numpy can do (offsets, sizes, the keys' bytes) is done for all at once:
-        what is left in the loop is the read and a ``bytes.find``."""
-        fd, off = self._file  # type: ignore[misc]
+        """:meth:`_read_at` of a group's candidates: their offsets, sizes and bytes
+        computed for all at once in numpy: ``(positions found, their raw seqs)``."""
+        off = self._file[1]  # type: ignore[index]
         j = (hi >> np.uint64(self.shift)).astype(np.intp)
         first = self.start[j].astype(np.int64)
         size = (self.start[j + 1] - first) * RECORD_SIZE
@@ -231,11 +229,26 @@ class SortedKeys:
         sizes = size.tolist()
         wanted = np.empty((len(hi), 2), dtype="<u8")
         wanted[:, 0], wanted[:, 1] = hi, lo
-        keys = wanted.tobytes()
+        return self._read_at(where, sizes, wanted.tobytes())
+
+    def _read_at(self, where: list[int], sizes: list[int],
+                 keys: bytes) -> tuple[list[int], list[int]]:
+        """Read ``sizes[i]`` bytes at ``where[i]`` of the run file (a bucket) and find
+        key ``i`` (bytes ``16 i`` to ``16 i + 16`` of ``keys``, ``hi || lo``
+        little-endian as stored) in it: ``(indexes found, their raw seqs)``.
+        A bucket's records are unique, so its one record-aligned match is the key.
+
+        Every bucket is asked for first (``POSIX_FADV_WILLNEED``) while reads are
+        seen waiting on the disk, so the reads of an index colder than RAM wait
+        together, not one after another; while they come from the page cache
+        (~1 µs a read) the extra call per key (~0.5 µs) is skipped. The batch is
+        timed with its read-ahead calls: starting a read from disk makes them
+        slow, so a batch the read-ahead made fast still counts as cold."""
+        fd = self._file[0]  # type: ignore[index]
         began = time.perf_counter()
-        if _WILLNEED and self._readahead:  # ask for every bucket first: the reads of
-            for o, n in zip(where, sizes, strict=True):  # an index colder than RAM
-                if n:  # then wait together (a length of 0 would mean the rest of the file)
+        if _WILLNEED and self._readahead and len(where) > 1:
+            for o, n in zip(where, sizes, strict=True):
+                if n:  # (a length of 0 would mean the rest of the file)
                     os.posix_fadvise(fd, o, n, _WILLNEED)
         at: list[int] = []
         got: list[int] = []
@@ -254,28 +267,8 @@ class SortedKeys:
                 at.append(i)
                 got.append(int.from_bytes(raw[p + 16:p + RECORD_SIZE], "little"))
         if _WILLNEED:
-            # Read ahead while reads wait on the disk, and skip the extra call per
-            # key while they come from the page cache (~1 µs a read, ~0.5 µs a call).
-            # Timed with the read-ahead calls: starting a read from disk makes them
-            # slow, so a batch the read-ahead made fast still counts as cold.
-            self._readahead = time.perf_counter() - began > len(hi) * _WAITING_READ
+            self._readahead = time.perf_counter() - began > len(where) * _WAITING_READ
         return at, got
-
-    @staticmethod
-    def _find_in_file(file: tuple[int, int], a: int, b: int, hi: int, lo: int) -> int | None:
-        """The raw seq of key ``(hi, lo)`` among records ``[a, b)`` of a run file, or None."""
-        if a == b:
-            return None
-        fd, off = file
-        size = (b - a) * RECORD_SIZE
-        raw = os.pread(fd, size, off + a * RECORD_SIZE)
-        if len(raw) != size:
-            raise ValueError(f"run file (fd {fd}): short read: changed under us")
-        key = hi.to_bytes(8, "little") + lo.to_bytes(8, "little")
-        p = raw.find(key)
-        while p > 0 and p % RECORD_SIZE:  # a match across two records' fields
-            p = raw.find(key, p + 1)
-        return None if p < 0 else int.from_bytes(raw[p + 16:p + RECORD_SIZE], "little")
 
     def contains(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each key: (found, raw seq incl. tombstone bit, 0 if not found).

@@ -27,7 +27,8 @@ _LE_U64 = np.dtype("<u8")
 
 def fingerprint(key: str | bytes, seed: int = 0) -> bytes:
     """The 16-byte fingerprint of ``key`` (``str`` is hashed as its UTF-8 bytes)."""
-    return mmh3.hash_bytes(key, seed)
+    # encoded here: mmh3 5.3 crashes the process on a str with a lone surrogate
+    return mmh3.hash_bytes(key.encode() if isinstance(key, str) else key, seed)
 
 
 def fingerprint_many(keys: Iterable[str | bytes], seed: int = 0) -> bytes:
@@ -36,9 +37,10 @@ def fingerprint_many(keys: Iterable[str | bytes], seed: int = 0) -> bytes:
     One ``bytes`` object instead of a list keeps a batch at 16 bytes per key and
     lets :func:`halves` hand it to numpy without a copy.
     """
+    encoded = (k.encode() if isinstance(k, str) else k for k in keys)  # see fingerprint()
     if seed == 0:
-        return b"".join(map(mmh3.hash_bytes, keys))
-    return b"".join(map(mmh3.hash_bytes, keys, repeat(seed)))
+        return b"".join(map(mmh3.hash_bytes, encoded))
+    return b"".join(map(mmh3.hash_bytes, encoded, repeat(seed)))
 
 
 def halves(fps: bytes | bytearray | memoryview) -> np.ndarray:

@@ -28,7 +28,9 @@ import mmh3
 
 @lru_cache(maxsize=1 << 16)
 def _host_hash(host: str) -> int:
-    return mmh3.hash(host.lower(), seed=0, signed=False)
+    # encoded here: mmh3 5.3 crashes the process on a str with a lone surrogate; routing
+    # must answer for any str, so such a host hashes as its surrogatepass bytes
+    return mmh3.hash(host.lower().encode("utf-8", "surrogatepass"), seed=0, signed=False)
 
 
 def owner_of(host: str, workers: int) -> int:

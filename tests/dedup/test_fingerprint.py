@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import mmh3
 import numpy as np
 import pytest
@@ -88,3 +92,17 @@ def test_shard_of_spreads_keys_evenly():
 def test_shard_of_rejects_bad_shard_counts(shards):
     with pytest.raises(ValueError, match=r"shards must be 1\.\.65536"):
         shard_of(np.zeros(1, dtype=np.uint64), shards)
+
+
+@pytest.mark.parametrize("env", [{}, {"BLOOMCRAWL_NO_KERNEL": "1"}])
+def test_a_lone_surrogate_is_an_error_not_a_crash(env):
+    """mmh3 5.3 ends the process (SIGSEGV) on a str holding a lone surrogate, as a
+    command-line URL with undecodable bytes becomes; both paths raise instead."""
+    code = ("from dedup.fingerprint import fingerprint as f, fingerprint_many as fm\n"
+            "for call in (lambda: f('\\udcff'), lambda: fm(['a', '\\ud800'])):\n"
+            "    try:\n        call()\n    except UnicodeEncodeError:\n"
+            "        print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["refused", "refused"]

@@ -105,3 +105,14 @@ def test_owner_function_and_bad_worker_counts() -> None:
         owner_of("a", 0)
     with pytest.raises(ValueError, match="workers"):
         owner_function(0)
+
+
+def test_a_host_with_a_lone_surrogate_gets_an_owner_not_a_crash() -> None:
+    """mmh3 5.3 ends the process (SIGSEGV) when handed such a str itself."""
+    code = ("from crawler.fleet.owner import owner_of\n"
+            "print(owner_of('\\udcffa.example', 3), owner_of('\\udcffa.example', 3))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    a, b = out.stdout.split()
+    assert a == b and 0 <= int(a) < 3

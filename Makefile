@@ -12,7 +12,8 @@ STAMP       := $(VENV)/.installed
 
 .PHONY: test coverage bench bench-scale reliability demo lint clean
 
-$(PKG_STAMP): pyproject.toml
+# setup.py and the C source: the install also builds the compiled kernel (dedup/_kernel.c)
+$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -66,4 +67,4 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state
+	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state dedup/_kernel.*.so

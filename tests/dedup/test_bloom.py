@@ -17,6 +17,8 @@ from dedup.fingerprint import fingerprint, fingerprint_many, halves
 from dedup.geometry import layer_geometry
 from dedup.snapshot import GeometryMismatch
 
+pytestmark = pytest.mark.usefixtures("bit_impl")  # compiled kernel and numpy alike
+
 M64 = 2**64 - 1
 keys_st = st.lists(st.text(max_size=30), max_size=300)
 fast = settings(max_examples=40, deadline=None,

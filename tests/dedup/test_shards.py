@@ -17,6 +17,8 @@ from dedup.fingerprint import fingerprint_many, halves, shard_of
 from dedup.shards import ShardedBloom, shard_capacity
 from dedup.snapshot import GeometryMismatch, SnapshotError
 
+pytestmark = pytest.mark.usefixtures("bit_impl")  # compiled kernel and numpy alike
+
 keys_st = st.lists(st.text(max_size=30), max_size=300)
 fast = settings(max_examples=30, deadline=None)
 

@@ -1,0 +1,11 @@
+"""The one thing pyproject.toml cannot say: the optional compiled kernel.
+
+``dedup._kernel`` (dedup/_kernel.c) runs the Bloom filter's hot loops. It is
+optional: where it does not build (no C compiler), the install still succeeds
+and dedup uses its numpy code, with the same bits (``dedup.bitops``).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("dedup._kernel", ["dedup/_kernel.c"], optional=True,
+                             extra_compile_args=["-O3"])])

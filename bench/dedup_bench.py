@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run import emit
 
 from dedup import BloomFilter, ShardedBloom
+from dedup import kernel as compiled
 from dedup.fingerprint import fingerprint_many, halves
 from dedup.shards import merge_files
 
@@ -91,6 +92,20 @@ def _count_in(obj: Any, keys: list[str]) -> int:
     return sum(map(obj.__contains__, keys))
 
 
+def _numpy(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``fn`` run on dedup's numpy code, as where the compiled kernel did not build."""
+    def run(obj: Any, data: Any) -> Any:
+        saved, compiled.kernel = compiled.kernel, None
+        try:
+            return fn(obj, data)
+        finally:
+            compiled.kernel = saved
+    return run
+
+
+_IMPL = "compiled kernel" if compiled.kernel is not None else "numpy: kernel not built"
+
+
 def _mmh3_hash(key: str) -> int:
     return mmh3.hash128(key, signed=True)
 
@@ -115,10 +130,15 @@ def _set_bytes(s: set[str], keys: list[str]) -> int:
 
 
 LIBS = [
-    Lib("dedup BloomFilter", f"add_many / contains_many, {BATCH // 1000}k-key batches",
+    Lib("dedup BloomFilter", f"add_many / contains_many, {BATCH // 1000}k-key batches; {_IMPL}",
         lambda n: BloomFilter(n, ERROR_RATE),
         lambda bf, k: _batched(bf.add_many, k), lambda bf, k: _batched(bf.contains_many, k),
         lambda bf, _: bf.info()["bytes"], keep="bf"),
+    *([Lib("dedup BloomFilter, numpy", "as above with the kernel switched off (its fallback)",
+           lambda n: BloomFilter(n, ERROR_RATE),
+           _numpy(lambda bf, k: _batched(bf.add_many, k)),
+           _numpy(lambda bf, k: _batched(bf.contains_many, k)),
+           lambda bf, _: bf.info()["bytes"])] if compiled.kernel is not None else []),
     Lib(f"dedup ShardedBloom({SHARDS})", f"add_many / contains_many, {BATCH // 1000}k-key batches",
         lambda n: ShardedBloom(SHARDS, n, ERROR_RATE),
         lambda sb, k: _batched(sb.add_many, k), lambda sb, k: _batched(sb.contains_many, k),

@@ -83,6 +83,7 @@ static PyObject *fingerprints(PyObject *Py_UNUSED(self), PyObject *args) {
         PyObject *k = items[i];
         const char *p; Py_ssize_t len;
         PyObject *tmp = NULL;
+        Py_buffer view = {0};
         if (PyUnicode_Check(k) && PyUnicode_IS_COMPACT_ASCII(k)) {
             p = (const char *)PyUnicode_DATA(k); len = PyUnicode_GET_LENGTH(k);
         } else if (PyUnicode_Check(k)) {
@@ -93,18 +94,16 @@ static PyObject *fingerprints(PyObject *Py_UNUSED(self), PyObject *args) {
         } else if (PyBytes_Check(k)) {
             p = PyBytes_AS_STRING(k); len = PyBytes_GET_SIZE(k);
         } else {  /* another read-only buffer, as mmh3 takes */
-            Py_buffer view;
             if (PyObject_GetBuffer(k, &view, PyBUF_SIMPLE) < 0) {
                 PyErr_Format(PyExc_TypeError, "keys must be str or bytes-like, not %.80s",
                              Py_TYPE(k)->tp_name);
                 goto fail;
             }
-            murmur3_x64_128((const uint8_t *)view.buf, view.len, (uint32_t)seed, dst + 2 * i);
-            PyBuffer_Release(&view);
-            continue;
+            p = view.buf; len = view.len;
         }
         murmur3_x64_128((const uint8_t *)p, len, (uint32_t)seed, dst + 2 * i);
         Py_XDECREF(tmp);
+        if (view.obj) PyBuffer_Release(&view);
     }
     Py_DECREF(seq);
     return out;

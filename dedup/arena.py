@@ -106,7 +106,7 @@ def set_bits(arena: Arena, h: np.ndarray, rows: np.ndarray | None,
             h = h[cols]
             rows = None if rows is None else rows[cols]
         memo, cols = _positions(arena, h[:, 0], h[:, 1], _base(arena, rows)), None
-    _set_bits(arena.flat, memo, cols, len(memo[0][0]))
+    _set_bits(arena.flat, memo, cols)
 
 
 def _c(a: np.ndarray | None) -> np.ndarray | None:
@@ -137,8 +137,8 @@ def _positions(arena: Arena, h1: np.ndarray, h2: np.ndarray,
     return widx, bit, got
 
 
-def _set_bits(flat: np.ndarray, memo: Memo, cols: np.ndarray | None, n: int) -> None:
-    """Set the bits of the probed keys ``cols`` (all n if None).
+def _set_bits(flat: np.ndarray, memo: Memo, cols: np.ndarray | None) -> None:
+    """Set the bits of the probed keys ``cols`` (all of them if None).
 
     ``flat[idx] |= mask`` alone loses bits: when positions share a word, only the
     last write of that word survives. ``np.bitwise_or.at`` is exact but has no
@@ -149,7 +149,7 @@ def _set_bits(flat: np.ndarray, memo: Memo, cols: np.ndarray | None, n: int) -> 
     positions sharing one word) passes — nearly always one or two.
     Bits already set are rewritten rather than filtered out: that is cheaper."""
     widx, bit, _ = memo
-    if cols is not None and cols.size < n:
+    if cols is not None and cols.size < widx.shape[1]:
         widx, bit = np.take(widx, cols, axis=1), np.take(bit, cols, axis=1)
     mask = np.left_shift(_ONE, bit).reshape(-1)
     widx = widx.reshape(-1)

@@ -80,7 +80,6 @@ class Probed(NamedTuple):
     h: np.ndarray
     rows: np.ndarray | None
     found: np.ndarray  # may be in the filter (every bit of some layer set)
-    one_layer: bool    # probed in layer 0 alone (the filter had one layer)
     memo: Memo | None  # numpy's layer-0 positions, reused to set bits
 
 
@@ -170,9 +169,9 @@ class LayerStack:
         ones, and numpy probing those twice cost as much as everything else the
         filter did."""
         if len(self.arenas) > 1 or len(h) > CHUNK:
-            return Probed(h, rows, self.contains(h, rows), False, None)
+            return Probed(h, rows, self.contains(h, rows), None)
         found, memo = probe(self.arenas[0], h, rows)
-        return Probed(h, rows, found, True, memo)
+        return Probed(h, rows, found, memo)
 
     def add_probed(self, p: Probed, idx: np.ndarray) -> None:
         """Insert keys ``idx`` of a batch probed just before (nothing added since).
@@ -183,9 +182,9 @@ class LayerStack:
         if not cols.size:
             return
         arena = self.arenas[0]
-        # no row can fill up (the fullest row takes them all) and no layer was added
-        if (p.one_layer and len(self.arenas) == 1
-                and int(arena.counts.max()) + cols.size <= arena.capacity):
+        # one layer (arenas only ever grow, so the probe saw one too) and no row can
+        # fill up (the fullest row takes them all)
+        if len(self.arenas) == 1 and int(arena.counts.max()) + cols.size <= arena.capacity:
             set_bits(arena, p.h, p.rows, cols, p.memo)
             if p.rows is None:
                 arena.counts[0] += cols.size

@@ -16,30 +16,27 @@ shard's mark, so a crash at any point leaves no false negative.
 
 from __future__ import annotations
 
-import logging
 import os
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dedup.bloom import read_snapshot, write_snapshot
+from dedup.bloom import write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
-from dedup.errors import GeometryMismatch, SnapshotError
-from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.fingerprint import fingerprint, fingerprint_many, halves
 from dedup.identity import settle
 from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
 from dedup.ledger import INDEX_BUFFER, Ledger, State
 from dedup.recent import RecentKeys
+from dedup.restore import load_shards, replay
 from dedup.shards import ShardedBloom
 from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
 
 __all__ = ["NewUrl", "UrlSeen", "host_of"]
-
-log = logging.getLogger("dedup.seen")
 
 @dataclass(frozen=True, slots=True)
 class NewUrl:
@@ -103,8 +100,8 @@ class UrlSeen:
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
-        self.damaged_shards: list[int] = []
-        self._applied_hwm = self._load_shards()
+        self._applied_hwm, self.damaged_shards = load_shards(
+            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
         self._pending_hwm = self._applied_hwm
 
     # -- opening -----------------------------------------------------------------
@@ -116,40 +113,6 @@ class UrlSeen:
 
     def shard_path(self, i: int) -> Path:
         return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
-
-    def _load_shards(self) -> int:
-        """Install valid shard snapshots, then replay the ledger past each one's mark."""
-        marks = np.zeros(self.nshards, dtype=np.int64)
-        for i in range(self.nshards):
-            path = self.shard_path(i)
-            if not path.exists():
-                continue
-            try:
-                bf, header = read_snapshot(path, crawl_id=self.crawl_id)
-                if (header.shard_index, header.shard_count) != (i, self.nshards):
-                    raise SnapshotError(f"{path.name}: holds shard {header.shard_index} of "
-                                        f"{header.shard_count}, expected {i} of {self.nshards}")
-                if (bf.m, bf.k, bf.seed) != (self.bloom.shards[i].m, self.bloom.shards[i].k,
-                                             self.seed):
-                    raise GeometryMismatch(f"{path.name}: geometry differs from the crawl's")
-            except SnapshotError as exc:
-                # The ledger is the truth: a damaged shard is rebuilt by full replay.
-                log.warning("shard %d unusable, rebuilding it from the ledger: %s", i, exc)
-                self.damaged_shards.append(i)
-                continue
-            self.bloom.shards[i] = bf
-            marks[i] = header.hwm
-        return self._replay(marks)
-
-    def _replay(self, marks: np.ndarray) -> int:
-        """Add ledger rows past each shard's mark to the filter; return the ledger's mark."""
-        hwm = self.ledger.hwm()
-        if marks.size and int(marks.min()) < hwm:
-            for seqs, fps, _ in self.ledger.batches_after(int(marks.min())):
-                h = halves(fps)
-                behind = seqs > marks[shard_of(h[:, 0], self.nshards)]
-                self.bloom.add_hashes(h[behind])
-        return hwm
 
     # -- the seen-test -------------------------------------------------------------
 
@@ -182,14 +145,9 @@ class UrlSeen:
             links += len(pairs)
             hits += self._confirmed.first_unknown(pairs, first)[1]
             ends.append(len(first))  # keys are in first-seen order: page by page
-        _, keys, idx, _ = self._admit_unknown(first, links, hits, depth, State.QUEUED,
-                                              keep_urls=False)
-        out, j = [], 0
-        for end in ends:
-            k = bisect_left(idx, end, j)
-            out.append([keys[i] for i in idx[j:k]])
-            j = k
-        return out
+        _, keys, idx, _ = self._admit_unknown(first, links, hits, [(len(first), depth)],
+                                              State.QUEUED, keep_urls=False)
+        return [[keys[i] for i in part] for part in _split(idx, ends)]
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -207,10 +165,33 @@ class UrlSeen:
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
         first_url, keys, idx, seqs = self._admit(pairs, depth, state, keep_urls=True)
+        return [NewUrl(seq, url, keys[i], host_of(url), depth)
+                for seq, i in zip(seqs, idx, strict=True) for url in (first_url[keys[i]],)]
+
+    def admit_resolved_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str]], int]]
+                             ) -> list[list[NewUrl]]:
+        """:meth:`admit_resolved` of many ``(pairs, depth)`` pages at once, for a
+        crawler's group commit: the same URLs are new as page by page in order (a
+        key on two pages is new on the first), with one fingerprint batch, one
+        Bloom probe, one index lookup and one ledger row per depth for them all.
+
+        Seqs ascend with depth, then page order: the rows of one depth are one
+        journal batch, and a breadth-first frontier wants shallow URLs first."""
+        first: dict[str, str] = {}
+        spans: list[tuple[int, int]] = []
+        links = hits = 0
+        for pairs, depth in pages:
+            links += len(pairs)
+            hits += self._confirmed.first_unknown(pairs, first)[1]
+            spans.append((len(first), depth))
+        first_url, keys, idx, seqs = self._admit_unknown(first, links, hits, spans,
+                                                         State.QUEUED, keep_urls=True)
+        seq_of = dict(zip(idx, seqs, strict=True))
         out = []
-        for seq, i in zip(seqs, idx, strict=True):
-            url = first_url[keys[i]]
-            out.append(NewUrl(seq, url, keys[i], host_of(url), depth))
+        for part, (_, depth) in zip(_split(idx, [end for end, _ in spans]), spans,
+                                    strict=True):
+            out.append([NewUrl(seq_of[i], url, keys[i], host_of(url), depth)
+                        for i in part for url in (first_url[keys[i]],)])
         return out
 
     def _admit(self, pairs: Sequence[tuple[str, str]], depth: int, state: State, *,
@@ -226,14 +207,16 @@ class UrlSeen:
         """
         # a key seen twice in one batch keeps its first URL
         first_url, hits = self._confirmed.first_unknown(pairs)
-        return self._admit_unknown(first_url, len(pairs), hits, depth, state,
-                                   keep_urls=keep_urls)
+        return self._admit_unknown(first_url, len(pairs), hits, [(len(first_url), depth)],
+                                   state, keep_urls=keep_urls)
 
-    def _admit_unknown(self, first_url: dict[str, str], links: int, hits: int, depth: int,
-                       state: State, *, keep_urls: bool
-                       ) -> tuple[dict[str, str], list[str], list[int], range]:
+    def _admit_unknown(self, first_url: dict[str, str], links: int, hits: int,
+                       spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
+                       ) -> tuple[dict[str, str], list[str], list[int], Sequence[int]]:
         """:meth:`_admit` once the confirm cache has answered: ``first_url`` holds the
-        keys it did not, of ``links`` links of which ``hits`` it did."""
+        keys it did not, of ``links`` links of which ``hits`` it did. ``spans`` are
+        ``(end, depth)`` of consecutive runs of its keys, in order; the new keys of
+        each depth are one ledger append, shallowest first."""
         counters = self.counters
         counters["links"] += links
         confirmed = self._confirmed
@@ -264,20 +247,42 @@ class UrlSeen:
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
         idx = new.tolist()
-        blob = np.frombuffer(fps_blob, dtype="V16")[new].tobytes()
-        urls = hosts = None
-        if keep_urls:
-            urls = [first_url[keys[i]] for i in idx]
-            hosts = [host_of(u) for u in urls]
-        seqs = self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
+        depths = {d for _, d in spans}
+        if len(depths) == 1:
+            seqs: Sequence[int] = self._append(new, fps_blob, h, first_url, keys,
+                                               depths.pop(), keep_urls=keep_urls)
+            last = seqs[-1]
+        else:  # one append per depth; idx keeps key order, seqs follow it
+            depth_of = np.array([d for _, d in spans])[
+                np.searchsorted([e for e, _ in spans], new, side="right")]
+            seq_arr = np.empty(len(new), dtype=np.int64)
+            for d in sorted(depths):
+                at = np.flatnonzero(depth_of == d)
+                if len(at):
+                    got = self._append(new[at], fps_blob, h, first_url, keys, d,
+                                       keep_urls=keep_urls)
+                    seq_arr[at] = np.arange(got.start, got.stop)
+                    last = got.stop - 1
+            seqs = seq_arr.tolist()
         if state is not State.QUEUED:
             self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
         self.bloom.add_probed(probed, new)
-        self._pending_hwm = seqs[-1]
+        self._pending_hwm = last
         if self.ledger.autocommit:
             self._applied_hwm = self._pending_hwm
         confirmed.update([keys[i] for i in idx])
         return first_url, keys, idx, seqs
+
+    def _append(self, new: np.ndarray, fps_blob: bytes, h: np.ndarray,
+                first_url: dict[str, str], keys: list[str], depth: int, *,
+                keep_urls: bool) -> range:
+        """One ledger append of the keys at ``new`` (indexes into ``keys``)."""
+        blob = np.frombuffer(fps_blob, dtype="V16")[new].tobytes()
+        urls = hosts = None
+        if keep_urls:
+            urls = [first_url[keys[i]] for i in new.tolist()]
+            hosts = [host_of(u) for u in urls]
+        return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
 
     # -- inspection and forgetting ----------------------------------------------------
 
@@ -354,7 +359,7 @@ class UrlSeen:
         seen = cls(state_dir, create=False)
         try:
             seen.bloom = seen._empty_filter()
-            seen._replay(np.zeros(seen.nshards, dtype=np.int64))
+            replay(seen.bloom, seen.ledger, np.zeros(seen.nshards, dtype=np.int64))
             seen.snapshot()
         except BaseException:
             seen.close()
@@ -377,3 +382,11 @@ class UrlSeen:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _split(idx: list[int], ends: Sequence[int]) -> Iterator[list[int]]:
+    """``idx`` (ascending) cut at each of ``ends``: the new keys of each page."""
+    j = 0
+    for end in ends:
+        k = bisect_left(idx, end, j)
+        yield idx[j:k]
+        j = k

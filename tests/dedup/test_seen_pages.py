@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup import UrlSeen
+from dedup.fingerprint import fingerprint
 
 BASES = ["http://a.test/x/p.html", "https://B.test/", "http://a.test/y/", "not a url", None]
 LINKS = ["q", "../q", "/q?utm_source=z&b=1", "/q?b=1", "#top", "http://a.test/x/q",
@@ -53,3 +54,34 @@ def test_batch_of_nothing_and_read_only(tmp_path: Path) -> None:
         assert ro.filter_new_pages([("http://a.test/", ["/a"])]) == [[]]
         with pytest.raises(PermissionError):
             ro.filter_new_pages([("http://a.test/", ["/b"])])
+
+
+PAIR = st.sampled_from([*LINKS[11:], "/q", "/r"]).map(lambda p: (f"http://a.test{p}",
+                                                                   f"http://a.test{p}"))
+DEPTH_PAGE = st.tuples(st.lists(PAIR, max_size=8), st.integers(0, 3))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.lists(DEPTH_PAGE, max_size=6), max_size=10))
+def test_admitting_pages_at_once_admits_what_page_by_page_does(
+        tmp_path_factory: pytest.TempPathFactory, groups: list) -> None:
+    root = tmp_path_factory.mktemp("admit")
+    with _open(root / "one") as one, _open(root / "many") as many:
+        for group in groups:
+            want = [one.admit_resolved(pairs, depth=depth) for pairs, depth in group]
+            got = many.admit_resolved_pages(group)
+            assert [[(n.url, n.key, n.host, n.depth) for n in page] for page in got] == \
+                [[(n.url, n.key, n.host, n.depth) for n in page] for page in want]
+            rows = sorted((n.seq, n.depth) for page in got for n in page)
+            assert len({seq for seq, _ in rows}) == len(rows)
+            # one journal batch per depth, shallowest first
+            assert [d for _, d in rows] == sorted(d for _, d in rows)
+            for page in got:  # each row holds what was handed back for it
+                for n in page:
+                    row = many.ledger.get(fingerprint(n.key, many.seed))
+                    assert row is not None
+                    assert (row["seq"], row["url"], row["depth"]) == (n.seq, n.url, n.depth)
+        for key in ("links", "new", "repeats"):
+            assert many.counters[key] == one.counters[key], key
+        assert many.ledger.counts() == one.ledger.counts()

@@ -1,9 +1,16 @@
 """Which links of a page become queued URLs: scope, the per-host cap, the
-URL-seen test (one batch per page), then the frontier.
+URL-seen test, then the frontier.
 
 Why apart from the engine: it is the one step every link goes through, from a
 page, a redirect or another fleet worker (``crawler.fleet.relay``), and it is
 pure bookkeeping over the state dir, with no network.
+
+Why two steps: ``route`` runs in the worker as soon as a page's links are
+resolved (a fleet worker must forward other owners' links before the page counts
+as done); ``admit_pages`` runs in the group commit for every page of the group
+at once, so the seen-test pays its fixed costs (a fingerprint batch, a Bloom
+probe, an index lookup, a journal row) once per group instead of once per page,
+and a page's new URLs become durable in the same transaction as its record.
 """
 
 from __future__ import annotations
@@ -15,9 +22,10 @@ from crawler.scope import Scope
 from dedup import State, UrlSeen
 from dedup.seen import host_of
 
-__all__ = ["Admission", "Remote"]
+__all__ = ["Admission", "Pairs", "Remote"]
 
 Remote = tuple[str, str, str, int]  # a link for another worker: (url, key, host, depth)
+Pairs = list[tuple[str, str]]  # resolved links: (fetch url, dedup key)
 
 
 class Admission:
@@ -32,19 +40,15 @@ class Admission:
         self.cap = cap
         self.host_counts = host_counts
 
-    def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int,
-              local: Callable[[str], bool] | None = None) -> tuple[int, list[Remote]]:
-        """Scope, per-host cap, URL-seen test (one batch), frontier.
-
-        Returns (URLs queued, in-scope links of hosts another worker owns as
-        ``(url, key, host, depth)`` — always empty for a single process). The
-        owner alone applies the cap and the seen-test to its hosts' links;
-        ``local(host)`` says which hosts this worker owns (None: all of them).
-        """
+    def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
+              local: Callable[[str], bool] | None = None) -> tuple[Pairs, list[Remote]]:
+        """``(links to admit here, in-scope links of hosts another worker owns as
+        (url, key, host, depth))``: scope, ownership and the per-host cap as it
+        stands. ``local(host)`` says which hosts this worker owns (None: all)."""
         allows = self.scope.allows_host
         cap = self.cap
         counts = self.host_counts
-        keep = []
+        keep: Pairs = []
         remote: list[Remote] = []
         for pair in pairs:
             if pair is None:
@@ -58,22 +62,42 @@ class Admission:
             if cap and counts.get(host, 0) >= cap:
                 continue
             keep.append(pair)
-        if not keep:
-            return 0, remote
-        new = self.seen.admit_resolved(keep, depth=depth)
-        if cap and new:
-            ok = []
-            over = []
-            for n in new:
-                c = counts.get(n.host, 0)
-                if c >= cap:
-                    over.append((n.seq, State.SKIPPED, None, "host page cap"))
-                else:
-                    counts[n.host] = c + 1
-                    ok.append(n)
-            if over:  # several links of one page went past the cap together
-                self.seen.ledger.mark_many(over)
-            new = ok
+        return keep, remote
+
+    def admit_pages(self, pages: Sequence[tuple[Pairs, int]]) -> list[int]:
+        """The seen-test of routed ``(pairs, depth)`` pages in one batch, then the
+        cap in page order, then the frontier: the number of URLs each page queued.
+
+        The same URLs are queued as page by page in order, except that a host's
+        links past its cap on two pages of one group are both recorded (skipped)
+        where page by page the second would not be asked about: neither is fetched.
+        """
+        if not any(pairs for pairs, _ in pages):
+            return [0] * len(pages)
+        per_page = self.seen.admit_resolved_pages(pages)
+        cap = self.cap
+        counts = self.host_counts
+        queued = []
+        new = []
+        over = []
+        for page in per_page:
+            if cap:
+                ok = 0
+                for n in page:
+                    c = counts.get(n.host, 0)
+                    if c >= cap:
+                        over.append((n.seq, State.SKIPPED, None, "host page cap"))
+                    else:
+                        counts[n.host] = c + 1
+                        new.append(n)
+                        ok += 1
+                queued.append(ok)
+            else:
+                new.extend(page)
+                queued.append(len(page))
+        if over:  # several links of a group went past the cap together
+            self.seen.ledger.mark_many(over)
         if new:
+            new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
             self.frontier.add(new)
-        return len(new), remote
+        return queued

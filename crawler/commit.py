@@ -1,22 +1,24 @@
-"""Group commit: a page's output record, then its ledger mark, many pages per commit.
+"""Group commit: a group's links admitted, its output records, then its ledger marks.
 
 Durability, in this order, so a crash (even kill -9) never loses a URL:
 
-1. the ledger runs in group-commit mode: a page's new URLs go into the open
-   transaction when it is processed, and are committed together with the
-   marks of the pages that found them (one SQLite commit per group of pages,
-   not one per page: a commit costs a few hundred microseconds of WAL writes);
-2. a group's pages.jsonl lines and WARC records are written and fsynced, then
+1. a page's links are admitted at its group commit, not when it is processed:
+   the group's pages go through the seen-test together (``Admission.admit_pages``:
+   one fingerprint batch, one Bloom probe, one index lookup), their new URLs go
+   into the ledger's open transaction and to the frontier, and each page's
+   ``links_new`` is known before its record is written;
+2. the group's pages.jsonl lines and WARC records are written and fsynced, then
    the files' sizes (``OUTPUTS_KEY``), the dedup totals (``TOTALS_KEY``) and the
-   pages' marks (fetched/failed/skipped) go into ONE ledger transaction (a
-   committer task batches whatever finished meanwhile). Reopening cuts each
-   file back to its committed size, so a record is in the output exactly when
-   its page is marked done: nothing is duplicated or lost across kill -9, and
-   the totals count exactly the committed rows;
+   pages' marks (fetched/failed/skipped) go into ONE ledger transaction with
+   the new URLs (a committer task batches whatever finished meanwhile; nothing
+   else commits the ledger during a crawl). Reopening cuts each file back to its
+   committed size, so a record is in the output exactly when its page is marked
+   done and its new URLs are in the ledger: nothing is duplicated or lost across
+   kill -9, ``links_new`` adds up to the URLs the crawl admitted, and the totals
+   count exactly the committed rows;
 3. a worker takes its next URL only after its previous page is committed, so
    at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
-   the ones fetched again after a kill -9, which also rediscover any link whose
-   row was not committed yet.
+   the ones fetched again after a kill -9, which also rediscover their links.
 
 pages.jsonl holds one record per URL taken from the frontier: fetched pages
 (any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
@@ -31,20 +33,34 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crawler.admission import Pairs
 from crawler.frontier import Frontier, Item
 from crawler.outcome import FetchResult
 from crawler.output import PAGES_FILE, PageLog, WarcWriter, iso_time
 from crawler.state import OUTPUTS_KEY, TOTALS_KEY
 from dedup import State, UrlSeen
 
-__all__ = ["GroupCommit", "output_files"]
+__all__ = ["GroupCommit", "Links", "output_files"]
 
 Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
 WarcPage = tuple[str, str, bytes, float]  # (url, content type, body, fetched at)
+Links = tuple[Pairs, int]  # routed links to admit, and their depth
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One page (or a fleet delivery: no record, no mark) handed to the committer."""
+
+    record: dict[str, Any] | None
+    mark: Mark | None
+    warc_page: WarcPage | None
+    links: Sequence[Links]
+    fut: asyncio.Future[None] = field(repr=False)
 
 
 def output_files(seen: UrlSeen, warc: str) -> tuple[PageLog, WarcWriter | None]:
@@ -63,15 +79,15 @@ class GroupCommit:
     """
 
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
-                 frontier: Frontier, *,
+                 frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None) -> None:
         self._pagelog = pagelog
         self._totals = totals
         self._warc = warc
         self._seen = seen
         self._frontier = frontier
-        self._pending: list[tuple[dict[str, Any], Mark, WarcPage | None,
-                                  asyncio.Future[None]]] = []
+        self._admit = admit
+        self._pending: list[_Entry] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -80,12 +96,14 @@ class GroupCommit:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="bloomcrawl-committer")
 
-    async def commit(self, record: dict[str, Any], mark: Mark,
-                     warc_page: WarcPage | None = None) -> None:
+    async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
+                     warc_page: WarcPage | None = None, links: Sequence[Links] = ()) -> None:
+        """Hand in a page and wait for its group's commit. With ``links``, the caller
+        has called ``frontier.expect()`` once; ``record["links_new"]`` is set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((record, mark, warc_page, fut))
+        self._pending.append(_Entry(record, mark, warc_page, links, fut))
         self._wake.set()
         await fut
 
@@ -97,9 +115,9 @@ class GroupCommit:
                 await self._flush()
             except Exception as exc:  # disk full, I/O error: fatal for the crawl
                 self.error = exc
-                for *_, fut in self._pending:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                for e in self._pending:
+                    if not e.fut.done():
+                        e.fut.set_exception(exc)
                 self._pending.clear()
                 return
             if self._closing and not self._pending:
@@ -109,14 +127,15 @@ class GroupCommit:
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                await self._pagelog.append([b[0] for b in batch])
+                self._admit_links(batch)
+                await self._pagelog.append([e.record for e in batch if e.record is not None])
                 if self._warc is not None:
-                    pages = [b[2] for b in batch if b[2] is not None]
+                    pages = [e.warc_page for e in batch if e.warc_page is not None]
                     if pages:
                         await self._warc.write_pages(pages)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
-                marks = [b[1] for b in batch]
+                marks = [e.mark for e in batch if e.mark is not None]
                 ledger = self._seen.ledger
                 ledger.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
@@ -124,14 +143,26 @@ class GroupCommit:
                 ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:
-                for *_, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                for e in batch:
+                    if not e.fut.done():
+                        e.fut.set_exception(exc)
                 raise
             self._frontier.settled(m[0] for m in marks)
-            for *_, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
+            for e in batch:
+                if not e.fut.done():
+                    e.fut.set_result(None)
+
+    def _admit_links(self, batch: list[_Entry]) -> None:
+        """Every page's links through the seen-test at once; each record's ``links_new``."""
+        waiting = [e for e in batch if e.links]
+        if not waiting:
+            return
+        queued = iter(self._admit([links for e in waiting for links in e.links]))
+        for e in waiting:
+            n = sum(next(queued) for _ in e.links)
+            if e.record is not None:
+                e.record["links_new"] = n
+        self._frontier.arrived(len(waiting))
 
     async def _sync(self) -> None:
         files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
@@ -154,9 +185,11 @@ class GroupCommit:
             raise self.error
 
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
-                          links_found: int, links_new: int, state: State,
+                          links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool) -> None:
-        """One page's pages.jsonl record (and WARC record with ``warc``), then its mark."""
+        """One page's links (``links``: admitted at the commit, after a
+        ``frontier.expect()``), its pages.jsonl record (and WARC record with
+        ``warc``), then its mark."""
         now = time.time()
         status = res.status if res is not None else None
         record = {
@@ -167,7 +200,7 @@ class GroupCommit:
             "bytes": res.nbytes if res is not None else 0,
             "depth": item.depth,
             "links_found": links_found,
-            "links_new": links_new,
+            "links_new": 0,
             "fetched_at": iso_time(now),
             "error": error,
             "attempts": res.attempts if res is not None else 0,
@@ -177,4 +210,5 @@ class GroupCommit:
         if (warc and res is not None and res.body is not None
                 and status is not None and 200 <= status < 300):
             warc_page = (item.url, res.content_type or "text/html", res.body, now)
-        await self.commit(record, (item.seq, state, status, error), warc_page)
+        await self.commit(record, (item.seq, state, status, error), warc_page,
+                          (links,) if links is not None else ())

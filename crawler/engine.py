@@ -2,7 +2,8 @@
 
 Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
 HTML page's links, resolved in one batch, filtered by scope, depth and the
-per-host cap -> ``UrlSeen.admit_resolved`` (one call per page) -> frontier.
+per-host cap -> the group commit, where the pages of a group go through
+``UrlSeen.admit_resolved_pages`` together (one call per group) -> frontier.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
 holds for each URL are ``crawler.commit``'s; snapshots (``crawler.checkpoint``)
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.admission import Admission, Remote
 from crawler.checkpoint import Checkpoint
-from crawler.commit import GroupCommit, output_files
+from crawler.commit import GroupCommit, Links, output_files
 from crawler.fetch import Fetcher
 from crawler.frontier import Frontier, Item
 from crawler.links import extract_links
@@ -98,7 +99,7 @@ class Engine:
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
-                                     totals=self.checkpoint.totals)
+                                     self.admit_pages, totals=self.checkpoint.totals)
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False
@@ -159,9 +160,14 @@ class Engine:
         return (self.frontier.finished() and not self._processing
                 and not (self.relay is not None and self.relay.receiving) and not self.stopping)
 
-    def commit_admitted(self) -> None:
-        """Make URLs admitted outside a page (received from the fleet) durable."""
-        self.seen.commit()
+    async def admit_received(self, by_depth: Sequence[Links]) -> None:
+        """Admit links another fleet worker forwarded, with the next group commit,
+        and return once they are durable (only then may the relay ack them)."""
+        links = [(keep, depth) for pairs, depth in by_depth
+                 for keep in (self.admission.route(pairs, depth)[0],) if keep]
+        if links:
+            self.frontier.expect()
+            await self.committer.commit(None, None, None, links)
 
     # -- running ---------------------------------------------------------------------
 
@@ -274,7 +280,8 @@ class Engine:
                 item, hold_host=res.status is None or res.interrupted,
                 at_least=res.retry_after or 0.0):
             return
-        links_found = links_new = 0
+        links_found = 0
+        links: Links | None = None
         remote: list[Remote] = []
         final_url: str | None = url
         try:
@@ -286,14 +293,14 @@ class Engine:
                 # A redirect target is a level deeper: an endless chain of unique
                 # redirects ends at max_depth like an endless chain of links.
                 if target is not None and item.depth < self.settings.crawl.max_depth:
-                    links_new, remote = self.admit((target,), item.depth + 1)
+                    links, remote = self._route((target,), item.depth + 1)
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self.settings.crawl.honor_nofollow)
                 links_found = len(hrefs)
                 if item.depth < self.settings.crawl.max_depth and hrefs:
-                    links_new, remote = self.admit(self._canon.resolve_many(hrefs, base),
-                                                    item.depth + 1)
+                    links, remote = self._route(self._canon.resolve_many(hrefs, base),
+                                                item.depth + 1)
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
                           else None)
@@ -307,7 +314,7 @@ class Engine:
         error = res.error
         self.retries.forget(item.seq)
         self.errors.count(error, failed=failed)
-        await self.committer.commit_page(item, res, final_url, links_found, links_new,
+        await self.committer.commit_page(item, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages)
 
@@ -317,7 +324,7 @@ class Engine:
         if unavailable is None:  # a real Disallow
             frontier.done(item, requested=False, counted=False)
             self.session.skipped += 1
-            await self.committer.commit_page(item, None, item.url, 0, 0, State.SKIPPED,
+            await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
                                              "robots.txt", warc=self._warc_pages)
             return
         if retryable and self._retry_later(item, hold_host=True, requested=False):
@@ -330,7 +337,7 @@ class Engine:
         self.session.pages += 1
         self.session.failed += 1
         self.errors.count(error, failed=True)
-        await self.committer.commit_page(item, None, item.url, 0, 0, State.FAILED, error,
+        await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
                                          warc=self._warc_pages)
 
     def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
@@ -343,13 +350,22 @@ class Engine:
         return self.retries.later(item, hold_host=hold_host, requested=requested,
                                   at_least=at_least)
 
-    def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int
-              ) -> tuple[int, list[Remote]]:
-        """Scope, per-host cap, URL-seen test (one batch), frontier (``crawler.admission``)."""
-        queued, remote = self.admission.admit(
+    def _route(self, pairs: Sequence[tuple[str, str] | None], depth: int
+               ) -> tuple[Links | None, list[Remote]]:
+        """A page's links: ``(the ones to admit at its commit, or None; the ones
+        other fleet workers own)``. The frontier expects the first until then."""
+        keep, remote = self.admission.route(
             pairs, depth, self.relay.is_local if self.relay is not None else None)
-        self.session.queued_new += queued
-        return queued, remote
+        if not keep:
+            return None, remote
+        self.frontier.expect()
+        return (keep, depth), remote
+
+    def admit_pages(self, pages: Sequence[Links]) -> list[int]:
+        """The group commit's seen-test (``Admission.admit_pages``): URLs queued a page."""
+        queued = self.admission.admit_pages(pages)
+        self.session.queued_new += sum(queued)
+        return queued
 
     async def _progress_loop(self) -> None:
         interval = self.settings.output.progress_interval

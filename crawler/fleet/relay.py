@@ -6,9 +6,10 @@ forwards it again; the owner's seen-test drops the repeat). Forwarding is
 grouped like the commit: links of pages finished while one batch is on the
 wire go out together in the next, one ``RedisTransport.forward`` round trip.
 
-The receive task admits what others forward (``admit`` per depth), commits it
-and only then acks: an entry leaves the owner's stream once its URLs are
-durable in the owner's ledger; an un-acked one is re-read after a crash.
+The receive task admits what others forward (``admit_received``: with the
+next group commit, one batch per depth) and only then acks: an entry leaves the
+owner's stream once its URLs are durable in the owner's ledger; an un-acked one
+is re-read after a crash.
 
 Locally idle (nothing queued, in flight, being forwarded or being received) is
 not the end: the fleet task reports idle and polls ``fleet_done`` (every
@@ -46,8 +47,8 @@ class Crawl(Protocol):
 
     @property
     def stopping(self) -> bool: ...
-    def admit(self, pairs: Sequence[tuple[str, str] | None], depth: int) -> object: ...
-    def commit_admitted(self) -> None: ...
+    async def admit_received(self, by_depth: Sequence[tuple[list[tuple[str, str]], int]]
+                             ) -> None: ...
     def locally_idle(self) -> bool: ...
     def end(self) -> None: ...
     def stop(self, reason: str = "stopped") -> None: ...
@@ -178,10 +179,8 @@ class Relay:
                     foreign.append((url, key, host, depth))
         if foreign:
             await t.forward(foreign)
-        for depth in sorted(by_depth):
-            self._crawl.admit(by_depth[depth], depth)
         # never ack a link that is not durable in this worker's ledger
-        self._crawl.commit_admitted()
+        await self._crawl.admit_received([(by_depth[d], d) for d in sorted(by_depth)])
         self.received += n
         await t.ack(deliveries)
 

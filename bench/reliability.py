@@ -25,6 +25,11 @@ exits non-zero without being killed is retried once (not killed); if it fails ag
 kept aside for inspection, and the crawl starts over in a fresh dir (server
 counts and WARC file reset) so that the remaining kills still test something.
 
+Besides the output files, the finished state dir's ledger is weighed against
+pages.jsonl: every URL it holds is a seed or was queued by exactly one committed
+page, so the records' ``links_new`` must add up to the ledger's URLs minus the
+seeds (``links_new_mismatch``) however often the crawl was killed.
+
 Printed and written (``--out``) as JSON; exit status 1 when any count other than
 duplicate fetches is non-zero, when duplicate fetches exceed the in-flight bound
 (``concurrency`` per kill: a kill can lose at most the fetches in flight), or
@@ -52,6 +57,7 @@ from reliability_checks import check_pages, check_warc, duplicates
 
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
+from dedup import UrlSeen, canonicalize
 
 REPO = Path(__file__).resolve().parent.parent
 EARLY_WINDOW = 0.1  # seconds after a start becomes visible
@@ -246,6 +252,8 @@ async def measure(opts: Options, work: Path) -> dict:
         served = running.total_pages()
     pages = check_pages(loop.state / "pages.jsonl")
     warc = check_warc(loop.warc)
+    admitted = _admitted(loop.state) if finished else None
+    seeds = len({canonicalize(u) for u in running.seeds})
     lost = pages.lost(reachable)
     dup_fetches = duplicates(served)
     per_kill = _per_kill(loop.runs)
@@ -258,6 +266,8 @@ async def measure(opts: Options, work: Path) -> dict:
         "duplicate_warc_records": duplicates(warc.targets),
         "torn_warc_records": warc.torn,
         "wedged_state_dirs": len(loop.wedged),
+        # every URL in the ledger is a seed or counted once in its finder's links_new
+        "links_new_mismatch": abs(admitted - seeds - pages.links_new) if admitted else 0,
     }
     problems = [f"{k} = {v}" for k, v in counts.items() if v and k != "duplicate_fetches"]
     if dup_fetches > bound:
@@ -279,6 +289,9 @@ async def measure(opts: Options, work: Path) -> dict:
         "duplicate_fetches_per_kill_max": max(per_kill, default=0),
         "reachable_urls": len(reachable),
         "pages_lines": pages.lines,
+        "admitted_urls": admitted,
+        "links_new_sum": pages.links_new,
+        "seeds": seeds,
         "unexpected_urls": pages.unexpected(reachable)[:20],
         "lost_sample": lost[:20],
         "warc": warc.to_dict(),
@@ -287,6 +300,12 @@ async def measure(opts: Options, work: Path) -> dict:
         "runs": [vars(r) | {"stderr_tail": r.stderr_tail.strip()[-200:]} for r in loop.runs],
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _admitted(state: Path) -> int:
+    """URLs the ledger holds (admitted, none forgotten): from its kept counters."""
+    with UrlSeen(state, readonly=True) as seen:
+        return len(seen.ledger)
 
 
 def _per_kill(runs: list[Run]) -> list[int]:

@@ -47,6 +47,7 @@ class PagesCheck:
     lines: int
     torn_lines: int  # lines that are not one JSON object with a "url"
     urls: Counter[str]  # canonical URL -> lines
+    links_new: int  # the records' links_new, summed: the URLs their pages queued
 
     def lost(self, reachable: set[str]) -> list[str]:
         return sorted(reachable - set(self.urls))
@@ -62,14 +63,15 @@ def check_pages(path: Path) -> PagesCheck:
     if lines and lines[-1] == b"":
         lines.pop()
     urls: Counter[str] = Counter()
-    torn = 0
+    torn = links_new = 0
     for line in lines:
         try:
             record = json.loads(line)
             urls[canonicalize(record["url"])] += 1
+            links_new += int(record.get("links_new") or 0)
         except (ValueError, KeyError, TypeError):
             torn += 1
-    return PagesCheck(len(lines), torn, urls)
+    return PagesCheck(len(lines), torn, urls, links_new)
 
 
 @dataclass(slots=True)

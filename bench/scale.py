@@ -126,6 +126,9 @@ def parse_args() -> argparse.Namespace:
                     help="each 100-page group in one call where an implementation batches "
                          "(UrlSeen.filter_new_pages, one executemany, one set update), or "
                          "one call per page as the crawler admits")
+    ap.add_argument("--group", type=int, default=100,
+                    help="pages per group commit, and per call with --feed group (the "
+                         "crawler's groups are the pages that finish during one commit)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=20_000)
     ap.add_argument("--zipf", type=float, default=1.0)
@@ -136,8 +139,8 @@ def parse_args() -> argparse.Namespace:
     unknown = [k for k in args.impls if k not in IMPLS]
     if unknown or not args.impls:
         ap.error(f"--impl: unknown {unknown}; choose from {', '.join(IMPLS)}")
-    if args.distinct < 1 or args.window < 1 or args.jobs < 1:
-        ap.error("--distinct, --window and --jobs must be positive")
+    if args.distinct < 1 or args.window < 1 or args.jobs < 1 or args.group < 1:
+        ap.error("--distinct, --window, --jobs and --group must be positive")
     return args
 
 
@@ -161,7 +164,8 @@ def main() -> None:
         runs += [(k, True) for k in args.impls if k in COLD_IMPLS]
     common = ["--distinct", str(args.distinct), "--window", str(args.window),
               "--snapshot-every", str(args.snapshot_every), "--seed", str(args.seed),
-              "--hosts", str(args.hosts), "--zipf", str(args.zipf), "--feed", args.feed]
+              "--hosts", str(args.hosts), "--zipf", str(args.zipf), "--feed", args.feed,
+              "--group", str(args.group)]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bloomcrawl-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

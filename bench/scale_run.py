@@ -26,7 +26,7 @@ from crawlstream import CrawlStream
 from procstats import drop_cache, du, proc_io, proc_status
 from scale_impls import COLD_IMPLS, IMPLS, Impl, make
 
-GROUP = 100  # pages per transaction / group commit, and per cache drop in --cold
+GROUP = 100  # default pages per transaction / group commit, and per cache drop in --cold
 
 
 class Meter:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     process_time, perf_counter = time.process_time, time.perf_counter
     while m.distinct < args.distinct:
         g0 = process_time()
-        pages = stream.chunk(GROUP)
+        pages = stream.chunk(args.group)
         n_links = sum(len(hrefs) for _, hrefs in pages)
         g1 = process_time()
         t0, c0 = perf_counter(), process_time()
@@ -111,8 +111,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print("W " + json.dumps(row), flush=True)
             while edge <= m.distinct:
                 edge += args.window
-    name = impl.name + (", page by page" if args.feed == "page" else "")
+    name = impl.name + (", page by page" if args.feed == "page" else "") + (
+        f", {args.group} pages a group" if args.group != GROUP else "")
     return {"impl": args.impl, "name": name, "cold": args.cold, "feed": args.feed,
+            "group": args.group,
             "group_commit": getattr(impl, "group_commit", None),
             "distinct": m.distinct, "pages": m.total_pages, "links": m.total_links,
             "windows": windows}
@@ -139,6 +141,9 @@ def main() -> None:
     ap.add_argument("--feed", choices=("group", "page"), default="group",
                     help="a group commit's pages in one call where the API batches (group), "
                          "or one call per page, as the crawler admits (page)")
+    ap.add_argument("--group", type=int, default=GROUP,
+                    help="pages per group commit (and per call with --feed group): the "
+                         "crawler's groups are the pages that finish during one commit")
     ap.add_argument("--snapshot-every", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=20_000)

@@ -39,12 +39,24 @@ class Admission:
         self.frontier = frontier
         self.cap = cap
         self.host_counts = host_counts
+        self.queued = 0  # URLs this process queued
 
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
-              local: Callable[[str], bool] | None = None) -> tuple[Pairs, list[Remote]]:
-        """``(links to admit here, in-scope links of hosts another worker owns as
-        (url, key, host, depth))``: scope, ownership and the per-host cap as it
-        stands. ``local(host)`` says which hosts this worker owns (None: all)."""
+              local: Callable[[str], bool] | None = None
+              ) -> tuple[tuple[Pairs, int] | None, list[Remote]]:
+        """``((links to admit here, depth) or None, in-scope links of hosts another
+        worker owns as (url, key, host, depth))``: scope, ownership and the per-host
+        cap as it stands. ``local(host)`` says which hosts this worker owns (None:
+        all). The frontier expects the links to admit until ``admit_pages`` (the
+        page's group commit) has taken them."""
+        keep, remote = self._split(pairs, depth, local)
+        if not keep:
+            return None, remote
+        self.frontier.expect()
+        return (keep, depth), remote
+
+    def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
+               local: Callable[[str], bool] | None) -> tuple[Pairs, list[Remote]]:
         allows = self.scope.allows_host
         cap = self.cap
         counts = self.host_counts
@@ -100,4 +112,5 @@ class Admission:
         if new:
             new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
             self.frontier.add(new)
+            self.queued += len(new)
         return queued

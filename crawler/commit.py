@@ -98,8 +98,9 @@ class GroupCommit:
 
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      warc_page: WarcPage | None = None, links: Sequence[Links] = ()) -> None:
-        """Hand in a page and wait for its group's commit. With ``links``, the caller
-        has called ``frontier.expect()`` once; ``record["links_new"]`` is set here."""
+        """Hand in a page and wait for its group's commit. ``links`` come from
+        ``Admission.route`` (which has the frontier expect each one);
+        ``record["links_new"]`` is set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -157,12 +158,13 @@ class GroupCommit:
         waiting = [e for e in batch if e.links]
         if not waiting:
             return
-        queued = iter(self._admit([links for e in waiting for links in e.links]))
+        pages = [links for e in waiting for links in e.links]
+        queued = iter(self._admit(pages))
         for e in waiting:
             n = sum(next(queued) for _ in e.links)
             if e.record is not None:
                 e.record["links_new"] = n
-        self._frontier.arrived(len(waiting))
+        self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
         files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
@@ -187,9 +189,9 @@ class GroupCommit:
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool) -> None:
-        """One page's links (``links``: admitted at the commit, after a
-        ``frontier.expect()``), its pages.jsonl record (and WARC record with
-        ``warc``), then its mark."""
+        """One page's links (``links``, from ``Admission.route``: admitted at the
+        commit), its pages.jsonl record (and WARC record with ``warc``), then its
+        mark."""
         now = time.time()
         status = res.status if res is not None else None
         record = {

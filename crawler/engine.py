@@ -57,7 +57,6 @@ __all__ = ["Engine", "run_crawl"]
 log = logging.getLogger("crawler.engine")
 
 
-
 class Engine:
     """One crawl process over an open ``UrlSeen`` state directory.
 
@@ -99,7 +98,8 @@ class Engine:
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
-                                     self.admit_pages, totals=self.checkpoint.totals)
+                                     self.admission.admit_pages,
+                                     totals=self.checkpoint.totals)
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False
@@ -113,10 +113,12 @@ class Engine:
         self.retries = Retries(c, self.frontier)
         self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
+        self._local = None  # which hosts this worker fetches: all, unless in a fleet
         if transport is not None:
             from crawler.fleet.relay import Relay  # imports the Redis client
 
             self.relay = Relay(transport, settings.distributed, self)
+            self._local = self.relay.is_local
             # Locally idle is not the end: the fleet decides (see crawler.fleet.relay).
             self.frontier.on_idle = self.relay.wake
 
@@ -163,10 +165,9 @@ class Engine:
     async def admit_received(self, by_depth: Sequence[Links]) -> None:
         """Admit links another fleet worker forwarded, with the next group commit,
         and return once they are durable (only then may the relay ack them)."""
-        links = [(keep, depth) for pairs, depth in by_depth
-                 for keep in (self.admission.route(pairs, depth)[0],) if keep]
+        links = [x for pairs, depth in by_depth
+                 if (x := self.admission.route(pairs, depth)[0]) is not None]
         if links:
-            self.frontier.expect()
             await self.committer.commit(None, None, None, links)
 
     # -- running ---------------------------------------------------------------------
@@ -293,14 +294,15 @@ class Engine:
                 # A redirect target is a level deeper: an endless chain of unique
                 # redirects ends at max_depth like an endless chain of links.
                 if target is not None and item.depth < self.settings.crawl.max_depth:
-                    links, remote = self._route((target,), item.depth + 1)
+                    links, remote = self.admission.route((target,), item.depth + 1,
+                                                         self._local)
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self.settings.crawl.honor_nofollow)
                 links_found = len(hrefs)
                 if item.depth < self.settings.crawl.max_depth and hrefs:
-                    links, remote = self._route(self._canon.resolve_many(hrefs, base),
-                                                item.depth + 1)
+                    links, remote = self.admission.route(
+                        self._canon.resolve_many(hrefs, base), item.depth + 1, self._local)
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
                           else None)
@@ -350,23 +352,6 @@ class Engine:
         return self.retries.later(item, hold_host=hold_host, requested=requested,
                                   at_least=at_least)
 
-    def _route(self, pairs: Sequence[tuple[str, str] | None], depth: int
-               ) -> tuple[Links | None, list[Remote]]:
-        """A page's links: ``(the ones to admit at its commit, or None; the ones
-        other fleet workers own)``. The frontier expects the first until then."""
-        keep, remote = self.admission.route(
-            pairs, depth, self.relay.is_local if self.relay is not None else None)
-        if not keep:
-            return None, remote
-        self.frontier.expect()
-        return (keep, depth), remote
-
-    def admit_pages(self, pages: Sequence[Links]) -> list[int]:
-        """The group commit's seen-test (``Admission.admit_pages``): URLs queued a page."""
-        queued = self.admission.admit_pages(pages)
-        self.session.queued_new += sum(queued)
-        return queued
-
     async def _progress_loop(self) -> None:
         interval = self.settings.output.progress_interval
         last_pages, last_t = 0, time.monotonic()
@@ -391,7 +376,8 @@ class Engine:
         out = crawl_status(
             outcome=self.outcome,
             elapsed=time.monotonic() - self._started if self._started else 0.0,
-            base=self._base, session=self.session, in_flight=self.frontier.in_flight,
+            base=self._base, session=self.session, queued_new=self.admission.queued,
+            in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
             shards=self.seen.nshards, state_dir=str(self.state_dir), errors=self.errors.counts)
         if self.relay is not None:

@@ -174,16 +174,16 @@ class SessionCounts:
     pages: int = 0  # fetched this run (successes and failures)
     failed: int = 0  # given up this run
     skipped: int = 0
-    queued_new: int = 0  # URLs queued this run
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
-                 in_flight: int, hosts: int, counters: dict[str, int], info: dict[str, Any],
-                 shards: int, state_dir: str, errors: dict[str, int] | None = None
-                 ) -> dict[str, Any]:
+                 queued_new: int, in_flight: int, hosts: int, counters: dict[str, int],
+                 info: dict[str, Any], shards: int, state_dir: str,
+                 errors: dict[str, int] | None = None) -> dict[str, Any]:
     """Live figures (cheap: no ledger scan) for the status line and the summary.
 
-    ``base`` is the ledger's counts when the run started; ``counters`` the
+    ``base`` is the ledger's counts when the run started; ``queued_new`` the URLs
+    this run queued; ``counters`` the
     URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``errors`` the
     pages recorded with an error over every run (``crawler.retry.ErrorCounts``).
     """
@@ -198,7 +198,7 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
         "failed": base["failed"] + session.failed,
         "fetched_with_errors": (errors or {}).get("fetched_with_errors", 0),
         "skipped": base["skipped"] + session.skipped,
-        "queued": max(0, base["queued"] + session.queued_new - marked),
+        "queued": max(0, base["queued"] + queued_new - marked),
         "in_flight": in_flight,
         "hosts": hosts,
         "fill": info["fill"],

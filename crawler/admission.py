@@ -84,8 +84,6 @@ class Admission:
         links past its cap on two pages of one group are both recorded (skipped)
         where page by page the second would not be asked about: neither is fetched.
         """
-        if not any(pairs for pairs, _ in pages):
-            return [0] * len(pages)
         per_page = self.seen.admit_resolved_pages(pages)
         cap = self.cap
         counts = self.host_counts

@@ -137,17 +137,25 @@ class UrlSeen:
         them all. For a caller that has pages in hand (a group commit's worth, a
         crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
         cost alone."""
-        first: dict[str, str] = {}
-        ends: list[int] = []
-        links = hits = 0
-        for base_url, page_links in pages:
-            pairs = self._resolve(page_links, base_url)
-            links += len(pairs)
-            hits += self._confirmed.first_unknown(pairs, first)[1]
-            ends.append(len(first))  # keys are in first-seen order: page by page
+        first, ends, links, hits = self._unknown_of_pages(
+            self._resolve(page_links, base_url) for base_url, page_links in pages)
         _, keys, idx, _ = self._admit_unknown(first, links, hits, [(len(first), depth)],
                                               State.QUEUED, keep_urls=False)
         return [[keys[i] for i in part] for part in _split(idx, ends)]
+
+    def _unknown_of_pages(self, pages: Iterable[Sequence[tuple[str, str]]]
+                          ) -> tuple[dict[str, str], list[int], int, int]:
+        """The confirm cache's answer for pages of pairs, in one dict: ``(first url
+        of each key it does not hold, in first-seen order; the dict's size after
+        each page; links; hits)``."""
+        first: dict[str, str] = {}
+        ends: list[int] = []
+        links = hits = 0
+        for pairs in pages:
+            links += len(pairs)
+            hits += self._confirmed.first_unknown(pairs, first)[1]
+            ends.append(len(first))  # keys are in first-seen order: page by page
+        return first, ends, links, hits
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -177,22 +185,15 @@ class UrlSeen:
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        first: dict[str, str] = {}
-        spans: list[tuple[int, int]] = []
-        links = hits = 0
-        for pairs, depth in pages:
-            links += len(pairs)
-            hits += self._confirmed.first_unknown(pairs, first)[1]
-            spans.append((len(first), depth))
-        first_url, keys, idx, seqs = self._admit_unknown(first, links, hits, spans,
-                                                         State.QUEUED, keep_urls=True)
+        first, ends, links, hits = self._unknown_of_pages(pairs for pairs, _ in pages)
+        depths = [depth for _, depth in pages]
+        first_url, keys, idx, seqs = self._admit_unknown(
+            first, links, hits, list(zip(ends, depths, strict=True)), State.QUEUED,
+            keep_urls=True)
         seq_of = dict(zip(idx, seqs, strict=True))
-        out = []
-        for part, (_, depth) in zip(_split(idx, [end for end, _ in spans]), spans,
-                                    strict=True):
-            out.append([NewUrl(seq_of[i], url, keys[i], host_of(url), depth)
-                        for i in part for url in (first_url[keys[i]],)])
-        return out
+        return [[NewUrl(seq_of[i], url, keys[i], host_of(url), depth)
+                 for i in part for url in (first_url[keys[i]],)]
+                for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
     def _admit(self, pairs: Sequence[tuple[str, str]], depth: int, state: State, *,
                keep_urls: bool) -> tuple[dict[str, str], list[str], list[int], range]:

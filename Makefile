@@ -12,8 +12,8 @@ STAMP       := $(VENV)/.installed
 
 .PHONY: test coverage bench bench-scale reliability demo lint clean
 
-# setup.py and the C source: the install also builds the compiled kernel (dedup/_kernel.c)
-$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c
+# setup.py and the C sources: the install also builds the compiled kernels (dedup/_*.c)
+$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c dedup/_lookup.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .

@@ -1,11 +1,13 @@
 """The one thing pyproject.toml cannot say: the optional compiled kernel.
 
-``dedup._kernel`` (dedup/_kernel.c) runs the Bloom filter's hot loops. It is
+``dedup._kernel`` (dedup/_kernel.c) runs the Bloom filter's hot loops,
+``dedup._lookup`` (dedup/_lookup.c) the exact lookup's. They are
 optional: where it does not build (no C compiler), the install still succeeds
 and dedup uses its numpy code, with the same bits (``dedup.bitops``).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("dedup._kernel", ["dedup/_kernel.c"], optional=True,
-                             extra_compile_args=["-O3"])])
+setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O3"])
+                   for name, source in (("dedup._kernel", "dedup/_kernel.c"),
+                                        ("dedup._lookup", "dedup/_lookup.c"))])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from dedup import kernel as _compiled
+
 
 class RecentKeys:
     """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none."""
@@ -45,18 +47,37 @@ class RecentKeys:
         if len(self._young) >= self._half:
             self._old, self._young = self._young, set()
 
-    def first_unknown(self, pairs: Iterable[tuple[str, str]],
+    def first_unknown(self, pairs: Iterable[tuple[str, str] | None],
                       first: dict[str, str] | None = None) -> tuple[dict[str, str], int]:
         """For ``(value, key)`` pairs: ``({key: its first value}`` for the keys not held,
         in first-seen order, ``number of pairs whose key is held)``. Held keys count
-        as hits (an old one moves back to the young set). One call per batch: a
-        method call per key cost more than the set lookups it made. ``first``
-        continues an earlier call's dict (a batch of pages, one call each)."""
-        young, old = self._young, self._old
+        as hits (an old one moves back to the young set). ``None`` items (links the
+        canonicalizer rejected) are skipped. One call per batch: a method call per
+        key cost more than the set lookups it made. ``first`` continues an earlier
+        call's dict (a batch of pages, one call each)."""
         if first is None:
             first = {}
+        split = _compiled.lookup.split_known if _compiled.lookup is not None else None
+        if split is None or type(pairs) is not list:
+            return first, self._first_unknown(pairs, first)
+        hits = i = 0
+        while i < len(pairs):
+            # stops after a promotion fills the young set: swap, then go on
+            i, n = split(pairs, i, self._young, self._old, first, self._half)
+            hits += n
+            if len(self._young) >= self._half > 0:
+                self._old, self._young = self._young, set()
+        return first, hits
+
+    def _first_unknown(self, pairs: Iterable[tuple[str, str] | None],
+                       first: dict[str, str]) -> int:
+        """:meth:`first_unknown` in Python (no compiled kernel): the hits."""
+        young, old = self._young, self._old
         hits = 0
-        for value, key in pairs:
+        for pair in pairs:
+            if pair is None:
+                continue
+            value, key = pair
             if key in young:
                 hits += 1
             elif key in old:
@@ -65,7 +86,7 @@ class RecentKeys:
                 young, old = self._young, self._old  # the add may have swapped them
             elif key not in first:
                 first[key] = value
-        return first, hits
+        return hits
 
     def discard(self, key: str) -> None:
         self._young.discard(key)

@@ -125,8 +125,8 @@ class UrlSeen:
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        pairs = self._resolve(links, base_url)
-        _, keys, idx, _ = self._admit(pairs, depth, State.QUEUED, keep_urls=False)
+        _, keys, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+                                      keep_urls=False)
         return [keys[i] for i in idx]
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
@@ -143,16 +143,17 @@ class UrlSeen:
                                               State.QUEUED, keep_urls=False)
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
-    def _unknown_of_pages(self, pages: Iterable[Sequence[tuple[str, str]]]
+    def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
                           ) -> tuple[dict[str, str], list[int], int, int]:
-        """The confirm cache's answer for pages of pairs, in one dict: ``(first url
-        of each key it does not hold, in first-seen order; the dict's size after
-        each page; links; hits)``."""
+        """The confirm cache's answer for pages of ``(pairs, links)`` (pairs may hold
+        None for a rejected link; ``links`` counts the others), in one dict:
+        ``(first url of each key it does not hold, in first-seen order; the dict's
+        size after each page; links; hits)``."""
         first: dict[str, str] = {}
         ends: list[int] = []
         links = hits = 0
-        for pairs in pages:
-            links += len(pairs)
+        for pairs, n in pages:
+            links += n
             hits += self._confirmed.first_unknown(pairs, first)[1]
             ends.append(len(first))  # keys are in first-seen order: page by page
         return first, ends, links, hits
@@ -161,18 +162,23 @@ class UrlSeen:
               state: State = State.QUEUED) -> list[NewUrl]:
         """Resolve raw links against ``base_url`` and admit the new ones, keeping their
         URL text in the ledger's frontier."""
-        return self.admit_resolved(self._resolve(links, base_url), depth=depth, state=state)
+        pairs = [p for p in self._resolve(links, base_url)[0] if p is not None]
+        return self.admit_resolved(pairs, depth=depth, state=state)
 
-    def _resolve(self, links: Iterable[str], base_url: str | None) -> list[tuple[str, str]]:
+    def _resolve(self, links: Iterable[str], base_url: str | None
+                 ) -> tuple[list[tuple[str, str] | None], int]:
+        """``(fetch_url, key)`` per link, None where rejected, and how many are not:
+        the confirm cache skips the Nones, so they need no pass of their own."""
         resolved = self.canonicalizer.resolve_many(links, base_url)
-        pairs = [p for p in resolved if p is not None]
-        self.counters["rejected"] += len(resolved) - len(pairs)
-        return pairs
+        rejected = resolved.count(None)
+        self.counters["rejected"] += rejected
+        return resolved, len(resolved) - rejected
 
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        first_url, keys, idx, seqs = self._admit(pairs, depth, state, keep_urls=True)
+        first_url, keys, idx, seqs = self._admit(pairs, len(pairs), depth, state,
+                                                 keep_urls=True)
         return [NewUrl(seq, url, keys[i], host_of(url), depth)
                 for seq, i in zip(seqs, idx, strict=True) for url in (first_url[keys[i]],)]
 
@@ -185,7 +191,8 @@ class UrlSeen:
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        first, ends, links, hits = self._unknown_of_pages(pairs for pairs, _ in pages)
+        first, ends, links, hits = self._unknown_of_pages(
+            (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
         first_url, keys, idx, seqs = self._admit_unknown(
             first, links, hits, list(zip(ends, depths, strict=True)), State.QUEUED,
@@ -195,10 +202,11 @@ class UrlSeen:
                  for i in part for url in (first_url[keys[i]],)]
                 for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
-    def _admit(self, pairs: Sequence[tuple[str, str]], depth: int, state: State, *,
-               keep_urls: bool) -> tuple[dict[str, str], list[str], list[int], range]:
-        """The seen-test for one page: ``(first url per key, keys, indexes of the new
-        keys, their seqs)``.
+    def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
+               state: State, *, keep_urls: bool
+               ) -> tuple[dict[str, str], list[str], list[int], Sequence[int]]:
+        """The seen-test for one page of ``links`` pairs (and Nones, skipped):
+        ``(first url per key, keys, indexes of the new keys, their seqs)``.
 
         Keys confirmed or admitted lately are answered from memory before any
         hashing: navigation repeats on every page, so most of a page's links never
@@ -208,7 +216,7 @@ class UrlSeen:
         """
         # a key seen twice in one batch keeps its first URL
         first_url, hits = self._confirmed.first_unknown(pairs)
-        return self._admit_unknown(first_url, len(pairs), hits, [(len(first_url), depth)],
+        return self._admit_unknown(first_url, links, hits, [(len(first_url), depth)],
                                    state, keep_urls=keep_urls)
 
     def _admit_unknown(self, first_url: dict[str, str], links: int, hits: int,

@@ -10,11 +10,13 @@ from dedup import kernel as compiled
 
 
 def require_kernel() -> None:
-    """Skip a test of the compiled kernel where it did not build; CI
+    """Skip a test of the compiled kernels where they did not build; CI
     (``BLOOMCRAWL_REQUIRE_KERNEL=1``) fails instead, so a broken build is seen."""
-    if compiled.kernel is not None:
+    missing = [name for name, mod in (("dedup._kernel", compiled.kernel),
+                                      ("dedup._lookup", compiled.lookup)) if mod is None]
+    if not missing:
         return
-    msg = "the compiled kernel dedup._kernel is not built"
+    msg = f"the compiled kernel {', '.join(missing)} is not built"
     if os.environ.get("BLOOMCRAWL_REQUIRE_KERNEL") == "1":
         pytest.fail(f"{msg}; BLOOMCRAWL_REQUIRE_KERNEL=1 requires it", pytrace=False)
     pytest.skip(msg)
@@ -26,6 +28,17 @@ def bit_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     both must give the same bits and answers."""
     if request.param == "numpy":
         monkeypatch.setattr(compiled, "kernel", None)
+    else:
+        require_kernel()
+    return request.param
+
+
+@pytest.fixture(params=["compiled", "python"])
+def lookup_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test once with the compiled lookup loops (``dedup._lookup``) and once
+    with the Python code they replace: both must give the same answers."""
+    if request.param == "python":
+        monkeypatch.setattr(compiled, "lookup", None)
     else:
         require_kernel()
     return request.param

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup.recent import RecentKeys
+
+pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled loop and Python alike
 
 
 def test_first_unknown_keeps_first_values_in_order_and_counts_held_pairs():
@@ -29,22 +32,22 @@ def test_first_unknown_promotes_old_keys_so_they_survive_the_next_swap():
 
 @settings(max_examples=200, deadline=None)
 @given(size=st.integers(0, 8),
-       batches=st.lists(st.tuples(st.booleans(), st.lists(st.sampled_from("abcdefghij"),
-                                                          max_size=8)), max_size=20))
+       batches=st.lists(st.tuples(st.booleans(), st.lists(
+           st.one_of(st.sampled_from("abcdefghij"), st.none()), max_size=8)), max_size=20))
 def test_batch_methods_answer_like_one_key_at_a_time(size, batches):
     """first_unknown is ``key in r`` pair by pair (promotions and swaps midway
-    included)."""
+    included); a None (a rejected link) is skipped."""
     batch, single = RecentKeys(size), RecentKeys(size)
     for is_update, keys in batches:
         if is_update:
-            batch.update(keys)
-            single.update(keys)
+            batch.update([k for k in keys if k is not None])
+            single.update([k for k in keys if k is not None])
             continue
-        pairs = [(str(i), k) for i, k in enumerate(keys)]
+        pairs = [None if k is None else (str(i), k) for i, k in enumerate(keys)]
         first, hits = batch.first_unknown(pairs)
         want: dict[str, str] = {}
         want_hits = 0
-        for v, k in pairs:
+        for v, k in (p for p in pairs if p is not None):
             if k in single:
                 want_hits += 1
             elif k not in want:
@@ -63,3 +66,8 @@ def test_update_holds_the_batch():
     r.update("abcdef")
     assert len(r) == 6
     assert r.first_unknown([(k, k) for k in "abcdefz"]) == ({"z": "z"}, 6)
+
+
+def test_first_unknown_refuses_what_is_not_a_pair():
+    with pytest.raises((TypeError, ValueError)):
+        RecentKeys(10).first_unknown([("1", "a"), ("2",)])

@@ -247,6 +247,11 @@ class Run:
         """Like :meth:`contains`, mapping nothing (see :meth:`SortedKeys.find_many`)."""
         return self.keys.find_many(hi, lo)
 
+    def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
+                  raw: np.ndarray) -> None:
+        """The keys ``todo`` marks, mapping nothing (see :meth:`SortedKeys.find_into`)."""
+        self.keys.find_into(hi, lo, todo, raw)
+
     def close(self) -> None:
         """Drop this object's references to the map (numpy unmaps it once no view is left)."""
         self._rec = np.zeros((0, 3), dtype="<u8")

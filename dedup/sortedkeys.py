@@ -24,6 +24,8 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from dedup import kernel as _compiled
+
 RECORD_SIZE = 24  # bytes of one (hi, lo, seq) record
 BLOCK_RECORDS = 16  # records per directory bucket: 0.25-0.5 B of RAM per key, ~4 bisect steps
 FILTER_BITS = 8  # bits per record of a probe filter: ~3% of absent keys pass it
@@ -55,6 +57,9 @@ def filter_positions(hi: np.ndarray, lo: np.ndarray, m: int) -> list[np.ndarray]
 
 def filter_add(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
     """Set the filter bits of these keys."""
+    if _compiled.lookup is not None:
+        _compiled.lookup.filter_set(bloom, _u64(hi), _u64(lo))
+        return
     for x in filter_positions(hi, lo, len(bloom) * 8):
         np.bitwise_or.at(bloom, (x >> np.uint64(3)).astype(np.intp),
                          np.uint8(1) << (x & np.uint64(7)).astype(np.uint8))
@@ -62,11 +67,19 @@ def filter_add(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
 
 def filter_passes(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """Which keys have all their filter bits set (the candidates worth a search)."""
+    if _compiled.lookup is not None:
+        ok = np.empty(len(hi), dtype=bool)
+        _compiled.lookup.filter_test(bloom, _u64(hi), _u64(lo), ok)
+        return ok
     ok = np.ones(len(hi), dtype=bool)
     for x in filter_positions(hi, lo, len(bloom) * 8):
         ok &= ((bloom[(x >> np.uint64(3)).astype(np.intp)] >> (x & np.uint64(7)).astype(
             np.uint8)) & np.uint8(1)).astype(bool)
     return ok
+
+
+def _u64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.uint64)
 
 
 def directory_bits(count: int, block: int) -> int:
@@ -183,13 +196,19 @@ class SortedKeys:
     def _read_probes(self, reads: list[tuple[Probe, int, int]],
                      hits: list[tuple[int, int]], miss: list[Probe]) -> None:
         """:meth:`probe`'s bucket reads from the run file (see :meth:`_read_at`)."""
-        off = self._file[1]  # type: ignore[index]
-        where, sizes, parts = [], [], []
-        for t, a, b in reads:
-            where.append(off + a * RECORD_SIZE)
-            sizes.append((b - a) * RECORD_SIZE)
-            parts += (t[1].to_bytes(8, "little"), t[2].to_bytes(8, "little"))
-        at, got = self._read_at(where, sizes, b"".join(parts))
+        if _compiled.lookup is not None:
+            hi = np.array([t[1] for t, _, _ in reads], dtype=np.uint64)
+            lo = np.array([t[2] for t, _, _ in reads], dtype=np.uint64)
+            found, seq = self.find_many(hi, lo)
+            at, got = np.flatnonzero(found).tolist(), seq[found].tolist()
+        else:
+            off = self._file[1]  # type: ignore[index]
+            where, sizes, parts = [], [], []
+            for t, a, b in reads:
+                where.append(off + a * RECORD_SIZE)
+                sizes.append((b - a) * RECORD_SIZE)
+                parts += (t[1].to_bytes(8, "little"), t[2].to_bytes(8, "little"))
+            at, got = self._read_at(where, sizes, b"".join(parts))
         j = 0
         for i, (t, _, _) in enumerate(reads):
             if j < len(at) and at[j] == i:  # ``at`` ascends
@@ -200,23 +219,51 @@ class SortedKeys:
 
     def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`contains` for a batch of hundreds or thousands of keys (a group of
-        pages) that maps nothing: the filter bits of all keys at once, then the
-        candidates searched in RAM, or from a file with one ``pread`` each."""
-        found = np.zeros(len(hi), dtype=bool)
-        seq = np.zeros(len(hi), dtype=np.uint64)
+        pages) that maps nothing: ``(found, raw seq)`` per key (see :meth:`find_into`)."""
+        todo = np.ones(len(hi), dtype=np.uint8)
+        raw = np.zeros(len(hi), dtype=np.uint64)
+        self.find_into(_u64(hi), _u64(lo), todo, raw)
+        return todo == 0, raw
+
+    def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
+                  raw: np.ndarray) -> None:
+        """Look up the keys ``i`` with ``todo[i]`` set (uint8); where found, set
+        ``raw[i]`` to the raw seq and clear ``todo[i]``. The filter bits first, then
+        the candidates searched in RAM, or from a file with one ``pread`` each (see
+        :meth:`_read_at`). The index asks each part in turn, newest first, with
+        the keys the newer parts did not hold: one compiled call per part."""
         if not self.count or not len(hi):
-            return found, seq
-        cand = np.arange(len(hi))
-        if self.bloom is not None:
-            cand = np.flatnonzero(filter_passes(self.bloom, hi, lo))
+            return
+        lookup = _compiled.lookup
+        in_ram = self._file is None
+        if lookup is None or (in_ram and not all(
+                c.flags.c_contiguous for c in (self.hi, self.lo, self.seq))):
+            self._find_into_python(hi, lo, todo, raw)  # (strided: a mapped run's columns)
+            return
+        fd, off = (-1, 0) if in_ram else self._file  # type: ignore[misc]
+        cols = (self.hi, self.lo, self.seq) if in_ram else ()
+        began = time.perf_counter()
+        reads = lookup.sorted_find(self.start, self.shift, self.bloom, fd, off, cols, hi, lo,
+                                   todo, raw, bool(_WILLNEED and self._readahead))
+        if reads and _WILLNEED:
+            self._readahead = time.perf_counter() - began > reads * _WAITING_READ
+
+    def _find_into_python(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
+                          raw: np.ndarray) -> None:
+        cand = np.flatnonzero(todo)
+        if self.bloom is not None and len(cand):
+            cand = cand[filter_passes(self.bloom, hi[cand], lo[cand])]
+        if not len(cand):
+            return
         if self._file is None:
-            found[cand], seq[cand] = self.contains(hi[cand], lo[cand])
-            return found, seq
-        if len(cand):
-            at, got = self._read_buckets(hi[cand], lo[cand])
-            found[cand[at]] = True
-            seq[cand[at]] = got
-        return found, seq
+            found, seq = self.contains(hi[cand], lo[cand])
+            at = cand[found]
+            got: np.ndarray | list[int] = seq[found]
+        else:
+            pos, got = self._read_buckets(hi[cand], lo[cand])
+            at = cand[pos]
+        raw[at] = got
+        todo[at] = 0
 
     def _read_buckets(self, hi: np.ndarray, lo: np.ndarray) -> tuple[list[int], list[int]]:
         """:meth:`_read_at` of a group's candidates: their offsets, sizes and bytes
@@ -225,11 +272,10 @@ class SortedKeys:
         j = (hi >> np.uint64(self.shift)).astype(np.intp)
         first = self.start[j].astype(np.int64)
         size = (self.start[j + 1] - first) * RECORD_SIZE
-        where = (first * RECORD_SIZE + off).tolist()
-        sizes = size.tolist()
         wanted = np.empty((len(hi), 2), dtype="<u8")
         wanted[:, 0], wanted[:, 1] = hi, lo
-        return self._read_at(where, sizes, wanted.tobytes())
+        return self._read_at((first * RECORD_SIZE + off).tolist(), size.tolist(),
+                             wanted.tobytes())
 
     def _read_at(self, where: list[int], sizes: list[int],
                  keys: bytes) -> tuple[list[int], list[int]]:
@@ -237,6 +283,7 @@ class SortedKeys:
         key ``i`` (bytes ``16 i`` to ``16 i + 16`` of ``keys``, ``hi || lo``
         little-endian as stored) in it: ``(indexes found, their raw seqs)``.
         A bucket's records are unique, so its one record-aligned match is the key.
+        (The compiled :meth:`find_into` does the same reads in C.)
 
         Every bucket is asked for first (``POSIX_FADV_WILLNEED``) while reads are
         seen waiting on the disk, so the reads of an index colder than RAM wait

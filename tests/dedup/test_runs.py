@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from dedup import runs
 from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, write_run
-from dedup.sortedkeys import filter_passes
+from dedup.sortedkeys import filter_add, filter_passes
+
+pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled loops and Python alike
 
 
 def _sorted(keys: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -39,6 +41,11 @@ def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys:
     asked = sorted(set(probes) | set(list(keys)[:20]))
     found, got = run.contains(np.array([a[0] for a in asked], np.uint64),
                               np.array([a[1] for a in asked], np.uint64))
+    assert found.tolist() == [a in truth for a in asked]
+    assert got.tolist() == [truth.get(a, 0) for a in asked]
+    # a group's batch from the file: filter, then one bucket read per candidate
+    found, got = run.keys.find_many(np.array([a[0] for a in asked], np.uint64),
+                                    np.array([a[1] for a in asked], np.uint64))
     assert found.tolist() == [a in truth for a in asked]
     assert got.tolist() == [truth.get(a, 0) for a in asked]
     # the key-by-key path (page-sized batches), with the keys in any order
@@ -193,3 +200,36 @@ def test_file_lookups_answer_alike_with_and_without_read_ahead(tmp_path: Path,
     hits, miss = keys.probe(todo[:40] + todo[-8:])  # a page's worth, key by key
     assert sorted(hits) == [(i, int(got[i])) for i in range(40)]
     assert sorted(t[0] for t in miss) == list(range(len(todo) - 8, len(todo)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
+                     max_size=200),
+       nbytes=st.sampled_from([1, 2, 7, 64, 4096]))
+def test_filter_bits_are_those_of_the_numpy_positions(keys: list, nbytes: int) -> None:
+    """The filter's bits, set and tested by either implementation, are exactly the
+    three positions :func:`filter_positions` names (the format of every run file)."""
+    from dedup.sortedkeys import filter_positions
+    hi = np.array([k[0] for k in keys], np.uint64)
+    lo = np.array([k[1] for k in keys], np.uint64)
+    bloom = np.zeros(nbytes, np.uint8)
+    filter_add(bloom, hi, lo)
+    want = np.zeros(nbytes * 8, bool)
+    for x in filter_positions(hi, lo, nbytes * 8):
+        want[x.astype(np.intp)] = True
+    assert np.unpackbits(bloom, bitorder="little").astype(bool).tolist() == want.tolist()
+    assert filter_passes(bloom, hi, lo).all()
+
+
+def test_a_run_file_cut_short_under_a_lookup_is_an_error(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    hi, lo = _sorted(set(zip(rng.integers(0, 2**64, 2000, dtype=np.uint64).tolist(),
+                             rng.integers(0, 2**64, 2000, dtype=np.uint64).tolist(),
+                             strict=True)))
+    path = tmp_path / "r.fpr"
+    write_run(path, [(hi, lo, np.arange(1, len(hi) + 1, dtype=np.uint64))])
+    keys = Run(path).keys
+    with open(path, "r+b") as f:
+        f.truncate(HEADER_SIZE + 24 * 10)
+    with pytest.raises(ValueError, match="short read"):
+        keys.find_many(hi[-50:], lo[-50:])

@@ -122,6 +122,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, help="where state goes (default: a temp dir, "
                     "removed at the end)")
     ap.add_argument("--snapshot-every", type=int, default=snapshot_every_default())
+    ap.add_argument("--capacity", type=int, default=None,
+                    help="UrlSeen's planned capacity, as a crawl planned for this many URLs "
+                         "sets it (default: the library's, 10M); the peers have none")
     ap.add_argument("--feed", choices=("group", "page"), default="group",
                     help="each 100-page group in one call where an implementation batches "
                          "(UrlSeen.filter_new_pages, one executemany, one set update), or "
@@ -165,7 +168,8 @@ def main() -> None:
     common = ["--distinct", str(args.distinct), "--window", str(args.window),
               "--snapshot-every", str(args.snapshot_every), "--seed", str(args.seed),
               "--hosts", str(args.hosts), "--zipf", str(args.zipf), "--feed", args.feed,
-              "--group", str(args.group)]
+              "--group", str(args.group),
+              *(["--capacity", str(args.capacity)] if args.capacity else [])]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bloomcrawl-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

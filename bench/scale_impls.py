@@ -59,10 +59,12 @@ class Seen(Impl):
     name = "UrlSeen"
     durable = True
 
-    def __init__(self, state: Path, snapshot_every: int) -> None:
+    def __init__(self, state: Path, snapshot_every: int, capacity: int | None = None) -> None:
         super().__init__(state)
         group = "autocommit" in inspect.signature(UrlSeen).parameters
-        self.seen = UrlSeen(state, autocommit=False) if group else UrlSeen(state)
+        planned = {"capacity": capacity} if capacity else {}
+        self.seen = (UrlSeen(state, autocommit=False, **planned) if group
+                     else UrlSeen(state, **planned))
         self.group_commit = group and callable(getattr(self.seen, "commit", None))
         self.snapshot_every = snapshot_every
         self._snapped = 0
@@ -181,7 +183,7 @@ IMPLS = {"urlseen": Seen, "sqlite": SqlitePeer, "set": SetPeer, "scrapy": Scrapy
 COLD_IMPLS = ("urlseen", "sqlite")  # the ones with state on disk
 
 
-def make(key: str, state: Path, *, snapshot_every: int) -> Impl:
+def make(key: str, state: Path, *, snapshot_every: int, capacity: int | None = None) -> Impl:
     if key == "urlseen":
-        return Seen(state, snapshot_every)
+        return Seen(state, snapshot_every, capacity)
     return IMPLS[key](state)

@@ -74,7 +74,8 @@ class Meter:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    impl = make(args.impl, Path(args.state), snapshot_every=args.snapshot_every)
+    impl = make(args.impl, Path(args.state), snapshot_every=args.snapshot_every,
+                capacity=args.capacity)
     stream = CrawlStream(seed=args.seed, hosts=args.hosts, zipf=args.zipf)
     m = Meter()
     windows = []
@@ -145,6 +146,8 @@ def main() -> None:
                     help="pages per group commit (and per call with --feed group): the "
                          "crawler's groups are the pages that finish during one commit")
     ap.add_argument("--snapshot-every", type=int, default=100_000)
+    ap.add_argument("--capacity", type=int, default=None,
+                    help="UrlSeen's planned capacity (default: the library's)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", type=int, default=20_000)
     ap.add_argument("--zipf", type=float, default=1.0)

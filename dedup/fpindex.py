@@ -165,23 +165,15 @@ class FingerprintIndex:
         if parts and todo.any():
             order = np.flatnonzero(todo)
             order = order[np.lexsort((lo[order], hi[order]))]
-            if mapped:
-                for part in parts:
-                    found, seq = part.contains(hi[order], lo[order])
-                    raw[order[found]] = seq[found]
-                    todo[order[found]] = False
-                    order = order[~found]
-                    if not len(order):
-                        break
-            else:  # each part asked about the keys the newer ones did not hold
-                keys_hi, keys_lo = hi[order], lo[order]
-                left = np.ones(len(order), dtype=np.uint8)
-                got = np.zeros(len(order), dtype=np.uint64)
-                for part in parts:
-                    part.find_into(keys_hi, keys_lo, left, got)
-                found = left == 0
-                raw[order[found]] = got[found]
-                todo[order[found]] = False
+            # each part is asked about the keys the newer ones did not hold
+            keys_hi, keys_lo = hi[order], lo[order]
+            left = np.ones(len(order), dtype=np.uint8)
+            got = np.zeros(len(order), dtype=np.uint64)
+            for part in parts:
+                part.find_into(keys_hi, keys_lo, left, got, mapped=mapped)
+            found = left == 0
+            raw[order[found]] = got[found]
+            todo[order[found]] = False
         if mapped:
             for run in self._runs:
                 run.release()

@@ -248,9 +248,16 @@ class Run:
         return self.keys.find_many(hi, lo)
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
-                  raw: np.ndarray) -> None:
-        """The keys ``todo`` marks, mapping nothing (see :meth:`SortedKeys.find_into`)."""
-        self.keys.find_into(hi, lo, todo, raw)
+                  raw: np.ndarray, *, mapped: bool = False) -> None:
+        """The keys ``todo`` marks (see :meth:`SortedKeys.find_into`); ``mapped``:
+        searched through the map, as :meth:`contains` does."""
+        if mapped:
+            at = np.flatnonzero(todo)
+            found, seq = self.contains(hi[at], lo[at])
+            raw[at[found]] = seq[found]
+            todo[at[found]] = 0
+        else:
+            self.keys.find_into(hi, lo, todo, raw)
 
     def close(self) -> None:
         """Drop this object's references to the map (numpy unmaps it once no view is left)."""

@@ -145,10 +145,9 @@ class UrlSeen:
 
     def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
                           ) -> tuple[dict[str, str], list[int], int, int]:
-        """The confirm cache's answer for pages of ``(pairs, links)`` (pairs may hold
-        None for a rejected link; ``links`` counts the others), in one dict:
-        ``(first url of each key it does not hold, in first-seen order; the dict's
-        size after each page; links; hits)``."""
+        """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
+        in one dict: ``(first url of each key it does not hold, in first-seen order;
+        the dict's size after each page; links; hits)``."""
         first: dict[str, str] = {}
         ends: list[int] = []
         links = hits = 0
@@ -162,13 +161,13 @@ class UrlSeen:
               state: State = State.QUEUED) -> list[NewUrl]:
         """Resolve raw links against ``base_url`` and admit the new ones, keeping their
         URL text in the ledger's frontier."""
-        pairs = [p for p in self._resolve(links, base_url)[0] if p is not None]
-        return self.admit_resolved(pairs, depth=depth, state=state)
+        return self.admit_resolved([p for p in self._resolve(links, base_url)[0] if p],
+                                   depth=depth, state=state)
 
     def _resolve(self, links: Iterable[str], base_url: str | None
                  ) -> tuple[list[tuple[str, str] | None], int]:
-        """``(fetch_url, key)`` per link, None where rejected, and how many are not:
-        the confirm cache skips the Nones, so they need no pass of their own."""
+        """``(fetch_url, key)`` per link, None where rejected (the confirm cache skips
+        them), and how many are not."""
         resolved = self.canonicalizer.resolve_many(links, base_url)
         rejected = resolved.count(None)
         self.counters["rejected"] += rejected
@@ -212,9 +211,8 @@ class UrlSeen:
         hashing: navigation repeats on every page, so most of a page's links never
         reach the fingerprint, the filter or the ledger. "Definitely new" keys are
         appended with no read at all; only "maybe seen" ones go to the ledger's
-        fingerprint index, in one batch.
+        fingerprint index, in one batch. A key twice in a batch keeps its first URL.
         """
-        # a key seen twice in one batch keeps its first URL
         first_url, hits = self._confirmed.first_unknown(pairs)
         return self._admit_unknown(first_url, links, hits, [(len(first_url), depth)],
                                    state, keep_urls=keep_urls)

@@ -226,12 +226,13 @@ class SortedKeys:
         return todo == 0, raw
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
-                  raw: np.ndarray) -> None:
+                  raw: np.ndarray, *, mapped: bool = False) -> None:
         """Look up the keys ``i`` with ``todo[i]`` set (uint8); where found, set
         ``raw[i]`` to the raw seq and clear ``todo[i]``. The filter bits first, then
         the candidates searched in RAM, or from a file with one ``pread`` each (see
         :meth:`_read_at`). The index asks each part in turn, newest first, with
-        the keys the newer parts did not hold: one compiled call per part."""
+        the keys the newer parts did not hold: one compiled call per part.
+        (``mapped`` is for a run; the buffer's columns are in RAM either way.)"""
         if not self.count or not len(hi):
             return
         lookup = _compiled.lookup

@@ -20,6 +20,8 @@ from dedup.fpindex import FingerprintIndex, ManifestError
 from dedup.runs import RunFileError
 from tests.dedup.fpmodel import add_rows, assert_answers, model_of, replay
 
+pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled lookups and Python alike
+
 # few distinct hi values: many equal-hi streaks across the 4-record blocks
 KEY = st.tuples(st.integers(0, 3), st.integers(0, 40))
 OP = st.one_of(

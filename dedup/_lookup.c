@@ -65,72 +65,40 @@ static PyObject *split_known(PyObject *Py_UNUSED(self), PyObject *args) {
 /* A run's three-probe filter (see dedup/sortedkeys.py, filter_positions): key i's
    bits are the two 32-bit halves of lo[i] and the low half of hi[i], each scaled
    to [0, m) for a filter of m = 8 * len(bloom) bits (m <= 2**32). */
-typedef struct { Py_buffer bloom, hi, lo; Py_ssize_t n; uint64_t m; } Filter;
+static inline uint64_t filter_bit(uint64_t x, uint64_t m) { return ((x & 0xFFFFFFFFu) * m) >> 32; }
 
-static void filter_release(Filter *F) {
-    if (F->bloom.obj) PyBuffer_Release(&F->bloom);
-    if (F->hi.obj) PyBuffer_Release(&F->hi);
-    if (F->lo.obj) PyBuffer_Release(&F->lo);
-}
-
-static int filter_open(Filter *F, PyObject *bloom, int writable, PyObject *hi, PyObject *lo) {
-    if (PyObject_GetBuffer(bloom, &F->bloom, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
-        return -1;
-    if (PyObject_GetBuffer(hi, &F->hi, PyBUF_SIMPLE) < 0) return -1;
-    if (PyObject_GetBuffer(lo, &F->lo, PyBUF_SIMPLE) < 0) return -1;
-    F->n = F->hi.len / 8;
-    F->m = (uint64_t)F->bloom.len * 8;
-    if (F->hi.len % 8 || F->lo.len != F->hi.len || !F->m || F->m > ((uint64_t)1 << 32)) {
-        PyErr_SetString(PyExc_ValueError, "need n uint64 hi and lo, a filter of 1 to 2**29 bytes");
-        return -1;
-    }
-    return 0;
-}
-
-#define FILTER_BIT(x) ((((x) & 0xFFFFFFFFu) * F.m) >> 32)
-
-/* filter_test(bloom, hi, lo, out): out[i] = 1 if key i's three bits are set, else 0. */
-static PyObject *filter_test(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *bo, *ho, *lo_, *oo;
-    Filter F = {0};
-    Py_buffer out = {0};
-    PyObject *ret = NULL;
-    if (!PyArg_ParseTuple(args, "OOOO", &bo, &ho, &lo_, &oo)) return NULL;
-    if (filter_open(&F, bo, 0, ho, lo_) < 0) goto done;
-    if (PyObject_GetBuffer(oo, &out, PyBUF_WRITABLE) < 0) goto done;
-    if (out.len != F.n) { PyErr_SetString(PyExc_ValueError, "need n uint8 out"); goto done; }
-    const uint8_t *b = F.bloom.buf;
-    const uint64_t *h = F.hi.buf, *l = F.lo.buf;
-    uint8_t *o = out.buf;
-    for (Py_ssize_t i = 0; i < F.n; i++) {
-        uint64_t x = FILTER_BIT(l[i] >> 32), y = FILTER_BIT(l[i]), z = FILTER_BIT(h[i]);
-        o[i] = (b[x >> 3] >> (x & 7)) & (b[y >> 3] >> (y & 7)) & (b[z >> 3] >> (z & 7)) & 1;
-    }
-    ret = Py_None; Py_INCREF(ret);
-done:
-    filter_release(&F);
-    if (out.obj) PyBuffer_Release(&out);
-    return ret;
+static inline int filter_has(const uint8_t *b, uint64_t m, uint64_t hi, uint64_t lo) {
+    uint64_t x = filter_bit(lo >> 32, m), y = filter_bit(lo, m), z = filter_bit(hi, m);
+    return (b[x >> 3] >> (x & 7)) & (b[y >> 3] >> (y & 7)) & (b[z >> 3] >> (z & 7)) & 1;
 }
 
 /* filter_set(bloom, hi, lo): set the three bits of every key. */
 static PyObject *filter_set(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *bo, *ho, *lo_;
-    Filter F = {0};
+    Py_buffer bl = {0}, h = {0}, l = {0};
     PyObject *ret = NULL;
     if (!PyArg_ParseTuple(args, "OOO", &bo, &ho, &lo_)) return NULL;
-    if (filter_open(&F, bo, 1, ho, lo_) < 0) goto done;
-    uint8_t *b = F.bloom.buf;
-    const uint64_t *h = F.hi.buf, *l = F.lo.buf;
-    for (Py_ssize_t i = 0; i < F.n; i++) {
-        uint64_t x = FILTER_BIT(l[i] >> 32), y = FILTER_BIT(l[i]), z = FILTER_BIT(h[i]);
+    if (PyObject_GetBuffer(bo, &bl, PyBUF_WRITABLE) < 0) goto done;
+    if (PyObject_GetBuffer(ho, &h, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(lo_, &l, PyBUF_SIMPLE) < 0) goto done;
+    uint64_t m = (uint64_t)bl.len * 8;
+    if (h.len % 8 || l.len != h.len || !m || m > ((uint64_t)1 << 32)) {
+        PyErr_SetString(PyExc_ValueError, "need n uint64 hi and lo, a filter of 1 to 2**29 bytes");
+        goto done;
+    }
+    uint8_t *b = bl.buf;
+    const uint64_t *hi = h.buf, *lo = l.buf;
+    for (Py_ssize_t i = 0; i < h.len / 8; i++) {
+        uint64_t x = filter_bit(lo[i] >> 32, m), y = filter_bit(lo[i], m), z = filter_bit(hi[i], m);
         b[x >> 3] |= (uint8_t)(1u << (x & 7));
         b[y >> 3] |= (uint8_t)(1u << (y & 7));
         b[z >> 3] |= (uint8_t)(1u << (z & 7));
     }
     ret = Py_None; Py_INCREF(ret);
 done:
-    filter_release(&F);
+    if (bl.obj) PyBuffer_Release(&bl);
+    if (h.obj) PyBuffer_Release(&h);
+    if (l.obj) PyBuffer_Release(&l);
     return ret;
 }
 
@@ -206,13 +174,7 @@ static PyObject *sorted_find(PyObject *Py_UNUSED(self), PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         spans[i][0] = spans[i][1] = 0;
         if (!todo[i]) continue;
-        if (bloom) {
-            uint64_t x = ((lo[i] >> 32) * m) >> 32, y = ((lo[i] & 0xFFFFFFFFu) * m) >> 32,
-                     z = ((hi[i] & 0xFFFFFFFFu) * m) >> 32;
-            if (!((bloom[x >> 3] >> (x & 7)) & (bloom[y >> 3] >> (y & 7))
-                  & (bloom[z >> 3] >> (z & 7)) & 1))
-                continue;
-        }
+        if (bloom && !filter_has(bloom, m, hi[i], lo[i])) continue;
         uint64_t j = hi[i] >> shift;
         if ((Py_ssize_t)j >= nb) { bad = 1; break; }
         int64_t a = wide ? ((const int64_t *)st.buf)[j] : ((const int32_t *)st.buf)[j];
@@ -300,9 +262,8 @@ static PyMethodDef methods[] = {
      "split_known(items, start, young, old, first, half) -> (stop, hits)"},
     {"sorted_find", sorted_find, METH_VARARGS,
      "sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads"},
-    {"filter_test", filter_test, METH_VARARGS,
-     "filter_test(bloom, hi, lo, out): out[i] = all three filter bits of key i set"},
-    {"filter_set", filter_set, METH_VARARGS, "filter_set(bloom, hi, lo): set them"},
+    {"filter_set", filter_set, METH_VARARGS,
+     "filter_set(bloom, hi, lo): set the three filter bits of every key"},
     {NULL, NULL, 0, NULL},
 };
 

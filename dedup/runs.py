@@ -243,10 +243,6 @@ class Run:
         """Key by key (see :meth:`SortedKeys.probe`): for page-sized batches."""
         return self.keys.probe(todo)
 
-    def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`contains`, mapping nothing (see :meth:`SortedKeys.find_many`)."""
-        return self.keys.find_many(hi, lo)
-
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
                   raw: np.ndarray, *, mapped: bool = False) -> None:
         """The keys ``todo`` marks (see :meth:`SortedKeys.find_into`); ``mapped``:

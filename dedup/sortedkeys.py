@@ -66,11 +66,8 @@ def filter_add(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
 
 
 def filter_passes(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """Which keys have all their filter bits set (the candidates worth a search)."""
-    if _compiled.lookup is not None:
-        ok = np.empty(len(hi), dtype=bool)
-        _compiled.lookup.filter_test(bloom, _u64(hi), _u64(lo), ok)
-        return ok
+    """Which keys have all their filter bits set (the candidates worth a search).
+    (The compiled :meth:`SortedKeys.find_into` tests the same bits in C.)"""
     ok = np.ones(len(hi), dtype=bool)
     for x in filter_positions(hi, lo, len(bloom) * 8):
         ok &= ((bloom[(x >> np.uint64(3)).astype(np.intp)] >> (x & np.uint64(7)).astype(
@@ -149,7 +146,10 @@ class SortedKeys:
         record-aligned match of ``hi || lo``, little-endian as stored, is the key),
         the page's reads asked for together first while reads wait on the disk.
         All in C: cheaper than numpy's fixed cost per call for a page's dozen keys.
+        With the compiled lookup a run file's keys take one :meth:`find_into` call.
         """
+        if self._file is not None and _compiled.lookup is not None and todo:
+            return self._probe_compiled(todo)
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
         bloom, m, file = self._bloom, self._m, self._file
         hits: list[tuple[int, int]] = []
@@ -193,22 +193,25 @@ class SortedKeys:
             self._read_probes(reads, hits, miss)
         return hits, miss
 
+    def _probe_compiled(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
+        """:meth:`probe` of a run file's keys in one :meth:`find_into` call (filter,
+        directory and reads in C), each list in the order asked."""
+        found, seq = self.find_many(np.array([t[1] for t in todo], dtype=np.uint64),
+                                    np.array([t[2] for t in todo], dtype=np.uint64))
+        hits = [(todo[i][0], s) for i, s in zip(np.flatnonzero(found).tolist(),
+                                                  seq[found].tolist(), strict=True)]
+        return hits, [t for t, f in zip(todo, found.tolist(), strict=True) if not f]
+
     def _read_probes(self, reads: list[tuple[Probe, int, int]],
                      hits: list[tuple[int, int]], miss: list[Probe]) -> None:
         """:meth:`probe`'s bucket reads from the run file (see :meth:`_read_at`)."""
-        if _compiled.lookup is not None:
-            hi = np.array([t[1] for t, _, _ in reads], dtype=np.uint64)
-            lo = np.array([t[2] for t, _, _ in reads], dtype=np.uint64)
-            found, seq = self.find_many(hi, lo)
-            at, got = np.flatnonzero(found).tolist(), seq[found].tolist()
-        else:
-            off = self._file[1]  # type: ignore[index]
-            where, sizes, parts = [], [], []
-            for t, a, b in reads:
-                where.append(off + a * RECORD_SIZE)
-                sizes.append((b - a) * RECORD_SIZE)
-                parts += (t[1].to_bytes(8, "little"), t[2].to_bytes(8, "little"))
-            at, got = self._read_at(where, sizes, b"".join(parts))
+        off = self._file[1]  # type: ignore[index]
+        where, sizes, parts = [], [], []
+        for t, a, b in reads:
+            where.append(off + a * RECORD_SIZE)
+            sizes.append((b - a) * RECORD_SIZE)
+            parts += (t[1].to_bytes(8, "little"), t[2].to_bytes(8, "little"))
+        at, got = self._read_at(where, sizes, b"".join(parts))
         j = 0
         for i, (t, _, _) in enumerate(reads):
             if j < len(at) and at[j] == i:  # ``at`` ascends

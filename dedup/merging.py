@@ -18,10 +18,22 @@ from dedup.runs import SEQ_MASK, TOMBSTONE, Run
 MERGE_CHUNK = 1 << 16  # records read per input run per step (1.5 MiB)
 
 
+def key_order(hi: np.ndarray, lo: np.ndarray, seq: np.ndarray | None = None) -> np.ndarray:
+    """The indexes that sort records by ``(hi, lo)``, then masked ``seq`` if given,
+    stably. Fingerprints almost never share ``hi``, so one stable sort of ``hi``
+    (which also takes sorted runs as they come) is checked and kept: a
+    three-key ``lexsort`` cost ten times as much on a merge's concatenated runs."""
+    order = np.argsort(hi, kind="stable")
+    ranked = hi[order]
+    if len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any()):
+        return np.lexsort((lo, hi) if seq is None else (seq & SEQ_MASK, lo, hi))
+    return order
+
+
 def newest_unique(hi: np.ndarray, lo: np.ndarray, seq: np.ndarray, *,
                   drop_tombstones: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort by ``(hi, lo)`` keeping only the newest record of each fingerprint."""
-    order = np.lexsort((seq & SEQ_MASK, lo, hi))
+    order = key_order(hi, lo, seq)
     hi, lo, seq = hi[order], lo[order], seq[order]
     last = np.ones(len(hi), dtype=bool)
     last[:-1] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])

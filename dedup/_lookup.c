@@ -1,6 +1,8 @@
 /* The exact seen-test's hot loops, compiled: the confirm cache's pass over a
-page's links, and a lookup in one part of the fingerprint index (its probe
-filter, directory and bucket search, from RAM or with one pread per key).
+page's links, a lookup in one part of the fingerprint index (its probe filter,
+directory and bucket search, from RAM or with one pread per key), and the
+index's in-RAM buffer as a hash table (dedup/fptable.py, which has no Python
+twin: without this module the index buffers in dedup/fpbuffer.py).
 
 Why C: each was a Python loop per link or per key (a tuple unpack and two set
 lookups; a pread, a bytes.find and an int.from_bytes) or some thirty numpy
@@ -257,6 +259,154 @@ done:
     return reads < 0 ? NULL : PyLong_FromSsize_t(reads);
 }
 
+/* The fingerprint index's buffer as one open-addressing table (dedup/fptable.py):
+   `slots` holds cap records (hi, lo, raw seq) as 3 * cap uint64, `tags` one byte
+   per slot, 0 where empty, else 0x80 | 7 bits of the key's hash. A probe walks
+   the tags (a byte a slot, so a miss rarely touches a record) from the key's
+   home slot to the first empty one; cap is a power of two. */
+#define SEQ_BITS 0x7FFFFFFFFFFFFFFFull  /* a raw seq without its tombstone bit */
+
+typedef struct { Py_buffer s, g; uint64_t *slot; uint8_t *tag; uint64_t mask; int bits; } table;
+
+static void table_release(table *tb) {
+    if (tb->s.obj) PyBuffer_Release(&tb->s);
+    if (tb->g.obj) PyBuffer_Release(&tb->g);
+}
+
+static int table_open(table *tb, PyObject *so, PyObject *go) {
+    if (PyObject_GetBuffer(so, &tb->s, PyBUF_WRITABLE) < 0) return -1;
+    if (PyObject_GetBuffer(go, &tb->g, PyBUF_WRITABLE) < 0) return -1;
+    Py_ssize_t cap = tb->g.len;
+    if (cap < 2 || (cap & (cap - 1)) || tb->s.len != cap * 24) {
+        PyErr_SetString(PyExc_ValueError, "table: need 2**k tags and 3 * 2**k uint64 slots");
+        return -1;
+    }
+    tb->slot = tb->s.buf;
+    tb->tag = tb->g.buf;
+    tb->mask = (uint64_t)cap - 1;
+    tb->bits = 0;
+    while (((uint64_t)1 << tb->bits) < (uint64_t)cap) tb->bits++;
+    return 0;
+}
+
+/* The key's home slot (the top bits of a multiplicative hash: keys may be
+   small or skewed, not only fingerprints) and its tag (the low 7 bits). */
+static inline uint64_t table_home(const table *tb, uint64_t hi, uint64_t lo, uint8_t *tag) {
+    uint64_t h = (hi ^ (lo << 32 | lo >> 32)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    *tag = (uint8_t)(0x80 | (h & 0x7F));
+    return h >> (64 - tb->bits);
+}
+
+/* The slot of key (hi, lo), or of the empty slot where it would go. */
+static inline uint64_t table_slot(const table *tb, uint64_t hi, uint64_t lo, uint8_t *tag) {
+    uint64_t j = table_home(tb, hi, lo, tag);
+    for (;; j = (j + 1) & tb->mask) {
+        uint8_t g = tb->tag[j];
+        if (!g || (g == *tag && tb->slot[3 * j] == hi && tb->slot[3 * j + 1] == lo)) return j;
+    }
+}
+
+static int u64_columns(Py_buffer *b, Py_ssize_t n, int k) {
+    for (int i = 0; i < k; i++)
+        if (b[i].len != n * 8) {
+            PyErr_SetString(PyExc_ValueError, "table: columns of n uint64 each");
+            return -1;
+        }
+    return 0;
+}
+
+/* table_put(slots, tags, held, hi, lo, raw) -> added
+
+   Keep each record (hi[i], lo[i], raw[i]) in the table, which holds `held`
+   keys: a key already there keeps the newer record (the higher seq without the
+   tombstone bit; on a tie the later one, as a newest-wins merge). Returns how
+   many keys were new to it. Refused unless held + n leaves a slot empty. */
+static PyObject *table_put(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *so, *go, *ho, *lo_, *ro;
+    Py_ssize_t held;
+    table tb = {0};
+    Py_buffer col[3] = {{0}, {0}, {0}};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOnOOO", &so, &go, &held, &ho, &lo_, &ro)) return NULL;
+    if (table_open(&tb, so, go) < 0) goto done;
+    if (PyObject_GetBuffer(ho, &col[0], PyBUF_SIMPLE) < 0
+            || PyObject_GetBuffer(lo_, &col[1], PyBUF_SIMPLE) < 0
+            || PyObject_GetBuffer(ro, &col[2], PyBUF_SIMPLE) < 0)
+        goto done;
+    Py_ssize_t n = col[0].len / 8, added = 0;
+    if (col[0].len % 8 || u64_columns(col, n, 3) < 0) goto done;
+    if (held < 0 || (uint64_t)held + (uint64_t)n > tb.mask) {
+        PyErr_SetString(PyExc_ValueError, "table_put: the table would fill up");
+        goto done;
+    }
+    const uint64_t *hi = col[0].buf, *lo = col[1].buf, *raw = col[2].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t tag;
+        uint64_t j = table_slot(&tb, hi[i], lo[i], &tag), *rec = tb.slot + 3 * j;
+        if (!tb.tag[j]) {
+            tb.tag[j] = tag;
+            rec[0] = hi[i];
+            rec[1] = lo[i];
+            rec[2] = raw[i];
+            added++;
+        } else if ((raw[i] & SEQ_BITS) >= (rec[2] & SEQ_BITS)) {
+            rec[2] = raw[i];
+        }
+    }
+    ret = PyLong_FromSsize_t(added);
+done:
+    table_release(&tb);
+    for (int k = 0; k < 3; k++)
+        if (col[k].obj) PyBuffer_Release(&col[k]);
+    return ret;
+}
+
+/* table_find(slots, tags, hi, lo, todo, raw) -> found
+
+   For every key i with todo[i] set (uint8) that the table holds: raw[i] = its
+   raw seq, todo[i] = 0. */
+static PyObject *table_find(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *so, *go, *ho, *lo_, *to, *ro;
+    table tb = {0};
+    Py_buffer col[3] = {{0}, {0}, {0}}, t = {0};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &so, &go, &ho, &lo_, &to, &ro)) return NULL;
+    if (table_open(&tb, so, go) < 0) goto done;
+    if (PyObject_GetBuffer(ho, &col[0], PyBUF_SIMPLE) < 0
+            || PyObject_GetBuffer(lo_, &col[1], PyBUF_SIMPLE) < 0
+            || PyObject_GetBuffer(ro, &col[2], PyBUF_WRITABLE) < 0
+            || PyObject_GetBuffer(to, &t, PyBUF_WRITABLE) < 0)
+        goto done;
+    Py_ssize_t n = col[0].len / 8, found = 0;
+    if (col[0].len % 8 || u64_columns(col, n, 3) < 0) goto done;
+    if (t.len != n) {
+        PyErr_SetString(PyExc_ValueError, "table_find: todo needs one byte a key");
+        goto done;
+    }
+    const uint64_t *hi = col[0].buf, *lo = col[1].buf;
+    uint64_t *raw = col[2].buf;
+    uint8_t *todo = t.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!todo[i]) continue;
+        uint8_t tag;
+        uint64_t j = table_slot(&tb, hi[i], lo[i], &tag);
+        if (tb.tag[j]) {
+            raw[i] = tb.slot[3 * j + 2];
+            todo[i] = 0;
+            found++;
+        }
+    }
+    ret = PyLong_FromSsize_t(found);
+done:
+    table_release(&tb);
+    for (int k = 0; k < 3; k++)
+        if (col[k].obj) PyBuffer_Release(&col[k]);
+    if (t.obj) PyBuffer_Release(&t);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"split_known", split_known, METH_VARARGS,
      "split_known(items, start, young, old, first, half) -> (stop, hits)"},
@@ -264,6 +414,10 @@ static PyMethodDef methods[] = {
      "sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads"},
     {"filter_set", filter_set, METH_VARARGS,
      "filter_set(bloom, hi, lo): set the three filter bits of every key"},
+    {"table_put", table_put, METH_VARARGS,
+     "table_put(slots, tags, held, hi, lo, raw) -> added"},
+    {"table_find", table_find, METH_VARARGS,
+     "table_find(slots, tags, hi, lo, todo, raw) -> found"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -112,16 +112,25 @@ class Buffer:
                 miss.append(t)
         return hits, miss
 
-    def find_many(self, his: list[int], los: list[int]) -> list[tuple[int, int]]:
-        """:meth:`probe` of a larger batch given as two lists: ``[(position, raw seq)]``
-        found. Most keys are not here, and a C-level ``map`` of the dict's ``get``
-        answers them at a fraction of the loop's cost per key."""
+    @property
+    def parts(self) -> tuple[Buffer, SortedKeys]:
+        """What a lookup asks, newest first: the recent dict (this object), then the
+        sorted part."""
+        return self, self.sorted
+
+    def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray, raw: np.ndarray, *,
+                  mapped: bool = False) -> None:
+        """The recent dict's part of a batch lookup, as ``SortedKeys.find_into``.
+        Most keys are not here, and a C-level ``map`` of the dict's ``get`` answers
+        them at a fraction of a loop's cost per key."""
         recent = self._recent
         if not recent:
-            return []
-        lo_col, seq_col = self._lo, self._seq
-        return [(i, seq_col[p]) for i, p in enumerate(map(recent.get, his))
-                if p is not None and lo_col[p] == los[i]]
+            return
+        lo_col, seq_col, los = self._lo, self._seq, lo.tolist()
+        for i, p in enumerate(map(recent.get, hi.tolist())):
+            if p is not None and todo[i] and lo_col[p] == los[i]:
+                raw[i] = seq_col[p]
+                todo[i] = 0
 
     def fold(self) -> None:
         """Move the recent records into the sorted part (newest wins)."""

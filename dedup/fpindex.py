@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from dedup import fptable
 from dedup.atomic import atomic_write_bytes
 from dedup.fpbuffer import Buffer
 from dedup.heap import give_back
-from dedup.merging import merge_runs
+from dedup.merging import key_order, merge_runs
 from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
 from dedup.sortedkeys import BLOCK_RECORDS, Probe
 
@@ -83,8 +84,10 @@ class FingerprintIndex:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
-        self._buffer = Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
-                              capacity=buffer_records)
+        self._buffer: Buffer | fptable.TableBuffer = (
+            fptable.TableBuffer() if fptable.available()
+            else Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
+                        capacity=buffer_records))
         self._merge: _Merge | None = None
         self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
         self._runs: list[Run] = []  # newest first
@@ -139,7 +142,7 @@ class FingerprintIndex:
         -1 where none."""
         raw = [-1] * len(his)
         todo: list[Probe] = list(zip(range(len(his)), his, los, strict=True))
-        for part in (self._buffer, self._buffer.sorted, *self._runs):
+        for part in (*self._buffer.parts, *self._runs):
             if not todo:
                 break
             if part.count:
@@ -153,32 +156,19 @@ class FingerprintIndex:
         over the keys still unanswered, sorted (``mapped``: a numpy search through
         the runs' maps, released after); the seq found (negative for a tombstone),
         -1 where none."""
-        n = len(hi)
-        raw = np.zeros(n, dtype=np.uint64)
-        todo = np.ones(n, dtype=bool)
-        hits = self._buffer.find_many(hi.tolist(), lo.tolist())
-        if hits:
-            at, got = zip(*hits, strict=True)
-            raw[list(at)] = np.array(got, dtype=np.uint64)
-            todo[list(at)] = False
-        parts = [p for p in (self._buffer.sorted, *self._runs) if p.count]
-        if parts and todo.any():
-            order = np.flatnonzero(todo)
-            order = order[np.lexsort((lo[order], hi[order]))]
-            # each part is asked about the keys the newer ones did not hold
-            keys_hi, keys_lo = hi[order], lo[order]
-            left = np.ones(len(order), dtype=np.uint8)
-            got = np.zeros(len(order), dtype=np.uint64)
-            for part in parts:
+        order = key_order(hi, lo)
+        keys_hi, keys_lo = hi[order], lo[order]
+        left = np.ones(len(order), dtype=np.uint8)  # each part is asked about the keys
+        got = np.zeros(len(order), dtype=np.uint64)  # the newer ones did not hold
+        for part in (*self._buffer.parts, *self._runs):
+            if part.count:
                 part.find_into(keys_hi, keys_lo, left, got, mapped=mapped)
-            found = left == 0
-            raw[order[found]] = got[found]
-            todo[order[found]] = False
         if mapped:
             for run in self._runs:
                 run.release()
-        out = raw.view(np.int64).copy()  # tombstones (top bit) read as negative
-        out[todo] = -1
+        out = np.full(len(hi), -1, dtype=np.int64)
+        found = left == 0
+        out[order[found]] = got[found].view(np.int64)  # tombstones (top bit): negative
         return out
 
     @property

@@ -39,10 +39,12 @@ from dedup.runs import RunFileError
 __all__ = ["INDEX_SUFFIX", "Ledger", "QueuedRow", "State", "StateFormatError"]
 
 INDEX_SUFFIX = ".index"  # ledger.sqlite -> ledger.index/: beside the file it belongs to
-# Records buffered in RAM before they become a run: ~27 B each (sorted columns,
-# dedup/fpbuffer.py), so 1M is ~28 MB; a larger first tier means fewer merges
-# (measured: 44 instead of 66 B written per record at 10M).
-INDEX_BUFFER = 1 << 20
+# Records buffered in RAM before they become a run: 3/4 of the 2**20 slots of the
+# compiled table (dedup/fptable.py, 25 MB), which leaves room for the records
+# admitted before the flush that follows the commit; ~27 B each in the sorted
+# columns without it (dedup/fpbuffer.py). A larger first tier means fewer merges
+# (measured: 44 instead of 66 B written per record at 10M, 1M against 64k).
+INDEX_BUFFER = 3 << 18
 _READ_RETRIES = 5
 
 

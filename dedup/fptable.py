@@ -1,0 +1,131 @@
+"""The fingerprint index's in-RAM buffer as one compiled hash table.
+
+Why not :class:`dedup.fpbuffer.Buffer` where the compiled lookup is built: its
+records sit in sorted numpy columns plus a dict of the latest tens of
+thousands, and every time the dict fills it is folded in with a copy of the
+whole sorted part. At 1M-2M URLs those folds and the dict's upkeep were ~5% of
+UrlSeen's time, more than the index lookups in RAM they serve. Here a record is
+written once into an open-addressing table (``dedup/_lookup.c``: ``table_put``,
+``table_find``) and sorted once, when the buffer becomes a run.
+
+The table holds one record per key, the newest (highest seq without the
+tombstone bit; on a tie the later add), which is what the sorted buffer's
+newest-wins merges keep, so a lookup stops at its first hit in both. Memory:
+``slots`` takes 24 B and ``tags`` 1 B per slot; the table doubles before it is
+7/8 full, so at :data:`dedup.ledger.INDEX_BUFFER` records (3/4 of 2**20) it
+is 25 MB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dedup import kernel as _compiled
+from dedup.merging import key_order
+from dedup.runs import SEQ_MASK
+from dedup.sortedkeys import Probe
+
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+_FIRST_SLOTS = 1 << 8
+
+
+def available() -> bool:
+    """Whether the compiled table is built (else the index uses ``Buffer``)."""
+    return _compiled.lookup is not None and hasattr(_compiled.lookup, "table_put")
+
+
+class TableBuffer:
+    """The newest records of the index in RAM, one per key, in a hash table."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self, slots: int = _FIRST_SLOTS) -> None:
+        self._slots = np.zeros(3 * slots, dtype=np.uint64)  # hi, lo, raw seq per slot
+        self._tags = np.zeros(slots, dtype=np.uint8)  # 0: empty
+        self.count = 0  # keys held
+        self.size = 0  # records added since the last take (a key may count twice)
+        self.top = -1  # highest seq held, tombstone bit masked
+
+    @property
+    def parts(self) -> tuple[TableBuffer]:
+        """What a lookup asks, newest first (``Buffer`` has two parts)."""
+        return (self,)
+
+    def add(self, hi: np.ndarray, lo: np.ndarray, seq: np.ndarray) -> None:
+        """Keep the records ``(hi, lo, raw seq)``; a key keeps its newest."""
+        if len(seq):
+            self._put(hi, lo, seq, int((seq & SEQ_MASK).max()))
+
+    def add_consecutive(self, hi: np.ndarray, lo: np.ndarray, first: int) -> None:
+        """:meth:`add` of admissions at seqs ``first, first + 1, ...`` (a ledger append)."""
+        if len(hi):
+            self._put(hi, lo, np.arange(first, first + len(hi), dtype=np.uint64),
+                      first + len(hi) - 1)
+
+    def _put(self, hi: np.ndarray, lo: np.ndarray, raw: np.ndarray, top: int) -> None:
+        n = len(hi)
+        if 8 * (self.count + n) > 7 * len(self._tags):
+            self._grow(self.count + n)
+        self.count += _compiled.lookup.table_put(self._slots, self._tags, self.count,
+                                                 hi, lo, raw)
+        self.size += n
+        self.top = max(self.top, top)
+
+    def _grow(self, need: int) -> None:
+        slots = len(self._tags)
+        while 8 * need > 7 * slots:
+            slots *= 2
+        hi, lo, raw = self._records()
+        size, top = self.size, self.top
+        self.clear(slots)
+        if len(hi):
+            self.count = _compiled.lookup.table_put(self._slots, self._tags, 0, hi, lo, raw)
+        self.size, self.top = size, top
+
+    def _records(self) -> Columns:
+        """The held records as contiguous columns, in slot order."""
+        rec = self._slots.reshape(-1, 3)[self._tags != 0]
+        return tuple(np.ascontiguousarray(rec[:, k]) for k in range(3))  # type: ignore[return-value]
+
+    def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray, raw: np.ndarray, *,
+                  mapped: bool = False) -> None:
+        """As :meth:`dedup.sortedkeys.SortedKeys.find_into`: keys ``i`` with ``todo[i]``
+        set that are held get ``raw[i]`` and ``todo[i] = 0`` (``mapped`` is for runs)."""
+        if self.count and len(hi):
+            _compiled.lookup.table_find(self._slots, self._tags, hi, lo, todo, raw)
+
+    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
+        """Key by key, as ``SortedKeys.probe``: ``([(position, raw seq)], [not found])``."""
+        if not self.count or not todo:
+            return [], todo
+        hi = np.array([t[1] for t in todo], dtype=np.uint64)
+        lo = np.array([t[2] for t in todo], dtype=np.uint64)
+        left = np.ones(len(todo), dtype=np.uint8)
+        raw = np.zeros(len(todo), dtype=np.uint64)
+        self.find_into(hi, lo, left, raw)
+        hits, miss = [], []
+        for t, more, got in zip(todo, left.tolist(), raw.tolist(), strict=True):
+            if more:
+                miss.append(t)
+            else:
+                hits.append((t[0], got))
+        return hits, miss
+
+    def take(self, upto_seq: int) -> Columns:
+        """Remove and return the records with seq <= ``upto_seq``, sorted by key (one
+        per key, the newest); the rest stays."""
+        hi, lo, raw = self._records()
+        top = self.top
+        self.clear()
+        if top > upto_seq:  # a newer part stays (records past the last commit)
+            old = (raw & SEQ_MASK) <= np.uint64(upto_seq)
+            stay = ~old
+            self._put(hi[stay], lo[stay], raw[stay], top)
+            hi, lo, raw = hi[old], lo[old], raw[old]
+        order = key_order(hi, lo)
+        return hi[order], lo[order], raw[order]
+
+    def nbytes(self) -> int:
+        """Bytes of the table."""
+        return self._slots.nbytes + self._tags.nbytes

@@ -1,5 +1,8 @@
 """The fingerprint index's in-RAM buffer: the newest records, before they become a run.
 
+This is the buffer where the compiled lookup did not build; with it, the index
+keeps its newest records in one hash table instead (:mod:`dedup.fptable`).
+
 Why not one dict: a dict of 128-bit Python ints costs ~130 B per record, and
 the buffer holds a quarter of a million records or more. Here most records
 sit in sorted numpy columns (24 B each) searched like a run

@@ -85,7 +85,7 @@ class FingerprintIndex:
         self.buffer_records, self.fanout = buffer_records, fanout
         self.background, self.block_records = background, block_records
         self._buffer: Buffer | fptable.TableBuffer = (
-            fptable.TableBuffer() if fptable.available()
+            fptable.TableBuffer(buffer_records) if fptable.available()
             else Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
                         capacity=buffer_records))
         self._merge: _Merge | None = None

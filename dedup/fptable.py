@@ -37,10 +37,16 @@ def available() -> bool:
 class TableBuffer:
     """The newest records of the index in RAM, one per key, in a hash table."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 0) -> None:
+        # sized for ``capacity`` records from the start: a doubling near the top
+        # would hold the old table, the new one and the records moved at once
+        self._first = _FIRST_SLOTS
+        while 8 * capacity > 7 * self._first:
+            self._first *= 2
         self.clear()
 
-    def clear(self, slots: int = _FIRST_SLOTS) -> None:
+    def clear(self, slots: int = 0) -> None:
+        slots = slots or self._first  # zeroed lazily: untouched pages cost no RAM
         self._slots = np.zeros(3 * slots, dtype=np.uint64)  # hi, lo, raw seq per slot
         self._tags = np.zeros(slots, dtype=np.uint8)  # 0: empty
         self.count = 0  # keys held
@@ -85,8 +91,9 @@ class TableBuffer:
 
     def _records(self) -> Columns:
         """The held records as contiguous columns, in slot order."""
-        rec = self._slots.reshape(-1, 3)[self._tags != 0]
-        return tuple(np.ascontiguousarray(rec[:, k]) for k in range(3))  # type: ignore[return-value]
+        held = self._tags != 0
+        rec = self._slots.reshape(-1, 3)
+        return rec[:, 0][held], rec[:, 1][held], rec[:, 2][held]
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray, raw: np.ndarray, *,
                   mapped: bool = False) -> None:
@@ -124,7 +131,9 @@ class TableBuffer:
             self._put(hi[stay], lo[stay], raw[stay], top)
             hi, lo, raw = hi[old], lo[old], raw[old]
         order = key_order(hi, lo)
-        return hi[order], lo[order], raw[order]
+        hi = hi[order]  # one column at a time: each unsorted one is freed as it goes
+        lo = lo[order]
+        return hi, lo, raw[order]
 
     def nbytes(self) -> int:
         """Bytes of the table."""

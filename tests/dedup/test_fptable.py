@@ -80,6 +80,7 @@ def test_grows_past_many_doublings_and_takes_sorted() -> None:
     n = 200_000
     hi = rng.integers(0, 2**64, n, dtype=np.uint64)
     lo = rng.integers(0, 2**64, n, dtype=np.uint64)
+    assert len(fptable.TableBuffer(3 << 18)._tags) == 1 << 20  # sized for a capacity at once
     table = fptable.TableBuffer()
     for a in range(0, n, 7_000):  # a ledger's appends, batch by batch
         table.add_consecutive(hi[a:a + 7_000], lo[a:a + 7_000], a + 1)

@@ -423,7 +423,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "dedup._lookup",
-    "The exact seen-test's hot loops, compiled (see dedup/recent.py, dedup/sortedkeys.py)",
+    "The exact seen-test's hot loops, compiled (see dedup/recent.py, dedup/sortedkeys.py, "
+    "dedup/fptable.py)",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

@@ -11,9 +11,9 @@ written once into an open-addressing table (``dedup/_lookup.c``: ``table_put``,
 The table holds one record per key, the newest (highest seq without the
 tombstone bit; on a tie the later add), which is what the sorted buffer's
 newest-wins merges keep, so a lookup stops at its first hit in both. Memory:
-``slots`` takes 24 B and ``tags`` 1 B per slot; the table doubles before it is
-7/8 full, so at :data:`dedup.ledger.INDEX_BUFFER` records (3/4 of 2**20) it
-is 25 MB.
+``slots`` takes 24 B and ``tags`` 1 B per slot; the table is sized for the
+index's ``buffer_records`` at most 7/8 full (and doubles past that), so at
+:data:`dedup.ledger.INDEX_BUFFER` records (3/4 of 2**20) it is 25 MB.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from dedup import kernel as _compiled
 from dedup.merging import key_order
 from dedup.runs import SEQ_MASK
-from dedup.sortedkeys import Probe
+from dedup.sortedkeys import Probe, probe_with
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _FIRST_SLOTS = 1 << 8
@@ -106,18 +106,7 @@ class TableBuffer:
         """Key by key, as ``SortedKeys.probe``: ``([(position, raw seq)], [not found])``."""
         if not self.count or not todo:
             return [], todo
-        hi = np.array([t[1] for t in todo], dtype=np.uint64)
-        lo = np.array([t[2] for t in todo], dtype=np.uint64)
-        left = np.ones(len(todo), dtype=np.uint8)
-        raw = np.zeros(len(todo), dtype=np.uint64)
-        self.find_into(hi, lo, left, raw)
-        hits, miss = [], []
-        for t, more, got in zip(todo, left.tolist(), raw.tolist(), strict=True):
-            if more:
-                miss.append(t)
-            else:
-                hits.append((t[0], got))
-        return hits, miss
+        return probe_with(self.find_into, todo)
 
     def take(self, upto_seq: int) -> Columns:
         """Remove and return the records with seq <= ``upto_seq``, sorted by key (one

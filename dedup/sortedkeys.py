@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +37,8 @@ _WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 0)  # 0: no posix_fadvise here
 _WAITING_READ = 5e-6
 # A probe to answer: (position in the caller's batch, hi, lo) as Python ints.
 Probe = tuple[int, int, int]
+# A part's batch lookup: (hi, lo, todo, raw) -> None, as SortedKeys.find_into.
+FindInto = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 def filter_size(count: int) -> int:
@@ -73,6 +76,26 @@ def filter_passes(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarr
         ok &= ((bloom[(x >> np.uint64(3)).astype(np.intp)] >> (x & np.uint64(7)).astype(
             np.uint8)) & np.uint8(1)).astype(bool)
     return ok
+
+
+def probe_with(find_into: FindInto, todo: list[Probe]
+               ) -> tuple[list[tuple[int, int]], list[Probe]]:
+    """A key-by-key probe answered by one batch ``find_into`` call (a run file's,
+    the compiled buffer table's): ``([(position, raw seq) found], [probes not
+    found])``, each in the order asked."""
+    hi = np.array([t[1] for t in todo], dtype=np.uint64)
+    lo = np.array([t[2] for t in todo], dtype=np.uint64)
+    left = np.ones(len(todo), dtype=np.uint8)
+    raw = np.zeros(len(todo), dtype=np.uint64)
+    find_into(hi, lo, left, raw)
+    hits: list[tuple[int, int]] = []
+    miss: list[Probe] = []
+    for t, more, got in zip(todo, left.tolist(), raw.tolist(), strict=True):
+        if more:
+            miss.append(t)
+        else:
+            hits.append((t[0], got))
+    return hits, miss
 
 
 def _u64(a: np.ndarray) -> np.ndarray:
@@ -196,11 +219,7 @@ class SortedKeys:
     def _probe_compiled(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
         """:meth:`probe` of a run file's keys in one :meth:`find_into` call (filter,
         directory and reads in C), each list in the order asked."""
-        found, seq = self.find_many(np.array([t[1] for t in todo], dtype=np.uint64),
-                                    np.array([t[2] for t in todo], dtype=np.uint64))
-        hits = [(todo[i][0], s) for i, s in zip(np.flatnonzero(found).tolist(),
-                                                  seq[found].tolist(), strict=True)]
-        return hits, [t for t, f in zip(todo, found.tolist(), strict=True) if not f]
+        return probe_with(self.find_into, todo)
 
     def _read_probes(self, reads: list[tuple[Probe, int, int]],
                      hits: list[tuple[int, int]], miss: list[Probe]) -> None:

@@ -8,7 +8,7 @@ Why C: each was a Python loop per link or per key (a tuple unpack and two set
 lookups; a pread, a bytes.find and an int.from_bytes) or some thirty numpy
 calls per index part and group of pages, whose fixed cost outweighed the work:
 at 10M URLs they were a third of UrlSeen's time beyond canonicalization. The
-results are exactly those of the Python code they replace (dedup/recent.py,
+results are exactly those of the Python code they replace (dedup/confirmed.py,
 dedup/sortedkeys.py), which runs when this module did not build; the tests
 compare the two.
 */
@@ -20,46 +20,182 @@ compare the two.
 #include <string.h>
 #include <unistd.h>
 
-/* split_known(items, start, young, old, first, half) -> (stop, hits)
+#include "_murmur.h"
+
+/* The confirm cache's two generations (dedup/confirmed.py): each 2**k slots of a
+   fingerprint's two uint64 halves, (0, 0) empty, probed linearly from hi's low
+   bits (a fingerprint is uniformly random). The fingerprint (0, 0) is never held:
+   caching is only speed. The caller keeps every table at most half full. */
+typedef struct { Py_buffer b; uint64_t *s; uint64_t mask; } fpset;
+
+static int fpset_open(fpset *t, PyObject *o) {
+    if (PyObject_GetBuffer(o, &t->b, PyBUF_WRITABLE) < 0) return -1;
+    Py_ssize_t n = t->b.len / 16;
+    if (t->b.len % 16 || n < 2 || (n & (n - 1))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: need 2 * 2**k uint64 slots");
+        return -1;
+    }
+    t->s = t->b.buf;
+    t->mask = (uint64_t)n - 1;
+    return 0;
+}
+
+/* The slot holding (hi, lo), or the empty slot where it would go. */
+static inline uint64_t *fpset_slot(const fpset *t, uint64_t hi, uint64_t lo) {
+    for (uint64_t j = hi & t->mask;; j = (j + 1) & t->mask) {
+        uint64_t *s = t->s + 2 * j;
+        if ((s[0] == hi && s[1] == lo) || !(s[0] | s[1])) return s;
+    }
+}
+
+static int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
+                      Py_ssize_t held, Py_ssize_t half) {
+    if (fpset_open(young, yo) < 0 || (oo && fpset_open(old, oo) < 0)) return -1;
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1
+            || (oo && old->mask != young->mask)) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return -1;
+    }
+    return 0;
+}
+
+/* confirm_split(items, start, seed, young, held, old, half, batch, bheld,
+                 keys, values, fps) -> (stop, hits, held, bheld)
 
    For items[start:] -- each None (a rejected link, skipped) or a (value, key)
-   tuple -- as RecentKeys.first_unknown does key by key: a key in `young` is a
-   hit; a key in `old` is a hit and is added to `young`; any other key not yet in
-   `first` gets first[key] = value. Stops right after an addition that brings
-   `young` to `half` keys, so that the caller swaps the generations and calls
-   again from `stop`; stop == len(items) when done. */
-static PyObject *split_known(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *items, *young, *old, *first;
-    Py_ssize_t start, half;
-    if (!PyArg_ParseTuple(args, "O!nO!O!O!n", &PyList_Type, &items, &start, &PySet_Type,
-                          &young, &PySet_Type, &old, &PyDict_Type, &first, &half))
+   tuple with a str key -- the fingerprint of the key (seed `seed`): held in
+   `young` (which holds `held` keys), a hit; held in `old`, a hit that is added
+   to `young`; else, unless `batch` (the fingerprints this pass already let
+   through, `bheld` of them) holds it, it is added to `batch` and the key, its
+   value and its fingerprint are appended to the lists `keys` and `values` and
+   the bytearray `fps`. Stops right after an addition that brings `young` to
+   `half` keys (the caller swaps the generations) or `batch` to half its slots
+   (the caller grows it), and is called again from `stop`; stop == len(items)
+   when done. No key is hashed as a str: the fingerprint is the only lookup. */
+#define CHUNK 16
+
+static PyObject *confirm_split(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *items, *yo, *oo, *bo, *keys, *values, *fps, *ret = NULL;
+    Py_ssize_t start, held, half, bheld, hits = 0, i;
+    long long seed;
+    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL};
+    if (!PyArg_ParseTuple(args, "O!nLOnOnOnO!O!O!", &PyList_Type, &items, &start, &seed,
+                          &yo, &held, &oo, &half, &bo, &bheld, &PyList_Type, &keys,
+                          &PyList_Type, &values, &PyByteArray_Type, &fps))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(items), hits = 0, i;
-    for (i = start < 0 ? 0 : start; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (item == Py_None) continue;
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError, "items must be (value, key) pairs or None");
-            return NULL;
-        }
-        PyObject *key = PyTuple_GET_ITEM(item, 1);
-        int in = PySet_Contains(young, key);
-        if (in < 0) return NULL;
-        if (in) { hits++; continue; }
-        in = PySet_Contains(old, key);
-        if (in < 0) return NULL;
-        if (in) {
-            hits++;
-            if (half > 0) {
-                if (PySet_Add(young, key) < 0) return NULL;
-                if (PySet_GET_SIZE(young) >= half) { i++; break; }
-            }
-            continue;
-        }
-        PyObject *got = PyDict_SetDefault(first, key, PyTuple_GET_ITEM(item, 0));
-        if (!got) return NULL;
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return NULL;
     }
-    return Py_BuildValue("nn", i, hits);
+    if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
+    if (fpset_open(&batch, bo) < 0) goto done;
+    Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
+    if (bheld < 0 || bheld >= bhalf) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
+        goto done;
+    }
+    /* In chunks: every link's tuple, key and table slots are cache misses, so a
+       chunk's are asked for (prefetched) before the first is waited on. */
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject **it = &PyList_GET_ITEM(items, 0);
+    uint64_t f[CHUNK][2];
+    i = start < 0 ? 0 : start;
+    for (Py_ssize_t c = i; c < n; c = i) {
+        Py_ssize_t m = n - c < CHUNK ? n - c : CHUNK;
+        for (Py_ssize_t j = c + CHUNK; j < c + 2 * CHUNK && j < n; j++)
+            __builtin_prefetch(it[j]);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            if (item == Py_None) continue;
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
+                    || !PyUnicode_Check(PyTuple_GET_ITEM(item, 1))) {
+                PyErr_SetString(PyExc_TypeError, "items must be (value, str key) pairs or None");
+                goto done;
+            }
+            PyObject *key = PyTuple_GET_ITEM(item, 1);
+            __builtin_prefetch(key);  /* an ASCII str's text follows its header */
+            __builtin_prefetch((const char *)key + 64);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            if (item == Py_None) continue;
+            if (fingerprint_str(PyTuple_GET_ITEM(item, 1), (uint32_t)seed, f[j]) < 0) goto done;
+            __builtin_prefetch(young.s + 2 * (f[j][0] & young.mask));
+            __builtin_prefetch(old.s + 2 * (f[j][0] & old.mask));
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            i = c + j + 1;
+            if (item == Py_None) continue;
+            uint64_t hi = f[j][0], lo = f[j][1];
+            if (hi | lo) {  /* (0, 0) cannot be held: let through each time */
+                uint64_t *y = fpset_slot(&young, hi, lo);
+                if (y[0] | y[1]) { hits++; continue; }
+                const uint64_t *o = fpset_slot(&old, hi, lo);
+                if (o[0] | o[1]) {
+                    hits++;
+                    y[0] = hi;
+                    y[1] = lo;
+                    if (++held >= half) goto stop;
+                    continue;
+                }
+                uint64_t *b = fpset_slot(&batch, hi, lo);
+                if (b[0] | b[1]) continue;  /* let through earlier in this pass */
+                b[0] = hi;
+                b[1] = lo;
+                bheld++;
+            }
+            Py_ssize_t len = PyByteArray_GET_SIZE(fps);
+            if (PyList_Append(keys, PyTuple_GET_ITEM(item, 1)) < 0
+                    || PyList_Append(values, PyTuple_GET_ITEM(item, 0)) < 0
+                    || PyByteArray_Resize(fps, len + 16) < 0)
+                goto done;
+            memcpy(PyByteArray_AS_STRING(fps) + len, f[j], 16);
+            if (bheld >= bhalf) goto stop;
+        }
+    }
+stop:
+    ret = Py_BuildValue("nnnn", i, hits, held, bheld);
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (old.b.obj) PyBuffer_Release(&old.b);
+    if (batch.b.obj) PyBuffer_Release(&batch.b);
+    return ret;
+}
+
+/* confirm_add(young, held, half, h, start) -> (stop, held)
+
+   Add the fingerprints h[start:] (an (n, 2) uint64 buffer) to `young`, which
+   holds `held` keys; stops right after an addition that brings it to `half`
+   keys (the caller swaps the generations and calls again from `stop`). */
+static PyObject *confirm_add(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *yo, *ho, *ret = NULL;
+    Py_ssize_t held, half, start, i;
+    fpset young = {.s = NULL};
+    Py_buffer h = {0};
+    if (!PyArg_ParseTuple(args, "OnnOn", &yo, &held, &half, &ho, &start)) return NULL;
+    if (fpset_args(&young, yo, NULL, NULL, held, half) < 0) goto done;
+    if (PyObject_GetBuffer(ho, &h, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    if (h.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "confirm_add: need (n, 2) uint64 fingerprints");
+        goto done;
+    }
+    const uint64_t *f = h.buf;
+    Py_ssize_t n = h.len / 16;
+    for (i = start < 0 ? 0 : start; i < n && half > 0; i++) {
+        uint64_t hi = f[2 * i], lo = f[2 * i + 1];
+        if (!(hi | lo)) continue;
+        uint64_t *y = fpset_slot(&young, hi, lo);
+        if (y[0] | y[1]) continue;
+        y[0] = hi;
+        y[1] = lo;
+        if (++held >= half) { i++; break; }
+    }
+    ret = Py_BuildValue("nn", i, held);
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (h.obj) PyBuffer_Release(&h);
+    return ret;
 }
 
 #define RECORD 24  /* bytes of one run record: hi, lo, seq (uint64, little-endian) */
@@ -408,8 +544,11 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"split_known", split_known, METH_VARARGS,
-     "split_known(items, start, young, old, first, half) -> (stop, hits)"},
+    {"confirm_split", confirm_split, METH_VARARGS,
+     "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
+     " fps) -> (stop, hits, held, bheld)"},
+    {"confirm_add", confirm_add, METH_VARARGS,
+     "confirm_add(young, held, half, h, start) -> (stop, held)"},
     {"sorted_find", sorted_find, METH_VARARGS,
      "sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads"},
     {"filter_set", filter_set, METH_VARARGS,
@@ -423,7 +562,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "dedup._lookup",
-    "The exact seen-test's hot loops, compiled (see dedup/recent.py, dedup/sortedkeys.py, "
+    "The exact seen-test's hot loops, compiled (see dedup/confirmed.py, dedup/sortedkeys.py, "
     "dedup/fptable.py)",
     -1, methods, NULL, NULL, NULL, NULL,
 };

@@ -2,7 +2,7 @@
 
 ``kernel`` (``dedup/_kernel.c``): the Bloom filter's hot loops, used by
 :mod:`dedup.arena`, :mod:`dedup.layers` and :mod:`dedup.fingerprint`.
-``lookup`` (``dedup/_lookup.c``): the exact lookup's, used by :mod:`dedup.recent`,
+``lookup`` (``dedup/_lookup.c``): the exact lookup's, used by :mod:`dedup.confirmed`,
 :mod:`dedup.sortedkeys` and :mod:`dedup.fptable`. Both are optional because they are only speed: the
 Python code they replace runs without them, with the same answers.
 ``BLOOMCRAWL_NO_KERNEL=1`` runs without either (to compare, or rule them out).

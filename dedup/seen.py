@@ -27,11 +27,11 @@ import numpy as np
 
 from dedup.bloom import write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
-from dedup.fingerprint import fingerprint, fingerprint_many, halves
+from dedup.confirmed import ConfirmCache, Unknown
+from dedup.fingerprint import fingerprint, halves
 from dedup.identity import settle
 from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
 from dedup.ledger import INDEX_BUFFER, Ledger, State
-from dedup.recent import RecentKeys
 from dedup.restore import load_shards, replay
 from dedup.shards import ShardedBloom
 from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
@@ -96,7 +96,7 @@ class UrlSeen:
         self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size,
                                           seed=self.seed)
-        self._confirmed = RecentKeys(confirm_cache_size)
+        self._confirmed = ConfirmCache(confirm_cache_size, self.seed)
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
@@ -125,8 +125,9 @@ class UrlSeen:
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        _, keys, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+        unknown, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
                                       keep_urls=False)
+        keys = unknown.keys
         return [keys[i] for i in idx]
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
@@ -137,25 +138,26 @@ class UrlSeen:
         them all. For a caller that has pages in hand (a group commit's worth, a
         crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
         cost alone."""
-        first, ends, links, hits = self._unknown_of_pages(
+        unknown, ends, links, hits = self._unknown_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
-        _, keys, idx, _ = self._admit_unknown(first, links, hits, [(len(first), depth)],
-                                              State.QUEUED, keep_urls=False)
+        idx, _ = self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+                                     State.QUEUED, keep_urls=False)
+        keys = unknown.keys
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
     def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
-                          ) -> tuple[dict[str, str], list[int], int, int]:
+                          ) -> tuple[Unknown, list[int], int, int]:
         """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
-        in one dict: ``(first url of each key it does not hold, in first-seen order;
-        the dict's size after each page; links; hits)``."""
-        first: dict[str, str] = {}
+        in one pass: ``(the keys it does not hold, each once in first-seen order;
+        how many there are after each page; links; hits)``."""
+        unknown = Unknown()
         ends: list[int] = []
         links = hits = 0
         for pairs, n in pages:
             links += n
-            hits += self._confirmed.first_unknown(pairs, first)[1]
-            ends.append(len(first))  # keys are in first-seen order: page by page
-        return first, ends, links, hits
+            hits += self._confirmed.split(pairs, unknown)
+            ends.append(len(unknown))  # keys are in first-seen order: page by page
+        return unknown, ends, links, hits
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -176,10 +178,10 @@ class UrlSeen:
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        first_url, keys, idx, seqs = self._admit(pairs, len(pairs), depth, state,
-                                                 keep_urls=True)
-        return [NewUrl(seq, url, keys[i], host_of(url), depth)
-                for seq, i in zip(seqs, idx, strict=True) for url in (first_url[keys[i]],)]
+        unknown, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
+        keys, urls = unknown.keys, unknown.values
+        return [NewUrl(seq, urls[i], keys[i], host_of(urls[i]), depth)
+                for seq, i in zip(seqs, idx, strict=True)]
 
     def admit_resolved_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str]], int]]
                              ) -> list[list[NewUrl]]:
@@ -190,74 +192,73 @@ class UrlSeen:
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        first, ends, links, hits = self._unknown_of_pages(
+        unknown, ends, links, hits = self._unknown_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
-        first_url, keys, idx, seqs = self._admit_unknown(
-            first, links, hits, list(zip(ends, depths, strict=True)), State.QUEUED,
-            keep_urls=True)
+        idx, seqs = self._admit_unknown(unknown, links, hits,
+                                        list(zip(ends, depths, strict=True)), State.QUEUED,
+                                        keep_urls=True)
         seq_of = dict(zip(idx, seqs, strict=True))
-        return [[NewUrl(seq_of[i], url, keys[i], host_of(url), depth)
-                 for i in part for url in (first_url[keys[i]],)]
+        keys, urls = unknown.keys, unknown.values
+        return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
                 for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
     def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
                state: State, *, keep_urls: bool
-               ) -> tuple[dict[str, str], list[str], list[int], Sequence[int]]:
+               ) -> tuple[Unknown, list[int], Sequence[int]]:
         """The seen-test for one page of ``links`` pairs (and Nones, skipped):
-        ``(first url per key, keys, indexes of the new keys, their seqs)``.
+        ``(the keys the confirm cache did not hold, with their first URLs; indexes
+        of the new ones among them; their seqs)``.
 
-        Keys confirmed or admitted lately are answered from memory before any
-        hashing: navigation repeats on every page, so most of a page's links never
-        reach the fingerprint, the filter or the ledger. "Definitely new" keys are
-        appended with no read at all; only "maybe seen" ones go to the ledger's
-        fingerprint index, in one batch. A key twice in a batch keeps its first URL.
+        Keys confirmed or admitted lately are answered from memory: navigation
+        repeats on every page, so most links never reach the filter or the ledger.
+        "Definitely new" keys are appended with no read at all; only "maybe seen"
+        ones go to the ledger's index, in one batch. A key keeps its first URL.
         """
-        first_url, hits = self._confirmed.first_unknown(pairs)
-        return self._admit_unknown(first_url, links, hits, [(len(first_url), depth)],
-                                   state, keep_urls=keep_urls)
+        unknown = Unknown()
+        hits = self._confirmed.split(pairs, unknown)
+        return (unknown, *self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+                                              state, keep_urls=keep_urls))
 
-    def _admit_unknown(self, first_url: dict[str, str], links: int, hits: int,
+    def _admit_unknown(self, unknown: Unknown, links: int, hits: int,
                        spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
-                       ) -> tuple[dict[str, str], list[str], list[int], Sequence[int]]:
-        """:meth:`_admit` once the confirm cache has answered: ``first_url`` holds the
-        keys it did not, of ``links`` links of which ``hits`` it did. ``spans`` are
-        ``(end, depth)`` of consecutive runs of its keys, in order; the new keys of
-        each depth are one ledger append, shallowest first."""
+                       ) -> tuple[list[int], Sequence[int]]:
+        """:meth:`_admit` once the confirm cache has answered: ``unknown`` holds the
+        keys it did not, of ``links`` links of which ``hits`` it did: ``(indexes of
+        the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
+        of its keys; the new keys of a depth are one ledger append, shallowest first."""
         counters = self.counters
         counters["links"] += links
         confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits
-        if not first_url:
+        if not len(unknown):
             counters["repeats"] += links
-            return first_url, [], [], range(0)
-        keys = list(first_url)
-        fps_blob = fingerprint_many(keys, self.seed)
-        h = halves(fps_blob)
+            return [], range(0)
+        h = halves(unknown.fps)
         probed = self.bloom.probe_hashes(h)
         new_mask = ~probed.found
         maybe = np.flatnonzero(probed.found)
         counters["bloom_maybe"] += len(maybe)
-        counters["bloom_definitely_new"] += len(keys) - len(maybe)
+        counters["bloom_definitely_new"] += len(unknown) - len(maybe)
         if len(maybe):
             counters["ledger_queries"] += 1
             present = self.ledger.contains_hashes(h[maybe])
             absent = maybe[~present]
             new_mask[absent] = True
             counters["false_positives"] += len(absent)
-            confirmed.update([keys[i] for i in maybe[present].tolist()])
+            confirmed.add(h[maybe[present]])
         new = np.flatnonzero(new_mask)
         counters["new"] += len(new)
         counters["repeats"] += links - len(new)
         if not len(new):
-            return first_url, keys, [], range(0)
+            return [], range(0)
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
         idx = new.tolist()
         depths = {d for _, d in spans}
         if len(depths) == 1:
-            seqs: Sequence[int] = self._append(new, fps_blob, h, first_url, keys,
-                                               depths.pop(), keep_urls=keep_urls)
+            seqs: Sequence[int] = self._append(new, unknown, h, depths.pop(),
+                                               keep_urls=keep_urls)
             last = seqs[-1]
         else:  # one append per depth; idx keeps key order, seqs follow it
             depth_of = np.array([d for _, d in spans])[
@@ -266,8 +267,7 @@ class UrlSeen:
             for d in sorted(depths):
                 at = np.flatnonzero(depth_of == d)
                 if len(at):
-                    got = self._append(new[at], fps_blob, h, first_url, keys, d,
-                                       keep_urls=keep_urls)
+                    got = self._append(new[at], unknown, h, d, keep_urls=keep_urls)
                     seq_arr[at] = np.arange(got.start, got.stop)
                     last = got.stop - 1
             seqs = seq_arr.tolist()
@@ -277,17 +277,17 @@ class UrlSeen:
         self._pending_hwm = last
         if self.ledger.autocommit:
             self._applied_hwm = self._pending_hwm
-        confirmed.update([keys[i] for i in idx])
-        return first_url, keys, idx, seqs
+        confirmed.add(h[new])
+        return idx, seqs
 
-    def _append(self, new: np.ndarray, fps_blob: bytes, h: np.ndarray,
-                first_url: dict[str, str], keys: list[str], depth: int, *,
+    def _append(self, new: np.ndarray, unknown: Unknown, h: np.ndarray, depth: int, *,
                 keep_urls: bool) -> range:
-        """One ledger append of the keys at ``new`` (indexes into ``keys``)."""
-        blob = np.frombuffer(fps_blob, dtype="V16")[new].tobytes()
+        """One ledger append of the keys at ``new`` (indexes into ``unknown``)."""
+        blob = np.frombuffer(unknown.fps, dtype="V16")[new].tobytes()
         urls = hosts = None
         if keep_urls:
-            urls = [first_url[keys[i]] for i in new.tolist()]
+            values = unknown.values
+            urls = [values[i] for i in new.tolist()]
             hosts = [host_of(u) for u in urls]
         return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
 
@@ -315,8 +315,9 @@ class UrlSeen:
                 _, key = self.canonicalizer.resolve(url)
             except UrlRejected:
                 continue
-            self._confirmed.discard(key)
             fps.append(fingerprint(key, self.seed))
+        if fps:
+            self._confirmed.clear()  # it may hold them: a hit would answer "seen"
         return self.ledger.forget(fps)
 
     def stats(self) -> dict[str, Any]:

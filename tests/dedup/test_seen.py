@@ -292,18 +292,16 @@ def test_rebuild_refuses_a_directory_in_use_and_touches_nothing(tmp_path):
         assert {p.name: p.read_bytes() for p in (d / "shards").iterdir()} == before
 
 
-def test_recently_seen_keys_are_answered_before_hashing(seen, monkeypatch):
-    import dedup.seen
-
+def test_recently_seen_keys_are_answered_before_the_filter(seen, monkeypatch):
     seen.filter_new(urls(50))
-    hashed: list[str] = []
-    real = dedup.seen.fingerprint_many
+    probed: list[int] = []
+    real = seen.bloom.probe_hashes
 
-    def counting(keys, seed=0):
-        hashed.extend(keys)
-        return real(keys, seed)
+    def counting(h):
+        probed.append(len(h))
+        return real(h)
 
-    monkeypatch.setattr(dedup.seen, "fingerprint_many", counting)
+    monkeypatch.setattr(seen.bloom, "probe_hashes", counting)
     assert seen.filter_new(urls(60)) == urls(10, start=50)
-    assert sorted(hashed) == sorted(urls(10, start=50))  # the 50 repeats never hashed
+    assert probed == [10]  # the 50 repeats never reach the filter (nor the ledger)
     assert seen.stats()["confirm_cache_hits"] == 50

@@ -1,0 +1,174 @@
+"""The seen-test's confirm cache: keys confirmed or admitted lately, by fingerprint.
+
+Navigation repeats on every page, so most of a page's links were confirmed a
+moment ago; answering them here skips the Bloom filter and the index. The cache
+holds fingerprints, not key strings: 16 bytes a key in a compiled table
+(``confirm_split`` and ``confirm_add`` in ``dedup/_lookup.c``), where a set of
+strings kept each ~100-byte key alive and cost three hash-table probes a link.
+The pass fingerprints each link as it checks it, so the keys it does not hold
+come out with their fingerprints, ready for the filter and the ledger.
+
+Eviction is by two generations, as :class:`dedup.recent.RecentKeys`: keys go into
+the young table; when it holds ``size // 2`` keys it becomes the old one and the
+previous old one is dropped; a key found in the old table moves back to the
+young one, so keys in steady use survive every swap. Where the module is not
+built, sets of fingerprint bytes do the same, with the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+
+from dedup import kernel as _compiled
+from dedup.fingerprint import fingerprint
+
+_NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
+_BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
+
+
+def _compiled_lookup() -> ModuleType | None:
+    lookup = _compiled.lookup
+    return lookup if lookup is not None and hasattr(lookup, "confirm_split") else None
+
+
+class ConfirmCache:
+    """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none.
+    Keys are str, fingerprinted with ``seed`` (the ledger's)."""
+
+    __slots__ = ("_half", "_held", "_lookup", "_old", "_seed", "_slots", "_young")
+
+    def __init__(self, size: int, seed: int) -> None:
+        self._half = size // 2 if size > 1 else size  # size 1 still remembers one key
+        self._seed = seed
+        self._slots = 2
+        while self._slots < 2 * self._half:  # at most half full: short probes
+            self._slots *= 2
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every key (``forget`` of a URL does this: a cache may not answer
+        "seen" for a key the ledger no longer holds)."""
+        self._lookup = _compiled_lookup()
+        self._held = 0  # keys in the young generation
+        if self._lookup is not None:
+            self._young: np.ndarray | set[bytes] = np.zeros(2 * self._slots, dtype=np.uint64)
+            self._old: np.ndarray | set[bytes] = np.zeros(2 * self._slots, dtype=np.uint64)
+        else:
+            self._young, self._old = set(), set()
+
+    def _swap(self) -> None:
+        self._old, self._young = self._young, self._old
+        if isinstance(self._young, np.ndarray):
+            self._young.fill(0)
+        else:
+            self._young = set()
+        self._held = 0
+
+    def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
+        """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys
+        not held go to ``out``, each once, with their first value and fingerprint.
+        Returns how many pairs were held (a hit; a key held by the old generation
+        moves to the young one). One call per page; a group of pages shares ``out``."""
+        lookup = self._lookup
+        if lookup is None or type(pairs) is not list:
+            return self._split_python(pairs, out)
+        hits = i = 0
+        while i < len(pairs):
+            i, n, self._held, out.held = lookup.confirm_split(
+                pairs, i, self._seed, self._young, self._held, self._old, self._half,
+                out.table, out.held, out.keys, out.values, out.fps)
+            hits += n
+            if self._held >= self._half > 0:
+                self._swap()
+            if 4 * out.held >= len(out.table):  # half its slots (two words a slot)
+                out.grow()
+        return hits
+
+    def _split_python(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
+        hits = 0
+        for pair in pairs:
+            if pair is None:
+                continue
+            value, key = pair
+            if type(key) is not str:
+                raise TypeError("pairs must be (value, str key) or None")
+            fp = fingerprint(key, self._seed)
+            if fp != _NONE:
+                if fp in self._young:
+                    hits += 1
+                    continue
+                if fp in self._old:
+                    hits += 1
+                    self._add_python(fp)
+                    continue
+                if fp in out.let_through:
+                    continue
+                out.let_through.add(fp)
+            out.keys.append(key)
+            out.values.append(value)
+            out.fps += fp
+        return hits
+
+    def add(self, h: np.ndarray) -> None:
+        """Hold the keys of fingerprints ``h`` (``(n, 2)`` uint64 halves, as
+        :func:`dedup.fingerprint.halves` gives them)."""
+        if self._half <= 0 or not len(h):
+            return
+        if self._lookup is None:
+            blob = np.ascontiguousarray(h, dtype="<u8").tobytes()
+            for at in range(0, len(blob), 16):
+                if blob[at:at + 16] != _NONE:
+                    self._add_python(blob[at:at + 16])
+            return
+        h = np.ascontiguousarray(h, dtype=np.uint64)
+        i = 0
+        while i < len(h):
+            i, self._held = self._lookup.confirm_add(self._young, self._held, self._half, h, i)
+            if self._held >= self._half:
+                self._swap()
+
+    def _add_python(self, fp: bytes) -> None:
+        young = self._young
+        assert isinstance(young, set)
+        if fp not in young:
+            young.add(fp)
+            self._held += 1
+            if self._held >= self._half:
+                self._swap()
+
+    def __len__(self) -> int:
+        """Keys held (the old generation may repeat some of the young one's)."""
+        if isinstance(self._old, np.ndarray):
+            return self._held + int(np.count_nonzero(self._old[0::2] | self._old[1::2]))
+        return self._held + len(self._old)
+
+
+class Unknown:
+    """What a pass of :meth:`ConfirmCache.split` let through, over one page or a group:
+    each key once, in first-seen order, with its first value (``values[i]`` is
+    the URL of ``keys[i]``) and its fingerprint (bytes ``16 i`` to ``16 i + 16`` of
+    ``fps``). Keys are told apart by fingerprint, as the ledger does."""
+
+    __slots__ = ("fps", "held", "keys", "let_through", "table", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.values: list[str] = []
+        self.fps = bytearray()
+        self.table = np.zeros(2 * _BATCH_SLOTS, dtype=np.uint64)  # the compiled pass's
+        self.held = 0
+        self.let_through: set[bytes] = set()  # the Python pass's
+
+    def grow(self) -> None:
+        """Twice the compiled pass's table, refilled from ``fps``."""
+        self.table = np.zeros(2 * len(self.table), dtype=np.uint64)
+        h = np.frombuffer(bytes(self.fps), dtype="<u8").reshape(-1, 2)
+        stop, self.held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
+            self.table, 0, len(self.table) // 4, h, 0)
+        assert stop == len(h)
+
+    def __len__(self) -> int:
+        return len(self.keys)

@@ -1,0 +1,131 @@
+"""ConfirmCache: the seen-test's cache of recent keys, by fingerprint. The
+compiled pass and the Python one answer alike, and like a key-by-key model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dedup.confirmed import ConfirmCache, Unknown
+from dedup.fingerprint import fingerprint_many, halves
+
+pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled pass and Python alike
+SEED = 7
+
+
+def held(c: ConfirmCache, keys: list[str]) -> list[str]:
+    """The keys of ``keys`` the cache answers "held" (and promotes), in a fresh
+    pass of its own."""
+    out = Unknown()
+    c.split([(k, k) for k in keys], out)
+    return [k for k in keys if k not in out.keys]
+
+
+def test_split_keeps_first_values_in_order_with_their_fingerprints():
+    c = ConfirmCache(100, SEED)
+    c.add(halves(fingerprint_many(["a", "b"], SEED)))
+    pairs = [("1", "c"), ("2", "a"), None, ("3", "c"), ("4", "dé"), ("5", "b"), ("6", "a")]
+    out = Unknown()
+    hits = c.split(pairs, out)
+    assert (out.keys, out.values) == (["c", "dé"], ["1", "4"])
+    assert hits == 3  # a, b, a: every held pair counts
+    assert bytes(out.fps) == fingerprint_many(["c", "dé"], SEED)
+
+
+def test_split_continues_over_pages_and_grows_past_its_batch_table():
+    c = ConfirmCache(100, SEED)
+    out = Unknown()
+    assert c.split([("1", "a"), ("2", "b")], out) == 0
+    assert c.split([("3", "b"), ("4", "c")], out) == 0
+    assert (out.keys, out.values) == (["a", "b", "c"], ["1", "2", "4"])
+    assert bytes(out.fps) == fingerprint_many(["a", "b", "c"], SEED)
+    many = [f"k{i}" for i in range(20_000)]  # the batch table starts at 4096 slots
+    assert c.split([(k, k) for k in many + many[::-1]], out) == 0
+    assert out.keys == ["a", "b", "c", *many] and len(out) == 20_003
+    assert bytes(out.fps) == fingerprint_many(out.keys, SEED)
+
+
+def test_old_keys_hit_move_back_and_survive_the_next_swap():
+    c = ConfirmCache(4, SEED)  # generations of 2
+    c.add(halves(fingerprint_many(["a", "b"], SEED)))  # full: becomes the old one
+    assert len(c) == 2
+    assert held(c, ["a", "a"]) == ["a", "a"]  # a moves to the young generation
+    c.add(halves(fingerprint_many(["c"], SEED)))  # young {a, c} swaps: b dropped
+    assert held(c, ["a", "b", "c"]) == ["a", "c"]
+
+
+def test_the_seed_is_the_ledgers():
+    c = ConfirmCache(100, SEED)
+    c.add(halves(fingerprint_many(["a"], SEED + 1)))
+    assert held(c, ["a"]) == []
+
+
+def test_size_zero_holds_nothing_and_clear_forgets():
+    c = ConfirmCache(0, SEED)
+    c.add(halves(fingerprint_many(["a"], SEED)))
+    assert held(c, ["a"]) == [] and len(c) == 0
+    c = ConfirmCache(20, SEED)
+    c.add(halves(fingerprint_many(list("abcdef"), SEED)))
+    assert len(c) == 6 and held(c, list("abcdefz")) == list("abcdef")
+    c.clear()
+    assert len(c) == 0 and held(c, ["a"]) == []
+
+
+def test_the_empty_fingerprint_is_never_held():
+    c = ConfirmCache(20, SEED)
+    c.add(np.zeros((3, 2), dtype=np.uint64))
+    assert len(c) == 0
+
+
+def test_split_refuses_what_is_not_a_pair_with_a_str_key():
+    for bad in ([("1", "a"), ("2",)], [("1", b"a")], [("1", 3)]):
+        with pytest.raises((TypeError, ValueError)):
+            ConfirmCache(10, SEED).split(bad, Unknown())
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate has no UTF-8
+        ConfirmCache(10, SEED).split([("1", "a\ud800")], Unknown())
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 8),
+       batches=st.lists(st.tuples(st.booleans(), st.lists(
+           st.one_of(st.sampled_from("abcdefghij"), st.none()), max_size=8)), max_size=20))
+def test_split_and_add_answer_like_a_two_generation_model(size, batches):
+    """A key-by-key model of the eviction rule: a key joins the young generation
+    (from an add, or a hit in the old one); when that holds size // 2 keys it
+    becomes the old one. Swaps midway through a batch included."""
+    half = size // 2 if size > 1 else size
+    young: set[str] = set()
+    old: set[str] = set()
+
+    def model_add(k: str) -> None:
+        nonlocal young, old
+        if half and k not in young:
+            young.add(k)
+            if len(young) >= half:
+                old, young = young, set()
+
+    c = ConfirmCache(size, SEED)
+    for is_add, keys in batches:
+        present = [k for k in keys if k is not None]
+        if is_add:
+            c.add(halves(fingerprint_many(present, SEED)))
+            for k in present:
+                model_add(k)
+            continue
+        pairs = [None if k is None else (str(i), k) for i, k in enumerate(keys)]
+        out = Unknown()
+        hits = c.split(pairs, out)
+        want: dict[str, str] = {}
+        want_hits = 0
+        for v, k in (p for p in pairs if p is not None):
+            if k in young:
+                want_hits += 1
+            elif k in old:
+                want_hits += 1
+                model_add(k)
+            elif k not in want:
+                want[k] = v
+        assert (out.keys, out.values, hits) == (list(want), list(want.values()), want_hits)
+        assert bytes(out.fps) == fingerprint_many(list(want), SEED)

@@ -73,8 +73,10 @@ class ConfirmCache:
         Returns how many pairs were held (a hit; a key held by the old generation
         moves to the young one). One call per page; a group of pages shares ``out``."""
         lookup = self._lookup
-        if lookup is None or type(pairs) is not list:
+        if lookup is None:
             return self._split_python(pairs, out)
+        if type(pairs) is not list:
+            pairs = list(pairs)
         hits = i = 0
         while i < len(pairs):
             i, n, self._held, out.held = lookup.confirm_split(

@@ -34,6 +34,14 @@ def test_split_keeps_first_values_in_order_with_their_fingerprints():
     assert bytes(out.fps) == fingerprint_many(["c", "dé"], SEED)
 
 
+def test_split_takes_any_sequence_of_pairs():
+    c = ConfirmCache(100, SEED)
+    c.add(halves(fingerprint_many(["a"], SEED)))
+    out = Unknown()
+    assert c.split((("1", "a"), None, ("2", "b")), out) == 1
+    assert (out.keys, out.values) == (["b"], ["2"])
+
+
 def test_split_continues_over_pages_and_grows_past_its_batch_table():
     c = ConfirmCache(100, SEED)
     out = Unknown()

@@ -84,7 +84,7 @@ class DedupSettings:
     shards: int = 64
     seed: int = 0
     growth: int = 2
-    confirm_cache_size: int = 200_000
+    confirm_cache_size: int = 500_000
     canon_cache_size: int = 100_000
 
 

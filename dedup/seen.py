@@ -62,7 +62,7 @@ class UrlSeen:
     def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
                  error_rate: float | None = None, shards: int | None = None,
                  seed: int | None = None, growth: int | None = None,
-                 rules: CanonRules | None = None, confirm_cache_size: int = 200_000,
+                 rules: CanonRules | None = None, confirm_cache_size: int = 500_000,
                  canon_cache_size: int = 100_000, crawl_id: str | None = None,
                  create: bool = True, readonly: bool = False,
                  autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:

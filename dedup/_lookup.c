@@ -24,8 +24,9 @@ compare the two.
 
 /* The confirm cache's two generations (dedup/confirmed.py): each 2**k slots of a
    fingerprint's two uint64 halves, (0, 0) empty, probed linearly from hi's low
-   bits (a fingerprint is uniformly random). The fingerprint (0, 0) is never held:
-   caching is only speed. The caller keeps every table at most half full. */
+   bits (a fingerprint is uniformly random); the two may differ in size. The
+   fingerprint (0, 0) is never held: caching is only speed. The caller keeps
+   every table at most half full (`half`: what the young one may hold). */
 typedef struct { Py_buffer b; uint64_t *s; uint64_t mask; } fpset;
 
 static int fpset_open(fpset *t, PyObject *o) {
@@ -51,8 +52,7 @@ static inline uint64_t *fpset_slot(const fpset *t, uint64_t hi, uint64_t lo) {
 static int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
                       Py_ssize_t held, Py_ssize_t half) {
     if (fpset_open(young, yo) < 0 || (oo && fpset_open(old, oo) < 0)) return -1;
-    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1
-            || (oo && old->mask != young->mask)) {
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1) {
         PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
         return -1;
     }

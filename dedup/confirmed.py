@@ -11,8 +11,11 @@ come out with their fingerprints, ready for the filter and the ledger.
 Eviction is by two generations, as :class:`dedup.recent.RecentKeys`: keys go into
 the young table; when it holds ``size // 2`` keys it becomes the old one and the
 previous old one is dropped; a key found in the old table moves back to the
-young one, so keys in steady use survive every swap. Where the module is not
-built, sets of fingerprint bytes do the same, with the same answers.
+young one, so keys in steady use survive every swap. A table is at most half
+full and starts small, doubling as the young generation fills, so a small
+crawl does not pay for the full size (16 MB at the default 500,000 keys).
+Where the module is not built, sets of fingerprint bytes do the same, with the
+same answers.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dedup.fingerprint import fingerprint
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
 _BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
+_FIRST_SLOTS = 1 << 12  # a generation's first table (64 KB)
 
 
 def _compiled_lookup() -> ModuleType | None:
@@ -43,8 +47,8 @@ class ConfirmCache:
     def __init__(self, size: int, seed: int) -> None:
         self._half = size // 2 if size > 1 else size  # size 1 still remembers one key
         self._seed = seed
-        self._slots = 2
-        while self._slots < 2 * self._half:  # at most half full: short probes
+        self._slots = 2  # a full generation's table: at most half full, short probes
+        while self._slots < 2 * self._half:
             self._slots *= 2
         self.clear()
 
@@ -54,18 +58,39 @@ class ConfirmCache:
         self._lookup = _compiled_lookup()
         self._held = 0  # keys in the young generation
         if self._lookup is not None:
-            self._young: np.ndarray | set[bytes] = np.zeros(2 * self._slots, dtype=np.uint64)
-            self._old: np.ndarray | set[bytes] = np.zeros(2 * self._slots, dtype=np.uint64)
+            first = 2 * min(self._slots, _FIRST_SLOTS)  # two words a slot
+            self._young: np.ndarray | set[bytes] = np.zeros(first, dtype=np.uint64)
+            self._old: np.ndarray | set[bytes] = np.zeros(4, dtype=np.uint64)  # (empty)
         else:
             self._young, self._old = set(), set()
 
     def _swap(self) -> None:
-        self._old, self._young = self._young, self._old
-        if isinstance(self._young, np.ndarray):
-            self._young.fill(0)
-        else:
+        dropped, self._old = self._old, self._young
+        if not isinstance(dropped, np.ndarray):
             self._young = set()
+        elif len(dropped) == len(self._old):
+            dropped.fill(0)  # cheaper than a new table's page faults
+            self._young = dropped
+        else:
+            self._young = np.zeros(len(self._old), dtype=np.uint64)  # full size by now
         self._held = 0
+
+    def _limit(self) -> int:
+        """What the young table may hold now: the generation's size, or half its slots."""
+        return min(self._half, len(self._young) // 4)
+
+    def _full(self) -> None:
+        """The young table holds :meth:`_limit` keys: swap the generations if that is
+        the generation's size, else grow the table."""
+        if self._held >= self._half:
+            self._swap()
+        else:
+            held = self._held
+            young = self._young.reshape(-1, 2)
+            self._young = np.zeros(4 * len(young), dtype=np.uint64)
+            kept = young[(young[:, 0] | young[:, 1]) != 0]
+            stop, self._held = self._lookup.confirm_add(self._young, 0, self._limit(), kept, 0)
+            assert stop == len(kept) and self._held == held
 
     def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
         """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys
@@ -78,13 +103,15 @@ class ConfirmCache:
         if type(pairs) is not list:
             pairs = list(pairs)
         hits = i = 0
+        limit = self._limit()
         while i < len(pairs):
             i, n, self._held, out.held = lookup.confirm_split(
-                pairs, i, self._seed, self._young, self._held, self._old, self._half,
+                pairs, i, self._seed, self._young, self._held, self._old, limit,
                 out.table, out.held, out.keys, out.values, out.fps)
             hits += n
-            if self._held >= self._half > 0:
-                self._swap()
+            if self._held >= limit > 0:
+                self._full()
+                limit = self._limit()
             if 4 * out.held >= len(out.table):  # half its slots (two words a slot)
                 out.grow()
         return hits
@@ -128,9 +155,10 @@ class ConfirmCache:
         h = np.ascontiguousarray(h, dtype=np.uint64)
         i = 0
         while i < len(h):
-            i, self._held = self._lookup.confirm_add(self._young, self._held, self._half, h, i)
-            if self._held >= self._half:
-                self._swap()
+            limit = self._limit()
+            i, self._held = self._lookup.confirm_add(self._young, self._held, limit, h, i)
+            if self._held >= limit:
+                self._full()
 
     def _add_python(self, fp: bytes) -> None:
         young = self._young

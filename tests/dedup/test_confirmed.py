@@ -95,45 +95,78 @@ def test_split_refuses_what_is_not_a_pair_with_a_str_key():
         ConfirmCache(10, SEED).split([("1", "a\ud800")], Unknown())
 
 
-@settings(max_examples=200, deadline=None)
-@given(size=st.integers(0, 8),
-       batches=st.lists(st.tuples(st.booleans(), st.lists(
-           st.one_of(st.sampled_from("abcdefghij"), st.none()), max_size=8)), max_size=20))
-def test_split_and_add_answer_like_a_two_generation_model(size, batches):
-    """A key-by-key model of the eviction rule: a key joins the young generation
-    (from an add, or a hit in the old one); when that holds size // 2 keys it
-    becomes the old one. Swaps midway through a batch included."""
-    half = size // 2 if size > 1 else size
-    young: set[str] = set()
-    old: set[str] = set()
+class Model:
+    """The eviction rule key by key: a key joins the young generation (from an
+    add, or a hit in the old one); when that holds size // 2 keys it becomes
+    the old one."""
 
-    def model_add(k: str) -> None:
-        nonlocal young, old
-        if half and k not in young:
-            young.add(k)
-            if len(young) >= half:
-                old, young = young, set()
+    def __init__(self, size: int) -> None:
+        self.half = size // 2 if size > 1 else size
+        self.young: set[str] = set()
+        self.old: set[str] = set()
 
-    c = ConfirmCache(size, SEED)
+    def add(self, k: str) -> None:
+        if self.half and k not in self.young:
+            self.young.add(k)
+            if len(self.young) >= self.half:
+                self.old, self.young = self.young, set()
+
+    def split(self, pairs: list) -> tuple[dict[str, str], int]:
+        want: dict[str, str] = {}
+        hits = 0
+        for v, k in (p for p in pairs if p is not None):
+            if k in self.young:
+                hits += 1
+            elif k in self.old:
+                hits += 1
+                self.add(k)
+            elif k not in want:
+                want[k] = v
+        return want, hits
+
+
+def check_batches(size: int, batches: list[tuple[bool, list]]) -> None:
+    c, model = ConfirmCache(size, SEED), Model(size)
     for is_add, keys in batches:
         present = [k for k in keys if k is not None]
         if is_add:
             c.add(halves(fingerprint_many(present, SEED)))
             for k in present:
-                model_add(k)
+                model.add(k)
             continue
         pairs = [None if k is None else (str(i), k) for i, k in enumerate(keys)]
         out = Unknown()
         hits = c.split(pairs, out)
-        want: dict[str, str] = {}
-        want_hits = 0
-        for v, k in (p for p in pairs if p is not None):
-            if k in young:
-                want_hits += 1
-            elif k in old:
-                want_hits += 1
-                model_add(k)
-            elif k not in want:
-                want[k] = v
+        want, want_hits = model.split(pairs)
         assert (out.keys, out.values, hits) == (list(want), list(want.values()), want_hits)
         assert bytes(out.fps) == fingerprint_many(list(want), SEED)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 8),
+       batches=st.lists(st.tuples(st.booleans(), st.lists(
+           st.one_of(st.sampled_from("abcdefghij"), st.none()), max_size=8)), max_size=20))
+def test_split_and_add_answer_like_a_two_generation_model(size, batches):
+    """Swaps midway through a batch included."""
+    check_batches(size, batches)
+
+
+def test_tables_grow_with_the_young_generation_and_answer_like_the_model():
+    """A size whose tables start smaller than they end (4,096 slots, doubling
+    up to 16,384): growth midway through a batch, then swaps."""
+    rng = np.random.default_rng(5)
+    universe = [f"https://h{i % 97}.example/p/{i}" for i in range(30_000)]
+    batches = [(bool(rng.random() < 0.3),
+                [universe[j] for j in rng.integers(0, len(universe), int(rng.integers(1, 900)))])
+               for _ in range(120)]
+    check_batches(12_000, batches)
+
+
+def test_held_keys_survive_the_tables_growth():
+    c = ConfirmCache(100_000, SEED)
+    keys = [f"k{i}" for i in range(30_000)]
+    for at in range(0, len(keys), 7_000):
+        c.add(halves(fingerprint_many(keys[at:at + 7_000], SEED)))
+    assert len(c) == 30_000 and held(c, keys) == keys
+    if isinstance(c._young, np.ndarray):  # the compiled tables: grown from 4,096 slots
+        assert len(c._young) == 2 * 65_536

@@ -194,7 +194,7 @@ def test_confirm_cache_calls_check_their_arguments():
                                 [], [], bytearray())
 
     with pytest.raises(ValueError, match="held <= half"):
-        split(t, 0, np.zeros(32, dtype=np.uint64), 2, t.copy(), 0)  # generations differ
+        split(t, 0, t.copy(), 5, t.copy(), 0)  # more than half the young table
     with pytest.raises(ValueError, match="half full"):
         split(t, 0, t.copy(), 2, t.copy(), 4)
     with pytest.raises(ValueError, match="seed"):

@@ -69,9 +69,9 @@ static int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
    through, `bheld` of them) holds it, it is added to `batch` and the key, its
    value and its fingerprint are appended to the lists `keys` and `values` and
    the bytearray `fps`. Stops right after an addition that brings `young` to
-   `half` keys (the caller swaps the generations) or `batch` to half its slots
-   (the caller grows it), and is called again from `stop`; stop == len(items)
-   when done. No key is hashed as a str: the fingerprint is the only lookup. */
+   `half` keys (the caller swaps the generations or grows the young table) or
+   `batch` to half its slots (the caller grows it), and is called again from
+   `stop`; stop == len(items) when done. No key is hashed as a str: the fingerprint is the only lookup. */
 #define CHUNK 16
 
 static PyObject *confirm_split(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -167,7 +167,8 @@ done:
 
    Add the fingerprints h[start:] (an (n, 2) uint64 buffer) to `young`, which
    holds `held` keys; stops right after an addition that brings it to `half`
-   keys (the caller swaps the generations and calls again from `stop`). */
+   keys (the caller swaps the generations or grows the table, and calls again
+   from `stop`). */
 static PyObject *confirm_add(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *yo, *ho, *ret = NULL;
     Py_ssize_t held, half, start, i;

@@ -20,14 +20,15 @@ Measured on the same stream, each from a fresh state directory in /tmp:
 * UrlSeen.filter_new, autocommit=True (one SQLite commit per page);
 * UrlSeen.filter_new, autocommit=False + commit() every 100 pages (group commit,
   the crawler's mode; the final commit is timed too);
-* the same again with the calls admit() makes timed one by one (canonicalize,
-  fingerprint, Bloom, ledger find/insert/commit): the breakdown;
+* the same again with the calls filter_new makes timed one by one (canonicalize,
+  the confirm pass that fingerprints every link, the Bloom probe and add, the
+  ledger's index lookup, append and commit): the breakdown;
 * peers: w3lib ``canonicalize_url(urljoin(page, link))`` + a Python set (Scrapy's
   dupefilter approach: exact, in memory, unbounded, not durable), and our
   Canonicalizer + a set (to separate canonicalization from the rest).
 
 UrlSeen uses its default geometry (10M capacity, 1%, 64 shards) and caches
-(100k canonicalizations, 200k confirmed fingerprints).
+(100k canonicalizations, 500k confirmed fingerprints).
 
     .venv/bin/python bench/stream.py [--pages 4000] [--quick]
 """
@@ -50,8 +51,8 @@ from w3lib.url import canonicalize_url
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run import emit
 
-import dedup.seen
 from dedup import Canonicalizer, UrlSeen
+from dedup.confirmed import ConfirmCache
 
 HOSTS = 10
 SECTIONS = 8
@@ -185,10 +186,11 @@ def instrument(sw: Stopwatch) -> Callable[[UrlSeen], None]:
     def before(seen: UrlSeen) -> None:
         seen.canonicalizer = _TimedCanonicalizer(seen.canonicalizer, sw)  # type: ignore[assignment]
         b, led = seen.bloom, seen.ledger
-        b.contains_hashes = sw.wrap("Bloom contains_hashes", b.contains_hashes)  # type: ignore[method-assign]
-        b.add_hashes = sw.wrap("Bloom add_hashes", b.add_hashes)  # type: ignore[method-assign]
-        led.find = sw.wrap("ledger find (SELECT ... IN)", led.find)  # type: ignore[method-assign]
-        led.insert = sw.wrap("ledger insert (Ledger.insert)", led.insert)  # type: ignore[method-assign]
+        b.probe_hashes = sw.wrap("Bloom probe_hashes", b.probe_hashes)  # type: ignore[method-assign]
+        b.add_probed = sw.wrap("Bloom add_probed", b.add_probed)  # type: ignore[method-assign]
+        led.contains_hashes = sw.wrap("ledger index lookup (contains_hashes)",  # type: ignore[method-assign]
+                                      led.contains_hashes)
+        led.append = sw.wrap("ledger append", led.append)  # type: ignore[method-assign]
         led.commit = sw.wrap(f"ledger commit (every {COMMIT_EVERY} pages)", led.commit)  # type: ignore[method-assign]
     return before
 
@@ -225,25 +227,25 @@ def main() -> None:
             f"{n:,} pages, {n_links:,} links; {new:,} new = {new / n_links:.1%} "
             f"(so {1 - new / n_links:.1%} repeats or rejected). Group-commit run: "
             f"{stats['rejected']:,} rejected, {stats['confirm_cache_hits']:,} answered by the "
-            "confirm cache before hashing (keys confirmed or admitted lately), then "
+            "confirm cache (keys confirmed or admitted lately), then "
             f"{stats['bloom_definitely_new']:,} definitely new by Bloom and "
             f"{stats['bloom_maybe']:,} maybe-seen, {stats['ledger_queries']:,} ledger "
             f"queries, {stats['false_positives']} Bloom false positives; "
             f"canonicalization cache {cache['hits']:,} hits / {cache['misses']:,} misses.")
 
         sw = Stopwatch()
-        orig = dedup.seen.fingerprint_many
-        dedup.seen.fingerprint_many = sw.wrap("fingerprint (fingerprint_many)", orig)
+        orig = ConfirmCache.split  # (a slotted class: timed on the class)
+        ConfirmCache.split = sw.wrap("confirm pass (fingerprint + cache)", orig)  # type: ignore[method-assign]
         try:
             total, _, seen = run_seen(pages, Path(tmp) / "c", group_commit=True,
                                       before=instrument(sw))
         finally:
-            dedup.seen.fingerprint_many = orig
+            ConfirmCache.split = orig  # type: ignore[method-assign]
         seen.close()
     for name, s in sw.seconds.items():
         breakdown.append([name, sw.calls[name], s / n * 1e6, s / n_links * 1e9, s / total])
     other = total - sum(sw.seconds.values())
-    breakdown.append(["rest of admit (Python glue, confirm cache, results)", None,
+    breakdown.append(["rest of filter_new (Python glue, results)", None,
                       other / n * 1e6, other / n_links * 1e9, other / total])
     breakdown.append(["total (instrumented run)", None, total / n * 1e6, total / n_links * 1e9,
                       1.0])

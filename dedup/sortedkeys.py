@@ -172,7 +172,7 @@ class SortedKeys:
         With the compiled lookup a run file's keys take one :meth:`find_into` call.
         """
         if self._file is not None and _compiled.lookup is not None and todo:
-            return self._probe_compiled(todo)
+            return probe_with(self.find_into, todo)  # filter, directory and reads in C
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
         bloom, m, file = self._bloom, self._m, self._file
         hits: list[tuple[int, int]] = []
@@ -215,11 +215,6 @@ class SortedKeys:
         if reads:
             self._read_probes(reads, hits, miss)
         return hits, miss
-
-    def _probe_compiled(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """:meth:`probe` of a run file's keys in one :meth:`find_into` call (filter,
-        directory and reads in C), each list in the order asked."""
-        return probe_with(self.find_into, todo)
 
     def _read_probes(self, reads: list[tuple[Probe, int, int]],
                      hits: list[tuple[int, int]], miss: list[Probe]) -> None:

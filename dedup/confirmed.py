@@ -38,6 +38,23 @@ def _compiled_lookup() -> ModuleType | None:
     return lookup if lookup is not None and hasattr(lookup, "confirm_split") else None
 
 
+def _held(table: np.ndarray) -> np.ndarray:
+    """The fingerprints a compiled table holds, as ``(n, 2)`` rows."""
+    rows = table.reshape(-1, 2)
+    return rows[(rows[:, 0] | rows[:, 1]) != 0]
+
+
+def _doubled(table: np.ndarray) -> tuple[np.ndarray, int]:
+    """A compiled table of twice the slots holding the same fingerprints, and
+    how many (for a generation or a pass's batch table that filled half its slots)."""
+    kept = _held(table)
+    grown = np.zeros(2 * len(table), dtype=np.uint64)
+    stop, held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
+        grown, 0, len(grown) // 4, kept, 0)
+    assert stop == held == len(kept)
+    return grown, held
+
+
 class ConfirmCache:
     """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none.
     Keys are str, fingerprinted with ``seed`` (the ledger's)."""
@@ -85,12 +102,8 @@ class ConfirmCache:
         if self._held >= self._half:
             self._swap()
         else:
-            held = self._held
-            young = self._young.reshape(-1, 2)
-            self._young = np.zeros(4 * len(young), dtype=np.uint64)
-            kept = young[(young[:, 0] | young[:, 1]) != 0]
-            stop, self._held = self._lookup.confirm_add(self._young, 0, self._limit(), kept, 0)
-            assert stop == len(kept) and self._held == held
+            self._young, held = _doubled(self._young)
+            assert held == self._held
 
     def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
         """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys
@@ -172,7 +185,7 @@ class ConfirmCache:
     def __len__(self) -> int:
         """Keys held (the old generation may repeat some of the young one's)."""
         if isinstance(self._old, np.ndarray):
-            return self._held + int(np.count_nonzero(self._old[0::2] | self._old[1::2]))
+            return self._held + len(_held(self._old))
         return self._held + len(self._old)
 
 
@@ -193,12 +206,8 @@ class Unknown:
         self.let_through: set[bytes] = set()  # the Python pass's
 
     def grow(self) -> None:
-        """Twice the compiled pass's table, refilled from ``fps``."""
-        self.table = np.zeros(2 * len(self.table), dtype=np.uint64)
-        h = np.frombuffer(bytes(self.fps), dtype="<u8").reshape(-1, 2)
-        stop, self.held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
-            self.table, 0, len(self.table) // 4, h, 0)
-        assert stop == len(h)
+        """Twice the compiled pass's table."""
+        self.table, self.held = _doubled(self.table)
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -76,15 +76,24 @@ class Admission:
             keep.append(pair)
         return keep, remote
 
-    def admit_pages(self, pages: Sequence[tuple[Pairs, int]]) -> list[int]:
+    def admit_pages(self, pages: Sequence[tuple[Pairs, int]],
+                    sources: Sequence[str | None] | None = None) -> list[int]:
         """The seen-test of routed ``(pairs, depth)`` pages in one batch, then the
         cap in page order, then the frontier: the number of URLs each page queued.
+        ``sources``: the URL each page's links were found on (None: not known, as
+        for a fleet delivery), noted in the ledger per run of new seqs so that a
+        page's record can name its referrer whenever it is fetched.
 
         The same URLs are queued as page by page in order, except that a host's
         links past its cap on two pages of one group are both recorded (skipped)
         where page by page the second would not be asked about: neither is fetched.
         """
         per_page = self.seen.admit_resolved_pages(pages)
+        if sources is not None:
+            # a page's new seqs are one run: seqs ascend by depth, then page order
+            self.seen.ledger.journal.note_runs(
+                (page[0].seq, page[-1].seq, source)
+                for page, source in zip(per_page, sources, strict=True) if page)
         cap = self.cap
         counts = self.host_counts
         queued = []

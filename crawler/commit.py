@@ -41,34 +41,50 @@ from typing import Any
 from crawler.admission import Pairs
 from crawler.frontier import Frontier, Item
 from crawler.outcome import FetchResult
-from crawler.output import PAGES_FILE, PageLog, WarcWriter, iso_time
+from crawler.output import PAGES_FILE, PageLog, iso_time
+from crawler.settings import OutputSettings
 from crawler.state import OUTPUTS_KEY, TOTALS_KEY
+from crawler.warc import Exchange, WarcFiles, build_records, payload_digest
 from dedup import State, UrlSeen
 
 __all__ = ["GroupCommit", "Links", "output_files"]
 
 Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
-WarcPage = tuple[str, str, bytes, float]  # (url, content type, body, fetched at)
 Links = tuple[Pairs, int]  # routed links to admit, and their depth
+Content = tuple[str, str, str]  # (payload digest, url, date) of a page's 2xx body
 
 
 @dataclass(slots=True)
 class _Entry:
-    """One page (or a fleet delivery: no record, no mark) handed to the committer."""
+    """One page (or a fleet delivery, or robots.txt exchanges: no record, no mark)
+    handed to the committer."""
 
     record: dict[str, Any] | None
     mark: Mark | None
-    warc_page: WarcPage | None
     links: Sequence[Links]
-    fut: asyncio.Future[None] = field(repr=False)
+    fut: asyncio.Future[None] | None = field(repr=False)
+    exchanges: Sequence[Exchange] = ()  # for the WARC, in the order they happened
+    content: Content | None = None  # the page's body, for revisits and duplicate_of
+    page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
 
 
-def output_files(seen: UrlSeen, warc: str) -> tuple[PageLog, WarcWriter | None]:
-    """The crawl's pages.jsonl and WARC (``warc`` = "" for none), to be cut back on
-    opening to the sizes the ledger has committed."""
+def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
+    """The crawl's pages.jsonl and WARC files (``output.warc`` = "" for none), to be
+    cut back on opening to the sizes the ledger has committed."""
     committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
-    return (PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")),
-            WarcWriter(warc, committed.get("warc")) if warc else None)
+    warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
+            if output.warc else None)
+    return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
+
+
+def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool
+               ) -> list[bytes]:
+    return [build_records(ex, gzip=gz, refers_to=ref) for ex, ref in records]
+
+
+def _dedupable(ex: Exchange) -> bool:
+    """A whole, non-empty 2xx body: what a later identical body is a revisit of."""
+    return 200 <= ex.status < 300 and ex.truncated is None and bool(ex.payload)
 
 
 class GroupCommit:
@@ -78,8 +94,9 @@ class GroupCommit:
     previous group was being written goes out as the next group.
     """
 
-    def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
-                 frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
+    def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: UrlSeen,
+                 frontier: Frontier,
+                 admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None) -> None:
         self._pagelog = pagelog
         self._totals = totals
@@ -97,16 +114,28 @@ class GroupCommit:
         self._task = asyncio.create_task(self._run(), name="bloomcrawl-committer")
 
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
-                     warc_page: WarcPage | None = None, links: Sequence[Links] = ()) -> None:
+                     links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
+                     content: Content | None = None, page_exchange: Exchange | None = None
+                     ) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
         ``Admission.route`` (which has the frontier expect each one);
-        ``record["links_new"]`` is set here."""
+        ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Entry(record, mark, warc_page, links, fut))
+        self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
+                                    page_exchange))
         self._wake.set()
         await fut
+
+    def add_exchanges(self, exchanges: Sequence[Exchange]) -> None:
+        """Exchanges of no page (robots.txt) for the WARC, written with the next
+        group; nobody waits for them. A crash before that commit loses them with
+        the cached rules, so robots.txt is fetched (and recorded) again."""
+        if self._warc is None or not exchanges or self.error is not None:
+            return
+        self._pending.append(_Entry(None, None, (), None, exchanges))
+        self._wake.set()
 
     async def _run(self) -> None:
         while True:
@@ -117,7 +146,7 @@ class GroupCommit:
             except Exception as exc:  # disk full, I/O error: fatal for the crawl
                 self.error = exc
                 for e in self._pending:
-                    if not e.fut.done():
+                    if e.fut is not None and not e.fut.done():
                         e.fut.set_exception(exc)
                 self._pending.clear()
                 return
@@ -129,11 +158,12 @@ class GroupCommit:
             batch, self._pending = self._pending, []
             try:
                 self._admit_links(batch)
+                records = self._contents(batch)
                 await self._pagelog.append([e.record for e in batch if e.record is not None])
-                if self._warc is not None:
-                    pages = [e.warc_page for e in batch if e.warc_page is not None]
-                    if pages:
-                        await self._warc.write_pages(pages)
+                if self._warc is not None and records:
+                    # warcio and gzip take ms per MB: off the loop
+                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip)
+                    await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
                 marks = [e.mark for e in batch if e.mark is not None]
@@ -145,21 +175,57 @@ class GroupCommit:
                 self._seen.commit()
             except BaseException as exc:
                 for e in batch:
-                    if not e.fut.done():
+                    if e.fut is not None and not e.fut.done():
                         e.fut.set_exception(exc)
                 raise
             self._frontier.settled(m[0] for m in marks)
             for e in batch:
-                if not e.fut.done():
+                if e.fut is not None and not e.fut.done():
                     e.fut.set_result(None)
 
+    def _contents(self, batch: list[_Entry]
+                  ) -> list[tuple[Exchange, tuple[str, str] | None]]:
+        """Each record's ``duplicate_of`` and each exchange's WARC form: a body seen
+        before (same payload digest, earlier in the crawl or in this group) is a
+        revisit of its first capture ``(uri, date)``. New digests go into the ledger's
+        ``contents`` in this group's transaction: exact across kill -9."""
+        journal = self._seen.ledger.journal
+        group: dict[str, tuple[str, str]] = {}
+        added: list[tuple[str, str, str]] = []
+
+        def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
+            ref = group.get(digest) or journal.content_first(digest)
+            if ref is None:
+                group[digest] = (url, date)
+                added.append((digest, url, date))
+            return ref
+
+        out: list[tuple[Exchange, tuple[str, str] | None]] = []
+        for e in batch:
+            page_ref = first(*e.content) if e.content is not None else None
+            if e.record is not None:
+                e.record["duplicate_of"] = page_ref[0] if page_ref is not None else None
+            for ex in e.exchanges:
+                if ex is e.page_exchange:
+                    ref = page_ref
+                elif _dedupable(ex):
+                    ref = first(ex.payload_digest(), ex.url, iso_time(ex.started))
+                else:
+                    ref = None
+                out.append((ex, ref))
+        journal.content_add(added)
+        return out
+
     def _admit_links(self, batch: list[_Entry]) -> None:
-        """Every page's links through the seen-test at once; each record's ``links_new``."""
+        """Every page's links through the seen-test at once; each record's ``links_new``;
+        the page each run of new URLs was found on (their ``referrer``)."""
         waiting = [e for e in batch if e.links]
         if not waiting:
             return
         pages = [links for e in waiting for links in e.links]
-        queued = iter(self._admit(pages))
+        sources = [e.record["url"] if e.record is not None else None
+                   for e in waiting for _ in e.links]
+        queued = iter(self._admit(pages, sources))
         for e in waiting:
             n = sum(next(queued) for _ in e.links)
             if e.record is not None:
@@ -172,9 +238,9 @@ class GroupCommit:
 
     def offsets(self) -> dict[str, int]:
         """The output files' sizes as written: what a commit records as committed."""
-        out = {"pages": self._pagelog.size}
+        out: dict[str, Any] = {"pages": self._pagelog.size}
         if self._warc is not None:
-            out["warc"] = self._warc.size
+            out["warc"] = self._warc.committed()
         return out
 
     async def close(self) -> None:
@@ -190,16 +256,29 @@ class GroupCommit:
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
-        commit), its pages.jsonl record (and WARC record with ``warc``), then its
+        commit), its pages.jsonl record (and WARC records with ``warc``), then its
         mark."""
         now = time.time()
         status = res.status if res is not None else None
+        ex = res.exchange if warc and res is not None else None
+        payload = ex.payload if ex is not None and ex.truncated is None else (
+            res.body if res is not None else None)
+        digest = payload_digest(payload) if payload is not None else None
+        if ex is not None and payload is ex.payload:
+            ex.digest = digest
+        content = None
+        if digest is not None and payload and status is not None and 200 <= status < 300:
+            content = (digest, ex.url if ex is not None else item.url,
+                       iso_time(ex.started if ex is not None else now))
         record = {
             "url": item.url,
             "final_url": final_url,
+            "referrer": self._seen.ledger.journal.note_of(item.seq) if item.depth else None,
             "status": status,
             "content_type": res.content_type if res is not None else None,
             "bytes": res.nbytes if res is not None else 0,
+            "payload_digest": digest,
+            "duplicate_of": None,
             "depth": item.depth,
             "links_found": links_found,
             "links_new": 0,
@@ -208,9 +287,7 @@ class GroupCommit:
             "attempts": res.attempts if res is not None else 0,
             "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
         }
-        warc_page = None
-        if (warc and res is not None and res.body is not None
-                and status is not None and 200 <= status < 300):
-            warc_page = (item.url, res.content_type or "text/html", res.body, now)
-        await self.commit(record, (item.seq, state, status, error), warc_page,
-                          (links,) if links is not None else ())
+        await self.commit(record, (item.seq, state, status, error),
+                          (links,) if links is not None else (),
+                          exchanges=(ex,) if ex is not None else (), content=content,
+                          page_exchange=ex)

@@ -90,17 +90,21 @@ class Engine:
         self.admission = Admission(seen, scope, self.frontier, cap, host_counts)
         self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
                                      host_counts if cap else None)
-        self.fetcher = Fetcher(settings.fetch)
+        out = settings.output
+        self.fetcher = Fetcher(settings.fetch, record=bool(out.warc),
+                               record_types=out.warc_content_types)
         # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
                                    max_crawl_delay=settings.politeness.max_crawl_delay,
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
-        self.pagelog, self.warc = output_files(seen, settings.output.warc)
+        self.pagelog, self.warc = output_files(seen, settings.output)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals)
         self._warc_pages = self.warc is not None
+        if self.robots is not None and self.warc is not None:
+            self.robots.on_fetch = self.committer.add_exchanges
         self.session = SessionCounts()
         self.stopping = False
         self.outcome = "finished"
@@ -168,7 +172,7 @@ class Engine:
         links = [x for pairs, depth in by_depth
                  if (x := self.admission.route(pairs, depth)[0]) is not None]
         if links:
-            await self.committer.commit(None, None, None, links)
+            await self.committer.commit(None, None, links)
 
     # -- running ---------------------------------------------------------------------
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextvars
 import random
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import ada_url
 import aiohttp
@@ -30,12 +34,30 @@ from crawler.headers import (
 )
 from crawler.netguard import GuardedResolver, check_literal_host
 from crawler.outcome import FetchResult, classify_error
+from crawler.warc import Exchange
 
 __all__ = ["FetchSettings", "Fetcher", "TextFetch"]
 
 _CHUNK = 64 * 1024
 _DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
 _ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
+
+
+# The address a fetch's connection went to, for WARC-IP-Address: set by
+# ``_PeerConnector.connect`` in the fetching task (aiohttp may release a
+# small response's connection before the caller sees the response).
+_PEER: contextvars.ContextVar[list[str | None] | None] = contextvars.ContextVar(
+    "bloomcrawl_peer", default=None)
+
+
+class _PeerConnector(aiohttp.TCPConnector):
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        conn = await super().connect(req, traces, timeout)
+        holder = _PEER.get()
+        if holder is not None and conn.transport is not None:
+            addr = conn.transport.get_extra_info("peername")
+            holder[0] = str(addr[0]) if addr else None
+        return conn
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +101,15 @@ class TextFetch:
     text: str | None  # the decoded 2xx body
     error: str | None = None  # why there is no text ("timeout", "refused private address ...")
     retryable: bool = False  # the failure may pass: ask again later
+    exchanges: tuple[Exchange, ...] = field(default=())  # each hop, when the fetcher records
 
 
 class _Hop:
     """What one attempt learned, filled in as the response arrives."""
 
     __slots__ = (
-        "body", "charset", "content_type", "error", "interrupted", "location", "nbytes",
-        "retry", "retry_after", "status",
+        "body", "charset", "content_type", "error", "exchange", "interrupted", "location",
+        "nbytes", "retry", "retry_after", "status",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -100,6 +123,7 @@ class _Hop:
         self.error: str | None = None
         self.retry = False
         self.interrupted = False
+        self.exchange: Exchange | None = None
 
 
 class Fetcher:
@@ -111,11 +135,20 @@ class Fetcher:
         *,
         resolver: AbstractResolver | None = None,
         rng: random.Random | None = None,
+        record: bool = False,
+        record_types: str = "",
     ) -> None:
         """`resolver` replaces aiohttp's default DNS resolver (the Fetcher takes
         ownership and closes it); it is still wrapped by the private-address guard
-        unless settings.allow_private. `rng` drives the backoff jitter."""
+        unless settings.allow_private. `rng` drives the backoff jitter.
+
+        With `record` every answered hop's ``Exchange`` (for the WARC) is kept in
+        the result, and 2xx bodies of any type are read (up to the cap) when their
+        media type matches the `record_types` regex ("" matches all); a 2xx page
+        whose type does not match has no exchange. robots.txt is always kept."""
         self.settings = settings
+        self.record = record
+        self._record_types = re.compile(record_types) if record_types else None
         self._inner_resolver = resolver
         self._rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
@@ -149,7 +182,7 @@ class Fetcher:
             if not s.allow_private:
                 resolver = GuardedResolver(resolver)
             self._resolver = resolver
-            connector = aiohttp.TCPConnector(
+            connector = (_PeerConnector if self.record else aiohttp.TCPConnector)(
                 limit=s.max_connections,
                 ttl_dns_cache=int(s.dns_cache_ttl),
                 resolver=resolver,
@@ -185,22 +218,26 @@ class Fetcher:
         status line (a body timing out) is reported like one that never answered,
         so that a caller never reads a half-received file as "no rules".
         """
+        hops: list[Exchange] = []
         for _ in range(max_redirects + 1):
             r = await self._fetch(url, html_only=False, limit=max_bytes)
+            if r.exchange is not None:
+                hops.append(r.exchange)
+            ex = tuple(hops)
             if r.status is None or r.interrupted:
-                return TextFetch(None, None, r.error, r.retryable)
+                return TextFetch(None, None, r.error, r.retryable, ex)
             if 300 <= r.status < 400 and r.location:
                 try:
                     url = ada_url.join_url(url, r.location)
                 except ValueError:
-                    return TextFetch(r.status, None, "bad redirect")
+                    return TextFetch(r.status, None, "bad redirect", exchanges=ex)
                 if not url.startswith(("http://", "https://")):
-                    return TextFetch(r.status, None, "bad redirect")
+                    return TextFetch(r.status, None, "bad redirect", exchanges=ex)
                 continue
             if r.body is None or not 200 <= r.status < 300:
-                return TextFetch(r.status, None, r.error, r.retryable)
-            return TextFetch(r.status, _decode_text(r.body, r.charset))
-        return TextFetch(r.status, None, "too many redirects")
+                return TextFetch(r.status, None, r.error, r.retryable, ex)
+            return TextFetch(r.status, _decode_text(r.body, r.charset), exchanges=ex)
+        return TextFetch(r.status, None, "too many redirects", exchanges=tuple(hops))
 
     async def _fetch(self, url: str, *, html_only: bool, limit: int) -> FetchResult:
         s = self.settings
@@ -242,6 +279,7 @@ class Fetcher:
             elapsed=loop.time() - start,
             interrupted=hop.interrupted,
             retryable=hop.retry,
+            exchange=hop.exchange,
         )
 
     async def _once(self, url: URL, *, html_only: bool, limit: int, budget: float) -> _Hop:
@@ -249,15 +287,22 @@ class Fetcher:
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=max(budget, 0.001), sock_connect=s.connect_timeout,
                                         sock_read=s.read_timeout)
+        started = time.time()
+        peer: list[str | None] = [None]
+        if self.record:
+            _PEER.set(peer)
         try:
             async with self._get_session().get(url, allow_redirects=False,
                                                timeout=timeout) as resp:
+                if self.record:
+                    hop.exchange = _exchange(resp, started, peer[0])
                 await self._read(resp, hop, html_only=html_only, limit=limit)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
             failure = classify_error(e)
             hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                                       failure.interrupted)
             hop.body = None
+            hop.exchange = None  # a transfer that broke is not archived
         return hop
 
     async def _read(
@@ -267,6 +312,12 @@ class Fetcher:
         status = hop.status = resp.status
         hop.content_type, hop.charset = parse_content_type(resp.headers.get(hdrs.CONTENT_TYPE))
         length = content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
+        ex = hop.exchange
+        if ex is not None:
+            ex.media_type = hop.content_type
+            if (html_only and 200 <= status < 300 and self._record_types is not None
+                    and not self._record_types.search(hop.content_type or "")):
+                ex = hop.exchange = None  # the user archives other types only
 
         if status == 429 or status == 503:
             hop.retry_after = parse_retry_after(resp.headers.get(hdrs.RETRY_AFTER))
@@ -289,7 +340,8 @@ class Fetcher:
             return
 
         ctype = hop.content_type
-        if html_only and ctype is not None and ctype not in s.html_types:
+        not_html = html_only and ctype is not None and ctype not in s.html_types
+        if not_html and ex is None:
             # Not ours to parse: do not spend bandwidth on it.
             hop.nbytes = length or 0
             hop.error = "not html"
@@ -298,6 +350,8 @@ class Fetcher:
         if html_only and length is not None and length > limit:
             hop.nbytes = length
             hop.error = f"too large (>{limit} bytes)"
+            if ex is not None:
+                ex.truncated = "length"
             resp.close()
             return
         buf = bytearray()
@@ -306,28 +360,56 @@ class Fetcher:
             hop.nbytes = len(buf)
             if len(buf) > limit:
                 resp.close()  # drop the connection instead of draining the rest
+                del buf[limit:]
+                if ex is not None:
+                    ex.truncated = "length"
+                    ex.payload = bytes(buf)
                 if html_only:
                     hop.error = f"too large (>{limit} bytes)"
                     return
-                del buf[limit:]
                 break
-        if html_only and ctype is None and not looks_like_html(bytes(buf[:512])):
+        if not_html or (html_only and ctype is None and not looks_like_html(bytes(buf[:512]))):
             hop.error = "not html"
+            if ex is not None and ex.truncated is None:
+                ex.payload = bytes(buf)  # archived, not parsed
             return
         hop.body = bytes(buf)
+        if ex is not None and ex.truncated is None:
+            ex.payload = hop.body
 
 
 async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) -> None:
-    """Skip a body we do not want: read it if tiny (keeps the connection), else close."""
+    """Skip a body we do not want: read it if tiny (keeps the connection), else close.
+    A recorded exchange keeps a tiny body; a closed one is archived truncated."""
     if length is not None and length <= _DISCARD_MAX:
         try:
-            hop.nbytes = len(await resp.read())
+            data = await resp.read()
+            hop.nbytes = len(data)
+            if hop.exchange is not None:
+                hop.exchange.payload = data
             return
         except (aiohttp.ClientError, OSError, TimeoutError):
             pass
     else:
         hop.nbytes = length or 0
+    if hop.exchange is not None and length != 0:
+        hop.exchange.truncated = "length"
     resp.close()
+
+
+def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None) -> Exchange:
+    """What was sent and what came back, headers as on the wire (aiohttp's
+    ``request_info.headers`` are the ones ``send`` wrote)."""
+    info = resp.request_info
+    v = resp.version
+    version = f"HTTP/{v.major}.{v.minor}" if v is not None else "HTTP/1.1"
+    return Exchange(
+        url=str(resp.url), started=started, method=info.method,
+        target=info.url.raw_path_qs or "/", request_headers=list(info.headers.items()),
+        version=version, status=resp.status, reason=resp.reason or "",
+        response_headers=[(k.decode("latin-1"), v.decode("latin-1"))
+                          for k, v in resp.raw_headers],
+        ip=peer)
 
 
 def _decode_text(body: bytes, charset: str | None) -> str:

@@ -13,11 +13,15 @@ import asyncio
 import errno
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
 
 from crawler.netguard import PrivateAddressError
+
+if TYPE_CHECKING:
+    from crawler.warc import Exchange
 
 __all__ = ["Failure", "FetchResult", "classify_error"]
 
@@ -41,6 +45,8 @@ class FetchResult:
     # The last attempt failed in a way that may pass (a timeout, a refused
     # connection, a 5xx, a 429): the crawl tries the URL again later, with backoff.
     retryable: bool = False
+    # What was sent and received, for the WARC (only when the fetcher records).
+    exchange: Exchange | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,4 +1,5 @@
-"""What a crawl leaves behind besides its state: pages.jsonl and, optionally, a WARC file.
+"""What a crawl leaves behind besides its state: pages.jsonl (and, with
+``crawler.warc``, WARC files).
 
 Why batched appends: the engine commits pages in groups (one write, then one
 ledger transaction, per group), so the per-page cost is building a dict.
@@ -15,12 +16,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import base64
-import gzip
-import hashlib
 import json
 import os
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -29,7 +26,7 @@ import aiofiles
 
 from dedup.atomic import atomic_write_bytes
 
-__all__ = ["PAGES_FILE", "PageLog", "WarcWriter", "iso_time", "read_json", "read_pages",
+__all__ = ["PAGES_FILE", "PageLog", "iso_time", "read_json", "read_pages",
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
@@ -203,59 +200,3 @@ def complete_lines(path: str | Path, *, missing_ok: bool = False) -> list[bytes]
 def read_pages(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record of a pages.jsonl file (a partial last line is ignored)."""
     return [json.loads(line) for line in complete_lines(path)]
-
-
-class WarcWriter(_AppendFile):
-    """WARC/1.1 ``resource`` records for fetched HTML pages.
-
-    Resource records (not ``response``) because the fetcher keeps the body but
-    not the raw HTTP header block; each carries the target URI, the fetch time,
-    the media type and a SHA-1 payload digest. A file name ending in ``.gz`` gets
-    one gzip member per record, the convention WARC readers expect. Records of a
-    commit group are written in one call; a kill -9 in the middle of it can
-    leave a torn last record (those pages are fetched and written again on
-    resume), which ``open`` cuts back to the last committed offset.
-    """
-
-    def __init__(self, path: str | Path, committed: int | None = None) -> None:
-        super().__init__(path, committed)
-        self.gzip = self.path.name.endswith(".gz")
-        self.records = 0
-
-    async def open(self) -> WarcWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        await self._open_append()
-        if self.size == 0:
-            await self._write(self._warcinfo())
-        return self
-
-    def _warcinfo(self) -> bytes:
-        payload = b"software: bloomcrawl\r\nformat: WARC File Format 1.1\r\n"
-        return self._record("warcinfo", None, "application/warc-fields", payload, None)
-
-    def _record(self, kind: str, uri: str | None, ctype: str, payload: bytes,
-                when: float | None) -> bytes:
-        date = iso_time(when if when is not None else datetime.now(UTC).timestamp())
-        headers = [
-            "WARC/1.1",
-            f"WARC-Type: {kind}",
-            f"WARC-Record-ID: <urn:uuid:{uuid.uuid4()}>",
-            f"WARC-Date: {date}",
-        ]
-        if uri is not None:
-            digest = base64.b32encode(hashlib.sha1(payload).digest()).decode()
-            headers += [f"WARC-Target-URI: {uri}", f"WARC-Payload-Digest: sha1:{digest}",
-                        f"WARC-Block-Digest: sha1:{digest}"]
-        headers += [f"Content-Type: {ctype}", f"Content-Length: {len(payload)}"]
-        raw = ("\r\n".join(headers) + "\r\n\r\n").encode() + payload + b"\r\n\r\n"
-        return gzip.compress(raw, compresslevel=6) if self.gzip else raw
-
-    async def write_pages(self, pages: list[tuple[str, str, bytes, float]]) -> None:
-        """``(url, content_type, body, fetched_at)`` per page, appended as one write."""
-        if not pages:
-            return
-        blob = b"".join(self._record("resource", url, ctype or "application/octet-stream",
-                                     body, ts) for url, ctype, body, ts in pages)
-        await self._write(blob)
-        self.records += len(pages)
-

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from protego import Protego
 from yarl import URL
@@ -89,6 +90,8 @@ class RobotsCache:
         self._rules: OrderedDict[str, _Rules] = OrderedDict()
         self._pending: dict[str, asyncio.Future[_Rules]] = {}
         self._origins: dict[str, str | None] = {}  # "scheme://authority" -> origin_of
+        # given each robots.txt fetch's exchanges (a recording fetcher's, for the WARC)
+        self.on_fetch: Callable[[Sequence[Any]], None] | None = None
 
     def _split(self, url: str) -> tuple[str | None, str]:
         """(origin, the rest of the URL from its path on), the origin parsed once per
@@ -162,6 +165,8 @@ class RobotsCache:
 
     async def _load(self, origin: str, previous: _Rules | None) -> _Rules:
         got = await self._fetcher.get_text(origin + "/robots.txt")
+        if got.exchanges and self.on_fetch is not None:
+            self.on_fetch(got.exchanges)
         status, text = got.status, got.text
         now = self._clock()
         if status is None or status >= 500 or status == 429:

@@ -13,6 +13,7 @@ command-line flags.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -73,6 +74,8 @@ class SnapshotSettings:
 @dataclass(frozen=True, slots=True)
 class OutputSettings:
     warc: str = ""
+    warc_max_size: int = 1_000_000_000
+    warc_content_types: str = ""
     progress_interval: float = 1.0
     plain_progress_interval: float = 10.0
 
@@ -221,6 +224,8 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("snapshot", "every_new_urls"): (lambda v: v >= 1, ">= 1"),
     ("output", "progress_interval"): (lambda v: v > 0, "> 0"),
     ("output", "plain_progress_interval"): (lambda v: v > 0, "> 0"),
+    ("output", "warc_max_size"): (lambda v: v == 0 or v >= 4096, ">= 4096 bytes (0: one file)"),
+    ("output", "warc_content_types"): (lambda v: _compiles(v), "a valid regular expression"),
     ("fetch", "connect_timeout"): (lambda v: v > 0, "> 0"),
     ("fetch", "read_timeout"): (lambda v: v > 0, "> 0"),
     ("fetch", "total_timeout"): (lambda v: v > 0, "> 0"),
@@ -247,6 +252,14 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("distributed", "retry_for"): (lambda v: v >= 0, ">= 0"),
     ("distributed", "poll_interval"): (lambda v: v > 0, "> 0"),
 }
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
 
 
 def _validate(section: Any, name: str, source: str) -> None:

@@ -18,6 +18,7 @@ from crawler.output import PAGES_FILE, write_json_atomic
 from crawler.scope import Scope, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from crawler.statecreate import building, check_resources
+from crawler.warc import warc_start
 from dedup import Canonicalizer, Ledger, UrlSeen
 from dedup.seen import host_of
 from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path
@@ -103,8 +104,10 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
         try:
             seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
             seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
-            warc = Path(settings.output.warc) if settings.output.warc else None
-            seen.ledger.meta_set(OUTPUTS_KEY, {"pages": 0, "warc": _size(warc)})
+            outputs: dict[str, Any] = {"pages": 0}
+            if settings.output.warc:
+                outputs["warc"] = warc_start(settings.output.warc)
+            seen.ledger.meta_set(OUTPUTS_KEY, outputs)
             if meta is not None:
                 seen.ledger.meta_set(FLEET_KEY, meta)
             admitted = seen.admit_resolved(seeds, depth=0)
@@ -179,7 +182,7 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
             warc = (state_dir / Path(config["output"]["warc"]).name).resolve()
             config["output"]["warc"] = str(warc)
             ledger.meta_set(CONFIG_KEY, config)
-            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": _size(warc)})
+            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": warc_start(warc)})
 
 
 def require_state_dir(path: str | Path) -> Path:

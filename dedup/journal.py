@@ -31,6 +31,8 @@ from dedup.journal_format import (
     FORGET,
     FORMAT,
     FP,
+    NOTES_SCHEMA,
+    NOTES_TABLES,
     SCHEMA,
     Batch,
     JournalRow,
@@ -116,6 +118,8 @@ class Journal:
             if not tables:
                 db.executescript("BEGIN;" + SCHEMA + "COMMIT;")
                 db.execute("INSERT INTO meta VALUES ('format', ?)", (json.dumps(FORMAT),))
+            elif not tables >= NOTES_TABLES:  # a ledger written before the notes tables
+                db.executescript("BEGIN;" + NOTES_SCHEMA + "COMMIT;")
         self._load_counters()
 
     def _load_counters(self) -> None:
@@ -335,6 +339,44 @@ class Journal:
             self._queue.drop(ids)
             self._end()
         return len(ids)
+
+    # -- notes: a caller's text on runs of seqs, and first holders of content ------
+
+    def note_runs(self, rows: Iterable[tuple[int, int, str | None]]) -> None:
+        """``(first seq, last seq, text)``: where a run of admitted keys came from
+        (the crawler: the page its URLs were found on), in the open transaction."""
+        rows = list(rows)
+        if rows:
+            self._begin()
+            self._db.executemany("INSERT OR REPLACE INTO notes VALUES (?,?,?)", rows)
+            self._end()
+
+    def note_of(self, seq: int) -> str | None:
+        """The text of the run holding ``seq`` (None: no run, or no text)."""
+        try:
+            row = self._db.execute("SELECT last, text FROM notes WHERE first <= ? "
+                                   "ORDER BY first DESC LIMIT 1", (seq,)).fetchone()
+        except sqlite3.OperationalError:  # a read-only ledger from before the table
+            return None
+        return row[1] if row is not None and row[0] >= seq else None
+
+    def content_first(self, digest: str) -> tuple[str, str] | None:
+        """``(name, date)`` stored with ``digest`` first (``content_add``), or None."""
+        try:
+            row = self._db.execute("SELECT name, at FROM contents WHERE digest = ?",
+                                   (digest,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return (row[0], row[1]) if row is not None else None
+
+    def content_add(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """``(digest, name, date)``: the first holder of each digest (a later add of
+        the same digest keeps the first), in the open transaction."""
+        rows = list(rows)
+        if rows:
+            self._begin()
+            self._db.executemany("INSERT OR IGNORE INTO contents VALUES (?,?,?)", rows)
+            self._end()
 
     # -- metadata ----------------------------------------------------------------
 

@@ -40,6 +40,18 @@ CREATE INDEX queue_host ON queue(host, id);
 CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status INTEGER,
                        error TEXT, at REAL NOT NULL);
 """
+# Notes a caller keeps beside the keys, in the same transactions: ``notes``, a
+# text per run of seqs (the crawler: the page a run of URLs was found on);
+# ``contents``, the first (name, date) seen with each content digest (the
+# crawler: WARC revisits and pages.jsonl's duplicate_of). Added to older
+# format-2 ledgers on open; repair, resize and merge do not carry them.
+NOTES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT);
+CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL,
+                                     at TEXT NOT NULL);
+"""
+NOTES_TABLES = {"notes", "contents"}
+SCHEMA += NOTES_SCHEMA
 
 
 class State(IntEnum):

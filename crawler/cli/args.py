@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any, NoReturn
 
 from crawler.progress import Progress
 from crawler.scope import normalize_domain
-from crawler.settings import Settings, load_settings
+from crawler.settings import ConfigError, Settings, load_settings
 from dedup.snapshot import CRAWL_ID_BYTES
 
 __all__ = [
@@ -137,8 +138,15 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                      f"{_D.politeness.delay:g})")),
     ("--allow-private", dict(action="store_true",
                              help="allow private, loopback and link-local addresses")),
-    ("--warc", dict(metavar="FILE", help="also write fetched HTML to a WARC file "
+    ("--warc", dict(metavar="FILE", help="also write every fetch (request, response, "
+                    "revisit records) to WARC files FILE-less-.warc[.gz]-NNNNN.warc[.gz] "
                     "(default: none)")),
+    ("--warc-max-size", dict(type=int_at_least(0), metavar="BYTES",
+                             help="start a new WARC file before one would pass this size "
+                             f"(0: one file; default: {_D.output.warc_max_size})")),
+    ("--warc-content-type", dict(metavar="REGEX",
+                                 help="archive only 2xx responses whose media type matches "
+                                 "(default: all)")),
 ]
 _VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay")
 # what `resume` may change (stored as the new values), and where each lives in Settings
@@ -146,7 +154,8 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--concurrency": ("crawl", "concurrency"),
                 "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--allow-private", "--warc", "--config", "--state")
+FROZEN_FLAGS = ("--allow-domain", "--allow-private", "--warc", "--warc-max-size",
+                "--warc-content-type", "--config", "--state")
 
 
 def add_crawl_options(p: argparse.ArgumentParser) -> None:
@@ -196,7 +205,15 @@ def crawl_settings(args: argparse.Namespace) -> Settings:
     fetch = {"allow_private": True} if args.allow_private else {}
     warc = args.warc or settings.output.warc
     # frozen absolute: `resume` may run from another directory
-    output = {"warc": str(Path(warc).resolve())} if warc else {}
+    output: dict[str, Any] = {"warc": str(Path(warc).resolve())} if warc else {}
+    if args.warc_max_size is not None:
+        output["warc_max_size"] = args.warc_max_size
+    if args.warc_content_type is not None:
+        try:
+            re.compile(args.warc_content_type)
+        except re.error as exc:
+            raise ConfigError(f"--warc-content-type {args.warc_content_type!r}: {exc}") from None
+        output["warc_content_types"] = args.warc_content_type
     return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output)
 
 
@@ -205,11 +222,15 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     out: list[str] = []
     if args.config:
         out += ["--config", str(Path(args.config).resolve())]
-    if args.warc:  # one WARC file per worker: writers must not share a file
+    if args.warc:  # one WARC prefix per worker: writers must not share a file
         w = Path(args.warc).resolve()
         suffix = "".join(w.suffixes)
         out += ["--warc", str(w.with_name(f"{w.name[:len(w.name) - len(suffix)]}-worker-{i}"
                                           f"{suffix}"))]
+        if args.warc_max_size is not None:
+            out += ["--warc-max-size", str(args.warc_max_size)]
+        if args.warc_content_type is not None:
+            out += ["--warc-content-type", args.warc_content_type]
     for flag in _VALUE_FLAGS:
         value = getattr(args, _dest(flag))
         if value is not None:

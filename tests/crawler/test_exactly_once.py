@@ -1,10 +1,11 @@
 """Every output record exactly once across kill -9: pages.jsonl lines and WARC records.
 
-Each group's lines and records are fsynced and their files' sizes committed in
-the ledger transaction that marks the group's pages; reopening cuts the files
-back to those sizes. Killed at random moments (some land mid-write) and resumed,
-a crawl must leave one line per done page, one readable WARC record per stored
-page, nothing torn and nothing missing.
+Each group's lines and records are fsynced and their files' sizes (the WARC's
+as serial + size, files rotating) committed in the ledger transaction that
+marks the group's pages; reopening cuts the files back to those sizes and
+deletes WARC files opened after them. Killed at random moments (some land
+mid-write) and resumed, a crawl must leave one line per done page, one readable
+response (or revisit) record per answered page, nothing torn and nothing missing.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.output import PageLog, WarcWriter, read_pages
+from crawler.output import PageLog, read_pages
 from crawler.state import TOTALS_KEY
+from crawler.warc import Exchange, WarcFiles, build_records
 from dedup import UrlSeen
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
@@ -35,12 +37,21 @@ async def output_grew(proc, path, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.0005)
 
 
-def warc_uris(path) -> list[str]:
-    """Target URIs of every resource record; warcio raises on a torn or bad record."""
-    with open(path, "rb") as fh:
-        return [r.rec_headers.get_header("WARC-Target-URI")
-                for r in ArchiveIterator(fh, check_digests=True)
-                if r.rec_type == "resource"]
+def warc_uris(*paths) -> list[str]:
+    """Target URIs of every response and revisit record but robots.txt's (fetched
+    again after a restart) in the files (or directories of files) ``paths``;
+    warcio raises on a torn record, and a digest must not fail."""
+    files = sorted(f for p in paths for f in (p.iterdir() if p.is_dir() else [p]))
+    uris = []
+    for f in files:
+        with open(f, "rb") as fh:
+            for r in ArchiveIterator(fh, check_digests=True):
+                r.content_stream().read()
+                assert r.digest_checker.passed is not False, f
+                uri = r.rec_headers.get_header("WARC-Target-URI")
+                if r.rec_type in ("response", "revisit") and not uri.endswith("/robots.txt"):
+                    uris.append(uri)
+    return uris
 
 
 @pytest.mark.slow
@@ -48,11 +59,11 @@ async def test_kill9_loop_with_warc_leaves_every_line_and_record_exactly_once(tm
     rng = random.Random(11)
     async with site(SPEC) as running:
         seeds, config, state = setup_crawl(tmp_path, running)
-        warc = tmp_path / "out" / "crawl.warc"
+        warc = tmp_path / "out" / "crawl.warc.gz"
         total = len(running.site.reachable().fetched)
         kills = 0
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet",
-                "--warc", str(warc)]
+                "--warc", str(warc), "--warc-max-size", "20000"]
         for n in sorted(rng.sample(range(5, total - 20), 12)):
             proc = await start_cli(*args)
             await run_until(proc, running, n)
@@ -75,11 +86,11 @@ async def test_kill9_loop_with_warc_leaves_every_line_and_record_exactly_once(tm
         totals = seen.ledger.meta_get(TOTALS_KEY)
     assert keys == want.fetched | want.robots_blocked  # nothing lost
     assert counts["fetched"] + counts["failed"] + counts["skipped"] == len(records)
-    stored = [r["url"] for r in records if r["status"] == 200
-              and (r["content_type"] or "").startswith("text/html")]
-    uris = Counter(warc_uris(warc))
+    stored = [r["url"] for r in records if r["status"] is not None]
+    assert len(list(warc.parent.iterdir())) > 1  # rotated
+    uris = Counter(warc_uris(warc.parent))
     assert [u for u, c in uris.items() if c > 1] == []  # no duplicate record
-    assert set(uris) == set(stored)  # every stored page readable, none torn away
+    assert set(uris) == set(stored)  # every answered page readable, none torn away
     # the kept dedup counters count exactly the committed rows (issue 11 item 7)
     assert totals["new"] == len(seen_rows(state))
 
@@ -89,24 +100,54 @@ def seen_rows(state) -> list:
         return list(seen.ledger.rows())
 
 
+def exchange(url: str, body: bytes) -> Exchange:
+    return Exchange(url, 0.0, "GET", "/", [("Host", "a")], "HTTP/1.1", 200, "OK",
+                    [("Content-Type", "text/html")], "127.0.0.1", body)
+
+
 async def test_reopening_cuts_both_files_back_to_their_committed_sizes(tmp_path):
-    pages, warc = tmp_path / "pages.jsonl", tmp_path / "a.warc"
-    async with PageLog(pages, committed=0) as log, WarcWriter(warc, committed=0) as w:
+    pages, warc = tmp_path / "pages.jsonl", tmp_path / "w" / "a.warc.gz"
+    blob = build_records(exchange("http://b/", b"<p>b</p>" * 100), gzip=True)
+    async with PageLog(pages, committed=0) as log, WarcFiles(warc, max_size=0) as w:
         await log.append([{"url": "http://a/"}])
-        await w.write_pages([("http://a/", "text/html", b"<p>a</p>", 0.0)])
-        committed = (log.size, w.size)
+        await w.write([build_records(exchange("http://a/", b"<p>a</p>"), gzip=True)])
+        committed = (log.size, w.committed())
         # an uncommitted group, the last record torn halfway (a kill -9 mid-write)
         await log.append([{"url": "http://b/"}])
-        blob = w._record("resource", "http://b/", "text/html", b"<p>b</p>" * 100, 0.0)
-        await w._write(blob[: len(blob) // 2])
-    assert pages.stat().st_size > committed[0] and warc.stat().st_size > committed[1]
+        await w._file._write(blob[: len(blob) // 2])
+    assert pages.stat().st_size > committed[0]
+    assert w.path.stat().st_size > committed[1]["size"]
     async with PageLog(pages, committed=committed[0]) as log, \
-            WarcWriter(warc, committed=committed[1]) as w:
-        assert (log.size, w.size) == committed
+            WarcFiles(warc, committed[1]) as w:
+        assert (log.size, w.committed()) == committed
         await log.append([{"url": "http://b/"}])
-        await w.write_pages([("http://b/", "text/html", b"<p>b</p>", 0.0)])
+        await w.write([blob])
     assert [r["url"] for r in read_pages(pages)] == ["http://a/", "http://b/"]
-    assert warc_uris(warc) == ["http://a/", "http://b/"]
+    assert warc_uris(warc.parent) == ["http://a/", "http://b/"]
+
+
+async def test_a_crash_right_after_rotation_leaves_each_record_once(tmp_path):
+    """A group that rotated (its records in the old file's tail and a new file)
+    and never committed: reopening cuts the old file back and deletes the new one."""
+    warc = tmp_path / "w" / "a.warc.gz"
+    blobs = {u: build_records(exchange(f"http://{u}/", random.Random(u).randbytes(3000)),
+                              gzip=True)
+             for u in "abcd"}
+    async with WarcFiles(warc, max_size=4096) as w:
+        await w.write([blobs["a"]])
+        await w.sync()
+        committed = w.committed()
+        await w.write([blobs["b"], blobs["c"]])  # b fits nowhere but a new file: rotates
+        await w._file._write(blobs["d"][:100])  # d torn in the newest file
+        await w.sync()
+    assert len(list(warc.parent.iterdir())) == 3
+    async with WarcFiles(warc, committed, max_size=4096) as w:
+        assert w.committed() == committed
+        await w.write([blobs["b"], blobs["c"], blobs["d"]])
+        await w.sync()
+    names = sorted(f.name for f in warc.parent.iterdir())
+    assert names == [f"a-{i:05d}.warc.gz" for i in range(4)]
+    assert warc_uris(warc.parent) == ["http://a/", "http://b/", "http://c/", "http://d/"]
 
 
 async def test_a_merged_state_dir_writes_its_own_warc_not_its_sources(tmp_path, site):
@@ -119,17 +160,19 @@ async def test_a_merged_state_dir_writes_its_own_warc_not_its_sources(tmp_path, 
         first = await run_cli("crawl", str(seeds), "--state", str(state), "--config",
                               str(config), "--quiet", "--warc", str(warc), "--max-pages", "40")
         assert first.rc == 0, first.stderr
-        before = warc.read_bytes()
+        files = warc.parent / "crawl-00000.warc"
+        before = files.read_bytes()
         union = tmp_path / "union"
         merged = await run_cli("merge", "--state", "-o", str(union), str(state))
         assert merged.rc == 0, merged.stderr
         done = await run_cli("resume", str(union), "--quiet", "--max-pages", "0")
         assert done.rc == 0, done.stderr
-        assert warc.read_bytes() == before  # the source's file is the source's
-        own = union / "crawl.warc"
-        uris = warc_uris(warc) + warc_uris(own)
+        assert files.read_bytes() == before  # the source's file is the source's
+        assert [f.name for f in warc.parent.iterdir()] == ["crawl-00000.warc"]
+        own = union / "crawl-00000.warc"
+        uris = warc_uris(files) + warc_uris(own)
         assert len(warc_uris(own)) > 0
         assert max(Counter(uris).values()) == 1
         stored = {r["url"] for r in read_pages(union / "pages.jsonl")
-                  if r["status"] == 200 and r["content_type"] == "text/html"}
+                  if r["status"] is not None}
         assert set(uris) == stored

@@ -38,9 +38,12 @@ CPU = the server's CPU time during the run. Runs alternate bare/ours (the order
 flips each repetition); the medians are the result.
 
 ``--profile`` also runs ours once under cProfile and prints the top functions.
+``--warc`` also runs ours with ``--warc DIR/crawl.warc.gz`` (request/response
+records, gzip per record) in each repetition: the cost of the WARC output.
 
     .venv/bin/python bench/crawl_bench.py [--hosts 10 --pages 2000] [--runs 3] [--profile]
     .venv/bin/python bench/crawl_bench.py --quick     # 4 x 300 pages, 1 run each
+    .venv/bin/python bench/crawl_bench.py --quick --warc
 """
 
 from __future__ import annotations
@@ -330,20 +333,25 @@ def _iso(ts: str) -> float:
 
 
 def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
-             want: frozenset[str]) -> dict[str, Any]:
+             want: frozenset[str], *, warc: bool = False) -> dict[str, Any]:
     state = tmp / f"state-{time.monotonic_ns()}"
+    warc_dir = tmp / f"warc-{time.monotonic_ns()}"
     load = os.getloadavg()[0]
-    rc, wall, usage, server_cpu = _run(
-        _ours_cmd(seeds, state, concurrency, [sys.executable, "-c", _RUN_CRAWLER]),
-        server_pid, tmp)
+    cmd = _ours_cmd(seeds, state, concurrency, [sys.executable, "-c", _RUN_CRAWLER])
+    if warc:
+        cmd += ["--warc", str(warc_dir / "crawl.warc.gz")]
+    rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp)
     records = []
     with open(state / "pages.jsonl", encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh]
     fetched = [r for r in records if r["status"] is not None]
     key = Canonicalizer().resolve
     got = {key(r["url"])[1] for r in fetched}
-    result = _figures("ours", rc, wall, usage, server_cpu, load,
+    result = _figures("ours+warc" if warc else "ours", rc, wall, usage, server_cpu, load,
                       [_iso(r["fetched_at"]) for r in fetched])
+    if warc:
+        result["warc_mb"] = sum(f.stat().st_size for f in warc_dir.iterdir()) / 2**20
+        shutil.rmtree(warc_dir, ignore_errors=True)
     result["check"] = "ok" if got == want and len(fetched) == len(want) else \
         f"MISMATCH: missing {len(want - got)}, extra {len(got - want)}, " \
         f"repeats {len(fetched) - len(got)}"
@@ -451,22 +459,27 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         for i in range(args.runs):
             order = ("bare", "ours") if i % 2 == 0 else ("ours", "bare")
+            if args.warc:
+                order += ("ours+warc",)
             for who in order:
                 if who == "bare":
                     r = run_bare(seeds, tmp, args.concurrency, server.pid, want)
                 else:
-                    r = run_ours(seeds, tmp, args.concurrency, server.pid, want)
+                    r = run_ours(seeds, tmp, args.concurrency, server.pid, want,
+                                 warc=who == "ours+warc")
                 r["run"] = i + 1
                 runs.append(r)
                 print(f"  run {i + 1} {who}: {r['pages']} pages in {r['wall_s']:.2f} s = "
                       f"{r['pages_per_s']:.0f}/s (steady {r['steady_pages_per_s']:.0f}/s), "
                       f"{r['cpu_ms_per_page']:.3f} CPU ms/page, RSS {r['peak_rss_mb']:.0f} MB,"
                       f" server CPU {r['server_cpu_s']:.1f} s, load {r['load1']:.2f}, "
-                      f"check {r['check']}", flush=True)
+                      f"check {r['check']}"
+                      + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else ""), flush=True)
         prof_rows = profile_ours(seeds, tmp, args.concurrency, args.top) if args.profile \
             else []
     bare = [r for r in runs if r["crawler"] == "bare"]
     ours = [r for r in runs if r["crawler"] == "ours"]
+    warcs = [r for r in runs if r["crawler"] == "ours+warc"]
     ratio = statistics.median(r["pages_per_s"] for r in ours) / \
         statistics.median(r["pages_per_s"] for r in bare)
     steady_ratio = statistics.median(r["steady_pages_per_s"] for r in ours) / \
@@ -483,7 +496,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     tables = [
         {"title": "Crawl macro-benchmark (medians)", "columns": cols,
          "rows": [_median_row("bare aiohttp loop + set", bare),
-                  _median_row("bloomcrawl", ours)], "notes": notes},
+                  _median_row("bloomcrawl", ours)]
+         + ([_median_row("bloomcrawl --warc", warcs)] if warcs else []), "notes": notes},
         {"title": "All runs", "columns": ["run", "crawler", "pages", "wall s", "pages/s (wall)",
                                           "pages/s (steady)", "CPU ms/page", "peak RSS MB",
                                           "server CPU s", "load1", "check"],
@@ -514,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="also profile ours (cProfile)")
     ap.add_argument("--top", type=int, default=25, help="profile rows")
     ap.add_argument("--quick", action="store_true", help="4 hosts x 300 pages, 1 run each")
+    ap.add_argument("--warc", action="store_true",
+                    help="also run ours with --warc each repetition")
     ap.add_argument("--_role", choices=("server", "bare"), help=argparse.SUPPRESS)
     ap.add_argument("--_seeds", help=argparse.SUPPRESS)
     ap.add_argument("--_out", help=argparse.SUPPRESS)

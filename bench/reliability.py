@@ -1,7 +1,10 @@
 """kill -9 loop: crawl the bundled sample site with --warc, SIGKILL it N times, resume.
 
     .venv/bin/python bench/reliability.py [--kills 20] [--seed 0] [--pages 400]
-        [--hosts 4] [--concurrency 32] [--out FILE]
+        [--hosts 4] [--concurrency 32] [--warc-max-size 100000] [--out FILE]
+
+The WARC output is gzip per record and rotated at ``--warc-max-size`` bytes
+(files ``warc/crawl-NNNNN.warc.gz``), so kills also land around rotations.
 
 Why a loop of real processes: exactly-once output and a resumable state dir are
 promises about crashes, and only a real SIGKILL of a real ``python -m crawler``
@@ -73,6 +76,7 @@ class Options:
     concurrency: int = 32  # the crawl's own default ([crawl] concurrency)
     max_depth: int = 10
     site_delay: float = 0.005  # server-side seconds per page: keeps fetches in flight
+    warc_max_size: int = 100_000  # small: the crawl rotates its WARC files dozens of times
 
 
 @dataclass
@@ -105,7 +109,8 @@ class Loop:
 
     @property
     def warc(self) -> Path:
-        return self.work / "crawl.warc"
+        """The WARC files' directory (``--warc warc/crawl.warc.gz``)."""
+        return self.work / "warc"
 
     def served(self) -> Counter[str]:
         return self.running.total_pages()
@@ -113,7 +118,8 @@ class Loop:
     def crawl_args(self) -> list[str]:
         o = self.opts
         return ["crawl", str(self.work / "seeds.txt"), "--state", str(self.state),
-                "--warc", str(self.warc),
+                "--warc", str(self.warc / "crawl.warc.gz"),
+                "--warc-max-size", str(o.warc_max_size),
                 "--allow-private", "--concurrency", str(o.concurrency),
                 "--per-host", str(max(1, o.concurrency // 2)), "--delay", "0",
                 "--max-depth", str(o.max_depth), "--quiet"]
@@ -215,7 +221,7 @@ class Loop:
         if self.state.exists():
             shutil.move(str(self.state), aside / "state")
         if self.warc.exists():
-            shutil.move(str(self.warc), aside / "crawl.warc")
+            shutil.move(str(self.warc), aside / "warc")
         self.wedged.append({"after_kills": self.kills_sent, "dir": str(aside),
                             "last_command": run.cmd, "rc": run.rc,
                             "stderr": run.stderr_tail.strip()[-300:]})
@@ -265,6 +271,9 @@ async def measure(opts: Options, work: Path) -> dict:
         "torn_lines": pages.torn_lines,
         "duplicate_warc_records": duplicates(warc.targets),
         "torn_warc_records": warc.torn,
+        "unpaired_warc_requests": warc.unpaired,
+        # answered pages (a status in pages.jsonl) without a response/revisit record
+        "missing_warc_records": len(warc.missing(pages.answered)),
         "wedged_state_dirs": len(loop.wedged),
         # every URL in the ledger is a seed or counted once in its finder's links_new
         "links_new_mismatch": abs(admitted - seeds - pages.links_new) if admitted else 0,
@@ -330,7 +339,10 @@ def summary(result: dict) -> str:
         f"; most after one kill {result['duplicate_fetches_per_kill_max']})",
         f"duplicate pages.jsonl:   {c['duplicate_lines']} (torn lines {c['torn_lines']})",
         f"duplicate WARC records:  {c['duplicate_warc_records']} "
-        f"(of {w['page_records']} intact page records)",
+        f"(of {w['page_records']} intact page records in {w['files']} files, "
+        f"{w['robots_records']} robots.txt)",
+        f"missing WARC records:    {c['missing_warc_records']} "
+        f"(unpaired requests {c['unpaired_warc_requests']})",
         f"torn WARC records:       {c['torn_warc_records']} (of {w['records_found']} records; "
         f"one warcio pass reads {seq['intact']} whole of {seq['records']} it yields"
         + ("" if seq["reached_end"] else f", stops: {seq['error']}") + ")",
@@ -353,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="hosts of the sample site (default %(default)s)")
     p.add_argument("--concurrency", type=int, default=defaults.concurrency,
                    help="the crawl's fetches in flight (default %(default)s)")
+    p.add_argument("--warc-max-size", type=int, default=defaults.warc_max_size,
+                   help="the crawl's --warc-max-size (default %(default)s)")
     p.add_argument("--out", type=Path, help="also write the result as JSON to this file")
     p.add_argument("--keep", type=Path, help="work in this new directory and keep it "
                    "(default: a temporary directory, removed)")
@@ -360,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.kills < 0 or a.pages < 2 or a.hosts < 1 or a.concurrency < 1:
         p.error("need --kills >= 0, --pages >= 2, --hosts >= 1, --concurrency >= 1")
     opts = Options(kills=a.kills, seed=a.seed, pages=a.pages, hosts=a.hosts,
-                   concurrency=a.concurrency)
+                   concurrency=a.concurrency, warc_max_size=a.warc_max_size)
     if a.keep is not None:
         a.keep.mkdir(parents=True)
         result = asyncio.run(measure(opts, a.keep))

@@ -61,6 +61,36 @@ def test_a_torn_record_followed_by_appended_ones_is_counted_and_stops_a_reader(t
     assert got.sequential_intact == 2
 
 
+def pair(uri: str, body: bytes, *, gzip: bool = True) -> tuple[bytes, bytes]:
+    """A request record pointing at a response record (each its own gzip member)."""
+    out = io.BytesIO()
+    w = WARCWriter(out, gzip=gzip)
+    resp = w.create_warc_record(uri, "response", payload=io.BytesIO(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" + body))
+    req = w.create_warc_record(uri, "request", payload=io.BytesIO(
+        b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"))
+    req.rec_headers.add_header("WARC-Concurrent-To", resp.rec_headers.get_header(
+        "WARC-Record-ID"))
+    w.write_record(req)
+    first = out.getvalue()
+    w.write_record(resp)
+    return first, out.getvalue()[len(first):]
+
+
+def test_gzip_members_torn_duplicated_and_unpaired_are_counted_across_files(tmp_path):
+    (d := tmp_path / "warc").mkdir()
+    a, b, c = (pair(f"http://h/{x}", x.encode() * 5000) for x in "ab" "c")
+    (d / "crawl-00000.warc.gz").write_bytes(a[0] + a[1] + b[0] + b[1][: len(b[1]) // 2]
+                                            + c[0] + c[1])  # b's response torn, c after it
+    (d / "crawl-00001.warc.gz").write_bytes(c[0] + c[1] + a[1])  # c again; a's alone
+    got = checks.check_warc(d)
+    assert (got.files, got.segments, got.torn) == (2, 9, 1)
+    assert got.targets == {"http://h/a": 2, "http://h/c": 2}
+    assert got.unpaired == 1  # b's request names a torn record
+    assert got.missing({"http://h/a", "http://h/b"}) == ["http://h/b"]
+    assert got.sequential_reached_end is False  # one pass stops at the torn member
+
+
 def test_a_record_whose_payload_was_overwritten_fails_its_digest(tmp_path):
     rec = warc_record("http://h/a", b"x" * 100)
     path = tmp_path / "flip.warc"

@@ -8,14 +8,18 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    into the ledger's open transaction and to the frontier, and each page's
    ``links_new`` is known before its record is written;
 2. the group's pages.jsonl lines and WARC records are written and fsynced, then
-   the files' sizes (``OUTPUTS_KEY``), the dedup totals (``TOTALS_KEY``) and the
-   pages' marks (fetched/failed/skipped) go into ONE ledger transaction with
-   the new URLs (a committer task batches whatever finished meanwhile; nothing
-   else commits the ledger during a crawl). Reopening cuts each file back to its
-   committed size, so a record is in the output exactly when its page is marked
-   done and its new URLs are in the ledger: nothing is duplicated or lost across
-   kill -9, ``links_new`` adds up to the URLs the crawl admitted, and the totals
-   count exactly the committed rows;
+   the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
+   size, ``crawler.warc``), the dedup totals (``TOTALS_KEY``), the first capture
+   of each new body digest and the page each run of new URLs was found on (the
+   ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
+   ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
+   into ONE ledger transaction with the new URLs (a committer task batches
+   whatever finished meanwhile; nothing else commits the ledger during a crawl).
+   Reopening cuts each file back to its committed size, so a record is in the
+   output exactly when its page is marked done and its new URLs are in the
+   ledger: nothing is duplicated or lost across kill -9, ``links_new`` adds up
+   to the URLs the crawl admitted, and the totals count exactly the committed
+   rows;
 3. a worker takes its next URL only after its previous page is committed, so
    at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
    the ones fetched again after a kill -9, which also rediscover their links.

@@ -48,7 +48,7 @@ CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status I
 NOTES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT);
 CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL,
-                                     at TEXT NOT NULL);
+                                     at TEXT NOT NULL) WITHOUT ROWID;
 """
 NOTES_TABLES = {"notes", "contents"}
 SCHEMA += NOTES_SCHEMA

@@ -289,8 +289,7 @@ class Fetcher:
                                         sock_read=s.read_timeout)
         started = time.time()
         peer: list[str | None] = [None]
-        if self.record:
-            _PEER.set(peer)
+        token = _PEER.set(peer) if self.record else None
         try:
             async with self._get_session().get(url, allow_redirects=False,
                                                timeout=timeout) as resp:
@@ -303,6 +302,9 @@ class Fetcher:
                                                       failure.interrupted)
             hop.body = None
             hop.exchange = None  # a transfer that broke is not archived
+        finally:
+            if token is not None:
+                _PEER.reset(token)
         return hop
 
     async def _read(
@@ -313,11 +315,10 @@ class Fetcher:
         hop.content_type, hop.charset = parse_content_type(resp.headers.get(hdrs.CONTENT_TYPE))
         length = content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
         ex = hop.exchange
-        if ex is not None:
-            ex.media_type = hop.content_type
-            if (html_only and 200 <= status < 300 and self._record_types is not None
-                    and not self._record_types.search(hop.content_type or "")):
-                ex = hop.exchange = None  # the user archives other types only
+        if (ex is not None and html_only and 200 <= status < 300
+                and self._record_types is not None
+                and not self._record_types.search(hop.content_type or "")):
+            ex = hop.exchange = None  # the user archives other types only
 
         if status == 429 or status == 503:
             hop.retry_after = parse_retry_after(resp.headers.get(hdrs.RETRY_AFTER))

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawler.settings import ConfigError, Settings
+from crawler.warc import first_warc
 from dedup.geometry import layer_geometry
 
 __all__ = ["building", "check_resources", "memory_needed", "physical_memory"]
@@ -73,7 +74,7 @@ def check_resources(settings: Settings, state_dir: Path,
                           f"{_gib(need)} of memory for the Bloom filter, more than this "
                           f"machine's {_gib(have)}; lower dedup.capacity (the filter grows "
                           "past it when the crawl does)")
-    if settings.output.warc and (why := _unwritable(Path(settings.output.warc))):
+    if settings.output.warc and (why := _unwritable(first_warc(settings.output.warc))):
         raise ConfigError(f"cannot write the WARC file (--warc) {settings.output.warc}: {why}")
     if why := _unwritable(state_dir / "ledger"):
         raise error(f"cannot write state directory {state_dir}: {why}")

@@ -41,7 +41,7 @@ import io
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,8 @@ from warcio.warcwriter import WARCWriter
 
 from crawler.output import _AppendFile, iso_time, truncate_to
 
-__all__ = ["Exchange", "WarcFiles", "build_records", "payload_digest", "warc_prefix",
-           "warc_start"]
+__all__ = ["Exchange", "WarcFiles", "build_records", "first_warc", "payload_digest",
+           "warc_prefix", "warc_start"]
 
 _RENAMED = {"transfer-encoding", "content-encoding"}
 _SERIAL = "{prefix}-{serial:05d}.warc{gz}"
@@ -77,9 +77,8 @@ class Exchange:
     response_headers: list[tuple[str, str]]  # as received, in order
     ip: str | None = None
     payload: bytes = b""
-    truncated: str | None = None  # WARC-Truncated: "length", "time", "disconnect"
-    media_type: str | None = None
-    digest: str | None = field(default=None)
+    truncated: str | None = None  # WARC-Truncated: "length" (the body was cut or not read)
+    digest: str | None = None  # payload_digest(payload), computed once
 
     def payload_digest(self) -> str:
         if self.digest is None:
@@ -103,10 +102,7 @@ def _response_headers(ex: Exchange) -> list[tuple[str, str]]:
     real = str(len(ex.payload))
     if length is not None and length != real:
         out.append(("X-Crawler-Content-Length", length))
-    if ex.truncated is None or length is None:
-        out.append(("Content-Length", real))
-    else:
-        out.append(("Content-Length", length if length == real else real))
+    out.append(("Content-Length", real))
     return out
 
 
@@ -195,6 +191,12 @@ def warc_start(path: str | Path) -> dict[str, int]:
     already on disk (another crawl's files are never cut), size 0."""
     prefix, gz = warc_prefix(path)
     return {"serial": _next_serial(prefix, gz), "size": 0}
+
+
+def first_warc(path: str | Path) -> Path:
+    """The file a new crawl with ``--warc path`` writes first."""
+    prefix, gz = warc_prefix(path)
+    return warc_path(prefix, _next_serial(prefix, gz), gz)
 
 
 class _File(_AppendFile):

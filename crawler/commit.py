@@ -188,10 +188,12 @@ class GroupCommit:
 
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
-                          error: str | None, *, warc: bool) -> None:
+                          error: str | None, *, warc: bool,
+                          attempts: int | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC record with ``warc``), then its
-        mark."""
+        mark. ``attempts``: the requests sent for the URL over every round and run
+        (default: this fetch's)."""
         now = time.time()
         status = res.status if res is not None else None
         record = {
@@ -205,7 +207,8 @@ class GroupCommit:
             "links_new": 0,
             "fetched_at": iso_time(now),
             "error": error,
-            "attempts": res.attempts if res is not None else 0,
+            "attempts": (attempts if attempts is not None
+                         else res.attempts if res is not None else 0),
             "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
         }
         warc_page = None

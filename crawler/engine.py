@@ -97,9 +97,11 @@ class Engine:
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
+        self.retries = Retries(settings, self.frontier, seen.ledger)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
-                                     totals=self.checkpoint.totals)
+                                     totals=self.checkpoint.totals,
+                                     on_marks=self.retries.settled)
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False
@@ -110,7 +112,6 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
-        self.retries = Retries(settings, self.frontier, seen.ledger)
         self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         self._local = None  # which hosts this worker fetches: all, unless in a fleet

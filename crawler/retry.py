@@ -122,12 +122,20 @@ class Retries:
         return True
 
     def forget(self, seq: int) -> None:
-        """``seq`` is settled (fetched, or given up): its count leaves the ledger with
-        the transaction that marks it."""
+        """``seq`` is settled (fetched, or given up) and handed to the group commit.
+        A count in the ledger stays there until ``settled``."""
         self._rounds.pop(seq, None)
-        self._tried.pop(seq, None)
-        if seq in self._stored:
-            self._stored.discard(seq)
+        if seq not in self._stored:
+            self._tried.pop(seq, None)
+
+    def settled(self, seqs: list[int]) -> None:
+        """The marks of ``seqs`` are going into the transaction: their counts leave
+        the ledger in it (a kill -9 before it keeps both, so none is counted anew)."""
+        gone = [seq for seq in seqs if seq in self._stored]
+        if gone:
+            for seq in gone:
+                self._stored.discard(seq)
+                self._tried.pop(seq, None)
             self._write()
 
     def _store(self, seq: int, t: Tried) -> None:

@@ -81,11 +81,11 @@ class GroupCommit:
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
                  frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None,
-                 on_marks: Callable[[list[int]], None] | None = None) -> None:
-        """``on_marks(seqs)`` runs just before the marks of ``seqs`` go into the
-        transaction, so what it writes to the ledger commits with them."""
+                 before_commit: Callable[[list[int]], None] | None = None) -> None:
+        """``before_commit(seqs)`` runs in every group commit just before the marks
+        of ``seqs`` go into the transaction, so what it writes commits with them."""
         self._pagelog = pagelog
-        self._on_marks = on_marks
+        self._before_commit = before_commit
         self._totals = totals
         self._warc = warc
         self._seen = seen
@@ -145,8 +145,8 @@ class GroupCommit:
                 ledger.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
                     ledger.meta_set(TOTALS_KEY, self._totals())
-                if self._on_marks is not None and marks:
-                    self._on_marks([m[0] for m in marks])
+                if self._before_commit is not None:
+                    self._before_commit([m[0] for m in marks])
                 ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:

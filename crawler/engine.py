@@ -101,7 +101,7 @@ class Engine:
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
-                                     on_marks=self.retries.settled)
+                                     before_commit=self.retries.before_commit)
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False

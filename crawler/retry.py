@@ -45,12 +45,14 @@ class Tried(NamedTuple):
 class Retries:
     """Each URL's tries (by ledger ``seq``) against ``[crawl] max_retries``.
 
-    The counts live in the ledger's meta (``ATTEMPTS_KEY``), written into the
-    open group-commit transaction; the engine commits them before the URL is
-    deferred, and before a retry round sends anything (that round's requests
-    counted in advance), so neither a crash nor a resume lets a URL exceed its
-    budget. A URL's first round is not committed in advance (that would cost a
-    commit per page): like every URL in flight at a kill -9, it is sent again.
+    The counts live in the ledger's meta (``ATTEMPTS_KEY``), written by the
+    group commit (``before_commit``); the engine has them committed before the
+    URL is deferred, and before a retry round sends anything (that round's
+    requests counted in advance), so neither a crash nor a resume lets a URL
+    exceed its budget. A URL's first round is not committed in advance (that
+    would cost a commit per page): like every URL in flight at a kill -9, it is
+    sent again. One meta value holds every URL waiting for a retry, rewritten by
+    each commit that changes it: cheap for thousands of such URLs, not millions.
     """
 
     def __init__(self, settings: Settings, frontier: Frontier, ledger: Any) -> None:
@@ -60,7 +62,8 @@ class Retries:
         self._ledger = ledger
         self._tried: dict[int, Tried] = {
             int(seq): Tried(*v) for seq, v in (ledger.meta_get(ATTEMPTS_KEY) or {}).items()}
-        self._stored = set(self._tried)  # seqs whose totals are in the ledger's meta
+        self._stored = set(self._tried)  # seqs whose totals go into the ledger's meta
+        self._dirty = False
         self._rounds: dict[int, int] = {}  # rounds handed out this run: the backoff exponent
         self.retried = 0  # rounds handed out this run
 
@@ -123,29 +126,30 @@ class Retries:
 
     def forget(self, seq: int) -> None:
         """``seq`` is settled (fetched, or given up) and handed to the group commit.
-        A count in the ledger stays there until ``settled``."""
+        A count in the ledger stays there until its mark is committed."""
         self._rounds.pop(seq, None)
         if seq not in self._stored:
             self._tried.pop(seq, None)
 
-    def settled(self, seqs: list[int]) -> None:
-        """The marks of ``seqs`` are going into the transaction: their counts leave
-        the ledger in it (a kill -9 before it keeps both, so none is counted anew)."""
-        gone = [seq for seq in seqs if seq in self._stored]
-        if gone:
-            for seq in gone:
+    def before_commit(self, seqs: list[int]) -> None:
+        """A group commit is about to mark ``seqs``: their counts leave the ledger
+        in the same transaction (a kill -9 before it keeps both, so none is
+        counted anew), and the counts stored since the last commit go in."""
+        for seq in seqs:
+            if seq in self._stored:
                 self._stored.discard(seq)
                 self._tried.pop(seq, None)
-            self._write()
+                self._dirty = True
+        if self._dirty:
+            self._dirty = False
+            tried = self._tried
+            self._ledger.meta_set(ATTEMPTS_KEY,
+                                  {str(k): list(tried[k]) for k in self._stored})
 
     def _store(self, seq: int, t: Tried) -> None:
         self._tried[seq] = t
         self._stored.add(seq)
-        self._write()
-
-    def _write(self) -> None:
-        tried = self._tried
-        self._ledger.meta_set(ATTEMPTS_KEY, {str(k): list(tried[k]) for k in self._stored})
+        self._dirty = True
 
 
 class ErrorCounts:

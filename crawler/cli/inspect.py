@@ -205,8 +205,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
         print(f"  {len(report.orphans)} queued URL(s) whose admission was unreadable were "
               "queued again")
     if report.lost_seqs:
-        print(f"  {report.lost_seqs} admission(s) unreadable: any that were still queued "
-              "left the frontier (a page linking to one admits it again)")
+        print(f"  {report.lost_seqs} admission(s) unreadable: their URLs are put back where "
+              "their queued text, pages.jsonl or the WARC hold them")
     if report.frontier_lost or report.dropped.get(DAMAGED):
         print(f"  {report.frontier_lost + report.dropped.get(DAMAGED, 0)} queued URL(s) lost "
               "their text and left the frontier (a page linking to one admits it again)")

@@ -11,6 +11,7 @@ records, and count what pages.jsonl holds.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -105,23 +106,48 @@ async def test_the_lost_frontier_is_found_again_in_the_warc(tmp_path, site):
         assert "left the frontier" not in report  # so every page was crawled
 
 
-@pytest.mark.parametrize("where", [0.3, 0.5, 0.7, 0.9])
+def blob_offset(db: Path, data: bytes, sql: str) -> tuple[int, int]:
+    """Where in the file the blob ``sql`` selects is stored, and how many of its bytes
+    to flip (up to 48: a blob may spill onto an overflow page)."""
+    con = sqlite3.connect(db)
+    try:
+        blob = con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+    n = min(48, len(blob))
+    at = data.find(blob[:n])
+    assert at > 0 and data.find(blob[:n], at + 1) < 0
+    return at, n
+
+
+@pytest.mark.parametrize("where", ["log", "queue", 0.5, 0.8])
 async def test_flipped_bytes_are_noticed_at_open_and_repaired_exactly(tmp_path, site, where):
+    """A flip inside a row's blob is one SQLite never notices: the fingerprints of the
+    last batch (queued URLs: read again as other keys, their pages would be fetched
+    twice) or the text of a queue row; at a fraction of the file, whatever is there."""
     async with site(SPEC) as running:
         state = await first_run(tmp_path, running)
         before = keys_of(state)
         db = state / "ledger.sqlite"
         data = bytearray(db.read_bytes())
-        at = int(len(data) * where)
-        for i in range(at, at + 64):
+        if where == "log":
+            at, n = blob_offset(db, data, "SELECT fps FROM log ORDER BY seq DESC LIMIT 1")
+        elif where == "queue":
+            at, n = blob_offset(db, data, "SELECT urls FROM queue ORDER BY id DESC LIMIT 1")
+        else:
+            at, n = int(len(data) * where), 64
+        for i in range(at, at + n):
             data[i] ^= 0x5A
         db.write_bytes(bytes(data))
         served = sum(running.total_pages().values())
         refused = await run_cli("resume", str(state), "--quiet", "--max-pages", "0")
-        if refused.rc == 1:  # noticed before a single fetch, with the way out
+        if isinstance(where, str) or refused.rc == 1:  # noticed before a single fetch
+            assert refused.rc == 1, refused.stderr
             assert f"bloomcrawl repair {state}" in refused.stderr, refused.stderr
             assert sum(running.total_pages().values()) == served
-            await repair_and_finish(state, running, before)
+            report = await repair_and_finish(state, running, before)
+            if where == "log":  # the batch's URLs are queued again from their text
+                assert "left the frontier" not in report
         else:  # the damage touched nothing the crawl reads: it finished exactly
             assert refused.rc in (0, 3), refused.stderr
             after = keys_of(state)

@@ -36,10 +36,14 @@ from crawler.scope import Scope
 from crawler.settings import settings_from_dict
 from crawler.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
 from dedup import Canonicalizer, CanonRules, State, UrlRejected, UrlSeen
+from dedup.errors import SnapshotError
 from dedup.fingerprint import fingerprint
 from dedup.journal_format import PortableRow
 from dedup.repair import RepairReport, index_keys, repair
 from dedup.seen import host_of
+from dedup.shards import _capacity_of
+from dedup.snapshot import read_header
+from dedup.statedir import shards_dir
 
 __all__ = ["repair_state_dir"]
 
@@ -53,7 +57,7 @@ def repair_state_dir(state_dir: Path) -> tuple[RepairReport, int]:
     pages = state_dir / PAGES_FILE
     repair_tail(pages)
     before = index_keys(state_dir)  # the seen-set as the old index holds it
-    report = repair(state_dir, fallback_meta=read_settings_copy(state_dir),
+    report = repair(state_dir, fallback_meta=_fallback_meta(state_dir),
                     row_filter=lambda meta: _row_test(meta, pages))
     UrlSeen.rebuild(state_dir).close()  # new seqs: the old snapshots' marks mean nothing
     with UrlSeen(state_dir, create=False, autocommit=False) as seen:
@@ -68,6 +72,29 @@ def repair_state_dir(state_dir: Path) -> tuple[RepairReport, int]:
         seen.snapshot()
     set_committed_pages(state_dir)
     return report, restored
+
+
+def _fallback_meta(state_dir: Path) -> dict[str, Any]:
+    """Settings for a ledger whose meta is unreadable: the crawl's copy of them, and
+    for a crawl that kept none (made before the copy), the filter's geometry and
+    crawl id from the first shard file that reads (its planned capacity is the
+    largest its shards' size gives). The frozen config and scope are only in the
+    copy: without it the seen-set and the pages come back, and resume says the
+    configuration is missing."""
+    meta = read_settings_copy(state_dir)
+    if "geometry" in meta:
+        return meta
+    for path in sorted(shards_dir(state_dir).glob("shard-*.bloom")):
+        try:
+            h = read_header(path)
+        except (SnapshotError, OSError, ValueError):
+            continue
+        meta["geometry"] = {"capacity": _capacity_of(h.capacity, h.shard_count),
+                            "error_rate": h.error_rate, "shards": h.shard_count,
+                            "seed": h.seed, "growth": h.growth}
+        meta.setdefault("crawl_id", h.crawl_id)
+        break
+    return meta
 
 
 def _recover_frontier(seen: UrlSeen, pages: Path) -> int:

@@ -193,10 +193,16 @@ def cmd_repair(args: argparse.Namespace) -> int:
     if bad:
         print("  failing their checksum (dropped): "
               + ", ".join(f"{t} {n} row(s)" for t, n in bad.items()))
-    if report.meta_from:
+    if report.meta_from and "config" in report.meta_from:
         print(f"  the crawl's settings ({', '.join(report.meta_from)}) came from its "
               "crawl-settings.json: the ledger's were unreadable; the dedup totals of "
               "earlier runs (links, repeats) start again from 0")
+    elif report.meta_from:
+        print(f"  the ledger's settings were unreadable and there is no crawl-settings.json: "
+              f"{', '.join(report.meta_from)} came from the shard files; the crawl's frozen "
+              "configuration and scope are lost (resume refuses without them: stats, check "
+              "and merge work; start a new crawl with the same seeds and config, or restore "
+              "the ledger from a backup)")
     if report.wal_damage:
         print(f"  {report.wal_damage}: the transactions after that frame are lost; URLs "
               "they queued left the frontier (re-run 'bloomcrawl crawl' with the seeds to "

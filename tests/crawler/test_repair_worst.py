@@ -93,6 +93,29 @@ async def test_unreadable_ledger_is_rebuilt_from_what_survives(tmp_path, site, d
         assert "kept the damaged file" in report
 
 
+async def test_without_a_settings_copy_the_geometry_comes_from_the_shards(tmp_path, site):
+    """A crawl that kept no crawl-settings.json (made before it existed): the pages and
+    the seen-set come back, and repair says the frozen configuration is lost."""
+    async with site(SPEC) as running:
+        state = await first_run(tmp_path, running)
+        records = len(read_pages(state / "pages.jsonl"))
+        (state / "crawl-settings.json").unlink()
+        db = state / "ledger.sqlite"
+        data = bytearray(db.read_bytes())
+        data[:16] = bytes(16)
+        db.write_bytes(bytes(data))
+        fixed = await run_cli("repair", str(state), timeout=30)
+        assert fixed.rc == 0, fixed.stdout + fixed.stderr
+        assert "came from the shard files" in fixed.stdout
+        assert "configuration and scope are lost" in fixed.stdout
+        with UrlSeen(state, readonly=True) as seen:
+            counts = seen.ledger.counts()
+        robots = sum(1 for r in read_pages(state / "pages.jsonl") if r.get("error") == "robots.txt")
+        assert counts["fetched"] + counts["failed"] == records - robots
+        refused = await run_cli("resume", str(state))
+        assert refused.rc == 1 and "no crawl configuration" in refused.stderr
+
+
 async def test_the_lost_frontier_is_found_again_in_the_warc(tmp_path, site):
     async with site(SPEC) as running:
         state = await first_run(tmp_path, running, warc=True)

@@ -381,11 +381,16 @@ def _find_orphans(old: Journal, report: RepairReport) -> None:
     covered = int((ends - starts).sum())
     done = {seq for seq, state, *_ in old.outcomes() if state is not State.QUEUED}
     for _, depth, seqs, urls in old.queue_groups():
-        for seq, url in zip(seqs.tolist(), urls, strict=True):
-            top = max(top, seq)
-            i = int(np.searchsorted(starts, seq, side="right")) - 1
-            if (i < 0 or seq >= ends[i]) and seq not in done:
-                report.orphans.append((url, depth))
+        if not len(seqs):
+            continue
+        top = max(top, int(seqs.max()))
+        i = np.searchsorted(starts, seqs, side="right") - 1
+        covered_by = np.zeros(len(seqs), dtype=bool)
+        ok = i >= 0
+        covered_by[ok] = seqs[ok] < ends[i[ok]]
+        for k in np.flatnonzero(~covered_by).tolist():
+            if int(seqs[k]) not in done:
+                report.orphans.append((urls[k], depth))
     report.lost_seqs = top - covered
 
 

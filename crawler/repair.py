@@ -111,8 +111,7 @@ def _recover_frontier(seen: UrlSeen, pages: Path) -> int:
     max_depth = settings.crawl.max_depth
     depth_of: dict[str, int] = {}
     redirects: list[tuple[str, str, int]] = []
-    for line in complete_lines(pages, missing_ok=True):
-        r = json.loads(line)
+    for r in _records(pages):
         depth_of[r["url"]] = int(r.get("depth") or 0)
         status, target = r.get("status"), r.get("final_url")
         if status is not None and 300 <= status < 400 and target and target != r["url"]:
@@ -188,7 +187,7 @@ def _row_test(meta: dict[str, Any], pages: Path) -> Callable[[PortableRow], str 
         except UrlRejected:
             return None
 
-    recorded = {fp_of(json.loads(line)["url"]) for line in complete_lines(pages, missing_ok=True)}
+    recorded = {fp_of(r["url"]) for r in _records(pages)}
 
     def test(row: PortableRow) -> str | None:
         if row.state is None:
@@ -202,6 +201,18 @@ def _row_test(meta: dict[str, Any], pages: Path) -> Callable[[PortableRow], str 
     return test
 
 
+def _records(pages: Path) -> Iterator[dict[str, Any]]:
+    """The records of pages.jsonl's complete lines; a line that is not a record (a
+    damaged disk block) is skipped: its page is fetched again."""
+    for line in complete_lines(pages, missing_ok=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("url"), str):
+            yield record
+
+
 def _state_of(record: dict[str, Any]) -> State:
     """The outcome a pages.jsonl record stands for (as the engine commits them)."""
     if record.get("status") is None:
@@ -211,8 +222,7 @@ def _state_of(record: dict[str, Any]) -> State:
 
 def _restore_pages(seen: UrlSeen, pages: Path) -> int:
     restored = 0
-    for line in complete_lines(pages, missing_ok=True):
-        record = json.loads(line)
+    for record in _records(pages):
         url = record["url"]
         try:
             _, row = seen.check(url)

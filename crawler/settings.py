@@ -19,7 +19,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from crawler.fetch import FetchSettings
+from crawler.fetch import FetchSettings, check_proxy_url
+from crawler.headers import parse_header_line
+from crawler.scope import check_pattern
 from dedup.canonical import DEFAULT_TRACKING_PARAMS, CanonRules
 
 __all__ = [
@@ -48,6 +50,8 @@ class CrawlSettings:
     max_depth: int = 20
     max_pages_per_host: int = 100_000
     allow_domains: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()  # regexes over the canonical URL: one must match (if any)
+    exclude: tuple[str, ...] = ()  # ... and none of these
     honor_nofollow: bool = False
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
@@ -241,7 +245,15 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("fetch", "backoff_max"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "max_retry_after"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "max_connections"): (lambda v: v >= 1, ">= 1"),
-    ("fetch", "user_agent"): (lambda v: bool(v.strip()), "non-empty"),
+    ("fetch", "user_agent"): (lambda v: bool(v.strip()) and _no_ctl(v), "non-empty, one line"),
+    ("fetch", "headers"): (lambda v: all(_ok(parse_header_line, h) for h in v),
+                           "'Name: value' lines (a token, a colon, a value; not User-Agent)"),
+    ("fetch", "proxy"): (lambda v: not v or _ok(check_proxy_url, v),
+                         "empty or an http(s)://HOST:PORT URL"),
+    ("crawl", "include"): (lambda v: all(_ok(check_pattern, p) for p in v),
+                           "regular expressions"),
+    ("crawl", "exclude"): (lambda v: all(_ok(check_pattern, p) for p in v),
+                           "regular expressions"),
     ("dedup", "capacity"): (lambda v: v >= 1, ">= 1"),
     ("dedup", "error_rate"): (lambda v: 0 < v < 1, "between 0 and 1"),
     ("dedup", "shards"): (lambda v: 1 <= v <= 65536, "1..65536"),
@@ -258,6 +270,18 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("distributed", "retry_for"): (lambda v: v >= 0, ">= 0"),
     ("distributed", "poll_interval"): (lambda v: v > 0, "> 0"),
 }
+
+
+def _ok(check: Any, value: str) -> bool:
+    try:
+        check(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _no_ctl(text: str) -> bool:
+    return not any(c in text for c in "\r\n\0")
 
 
 def _validate(section: Any, name: str, source: str) -> None:

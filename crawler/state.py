@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler.output import PAGES_FILE, read_json, write_json_atomic
-from crawler.scope import Scope, read_seeds
+from crawler.scope import Scope, UrlPatterns, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from crawler.statecreate import building, check_resources
 from dedup import Canonicalizer, Ledger, UrlSeen
@@ -25,7 +25,8 @@ from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
            "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
            "committed_pages", "create_crawl", "open_crawl", "read_settings_copy",
-           "require_state_dir", "save_settings_copy", "set_committed_pages", "store_changes"]
+           "require_state_dir", "save_settings_copy", "seeds_and_scope", "set_committed_pages",
+           "store_changes"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
@@ -80,6 +81,17 @@ def check_new_state_dir(state_dir: str | Path) -> None:
                              "state directory; choose a new or empty directory")
 
 
+def seeds_and_scope(seeds_file: str | Path, settings: Settings
+                    ) -> tuple[list[tuple[str, str]], list[str], Scope]:
+    """A seeds file's usable seeds, its problems (bad lines, seeds out of scope by the
+    include/exclude patterns) and the crawl's scope; SeedError if no seed is usable."""
+    c = settings.crawl
+    seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()),
+                                 UrlPatterns(c.include, c.exclude))
+    scope = Scope.for_seeds([url for url, _ in seeds], c.allow_domains, c.include, c.exclude)
+    return seeds, problems, scope
+
+
 def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Path, *,
                  crawl_id: str | None = None, owns: Callable[[str], bool] | None = None,
                  meta: dict[str, Any] | None = None) -> tuple[UrlSeen, Scope, list[str]]:
@@ -99,8 +111,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     state_dir = Path(state_dir)
     check_new_state_dir(state_dir)
     check_resources(settings, state_dir, CrawlError)
-    seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
-    scope = Scope.for_seeds([url for url, _ in seeds], settings.crawl.allow_domains)
+    seeds, problems, scope = seeds_and_scope(seeds_file, settings)
     if owns is not None:
         seeds = [(url, key) for url, key in seeds if owns(host_of(url))]
     with building(state_dir, CrawlError) as tmp:

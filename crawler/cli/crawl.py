@@ -11,6 +11,7 @@ from typing import Any
 
 from crawler.cli.args import (
     FROZEN_FLAGS,
+    FROZEN_WHY,
     UsageError,
     add_crawl_options,
     add_resume_options,
@@ -106,7 +107,8 @@ def add_resume(sub: Any) -> None:
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
-        "canonicalization, allowed domains) is frozen at 'crawl' and cannot change.")
+        "canonicalization, allowed domains, include/exclude patterns) and what the requests "
+        "say (user agent, headers, cookies) are frozen at 'crawl' and cannot change.")
     add_resume_options(g)
     for flag in FROZEN_FLAGS:
         g.add_argument(flag, dest=f"frozen_{flag.strip('-').replace('-', '_')}",
@@ -118,9 +120,10 @@ def add_resume(sub: Any) -> None:
 def _refuse_frozen(args: argparse.Namespace) -> None:
     for flag in FROZEN_FLAGS:
         if getattr(args, f"frozen_{flag.strip('-').replace('-', '_')}") is not None:
+            why = FROZEN_WHY.get(flag, "it decides which URLs are the same or in scope")
             raise UsageError(f"resume cannot change {flag}: it is frozen when the crawl "
-                             "starts (it decides which URLs are the same or in scope); "
-                             "start a new crawl with 'bloomcrawl crawl' to change it")
+                             f"starts ({why}); start a new crawl with 'bloomcrawl crawl' "
+                             "to change it")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

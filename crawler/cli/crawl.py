@@ -26,10 +26,12 @@ from crawler.cli.args import (
 )
 from crawler.engine import run_crawl
 from crawler.exits import exit_status
+from crawler.fetch import check_env_proxies
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
 from crawler.fleet.resize import refuse_if_resized
+from crawler.settings import ConfigError
 from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
 
 __all__ = ["add_crawl", "add_resume"]
@@ -142,6 +144,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         if changes:
             settings = store_changes(seen, settings, changes)
+        if not settings.fetch.proxy:
+            try:
+                check_env_proxies()  # never crawl direct when a proxy was meant
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
         meta = seen.ledger.meta_get(FLEET_KEY)
         if meta is None:

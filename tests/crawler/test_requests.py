@@ -187,7 +187,7 @@ def test_bad_request_options_are_usage_errors(tmp_path, capsys, monkeypatch, fla
     assert not (tmp_path / "s").exists()
 
 
-def test_resume_refuses_new_request_settings(tmp_path, capsys):
+def test_resume_refuses_new_request_settings(tmp_path, capsys, monkeypatch):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])
     settings = fast_settings(crawl={"max_pages": 1})
     seen, _, _ = create_crawl(tmp_path / "s", settings, seeds)
@@ -196,6 +196,9 @@ def test_resume_refuses_new_request_settings(tmp_path, capsys):
     assert "resume cannot change --user-agent" in capsys.readouterr().err
     assert main(["resume", str(tmp_path / "s"), "--cookies"]) == 2
     assert "resume cannot change --cookies" in capsys.readouterr().err
+    monkeypatch.setenv("HTTPS_PROXY", "http://bad host")  # never direct instead
+    assert main(["resume", str(tmp_path / "s")]) == 2
+    assert "HTTPS_PROXY: not a proxy URL" in capsys.readouterr().err
 
 
 def test_a_fleet_hands_scope_and_request_options_to_its_workers(tmp_path):

@@ -176,7 +176,8 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                              help="allow private, loopback and link-local addresses")),
     ("--user-agent", dict(type=user_agent, metavar="UA",
                           help="the User-Agent header; robots.txt groups are matched against "
-                          "its product token, the part before the first '/' or space "
+                          "its product token, the part before the first '/' or space (after "
+                          "'compatible;' in a Mozilla/5.0 (compatible; ...) form) "
                           f"(default: {_D.fetch.user_agent!r})")),
     ("--header", dict(type=header, action="append", default=[], metavar="'NAME: VALUE'",
                       help="an extra request header (repeatable; default: none)")),

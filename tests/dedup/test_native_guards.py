@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dedup import confirmed
 from dedup import kernel as compiled
 from dedup.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
@@ -248,6 +249,22 @@ def test_an_append_that_fails_adds_nothing() -> None:
               keys, values, out)
     assert not batch.any() and keys == values == [] and not out
     view.release()
+
+
+def test_the_python_side_checks_what_it_used_to_assert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """confirmed._doubled and ConfirmCache._full check the compiled call's counts
+    with a raise, not an ``assert`` that ``python -O`` removes."""
+    class Short:
+        @staticmethod
+        def confirm_add(table, held, half, h, start):  # type: ignore[no-untyped-def]
+            return 0, 0
+
+        confirm_split = None
+
+    table = holding(["k"], 8)
+    monkeypatch.setattr(compiled, "lookup", Short)
+    with pytest.raises(RuntimeError, match="kept 0 of 1"):
+        confirmed._doubled(table)
 
 
 # -- buffers: dtype, layout, writability ----------------------------------------------

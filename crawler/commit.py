@@ -80,8 +80,12 @@ class GroupCommit:
 
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
                  frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
-                 totals: Callable[[], dict[str, int]] | None = None) -> None:
+                 totals: Callable[[], dict[str, int]] | None = None,
+                 before_commit: Callable[[list[int]], None] | None = None) -> None:
+        """``before_commit(seqs)`` runs in every group commit just before the marks
+        of ``seqs`` go into the transaction, so what it writes commits with them."""
         self._pagelog = pagelog
+        self._before_commit = before_commit
         self._totals = totals
         self._warc = warc
         self._seen = seen
@@ -141,6 +145,8 @@ class GroupCommit:
                 ledger.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
                     ledger.meta_set(TOTALS_KEY, self._totals())
+                if self._before_commit is not None:
+                    self._before_commit([m[0] for m in marks])
                 ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:
@@ -188,10 +194,12 @@ class GroupCommit:
 
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
-                          error: str | None, *, warc: bool) -> None:
+                          error: str | None, *, warc: bool,
+                          attempts: int | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC record with ``warc``), then its
-        mark."""
+        mark. ``attempts``: the requests sent for the URL over every round and run
+        (default: this fetch's)."""
         now = time.time()
         status = res.status if res is not None else None
         record = {
@@ -205,7 +213,8 @@ class GroupCommit:
             "links_new": 0,
             "fetched_at": iso_time(now),
             "error": error,
-            "attempts": res.attempts if res is not None else 0,
+            "attempts": (attempts if attempts is not None
+                         else res.attempts if res is not None else 0),
             "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
         }
         warc_page = None

@@ -45,7 +45,9 @@ class FetchSettings:
     read_timeout: float = 20.0  # max gap between body chunks / headers
     total_timeout: float = 60.0  # one fetch: every attempt, its body and backoff included
     max_bytes: int = 5 * 1024 * 1024  # body cap; streamed, stop reading past it
-    retries: int = 2  # extra attempts on connection errors, timeouts and 5xx
+    # quick extra attempts within one fetch on connection errors, timeouts and 5xx; a
+    # crawl caps them with what is left of the URL's budget ([crawl] max_retries)
+    retries: int = 0
     backoff_base: float = 0.5  # exponential backoff base seconds, full jitter
     backoff_max: float = 30.0
     max_retry_after: float = 60.0  # longer Retry-After (429/503) => error "retry-after too long"
@@ -164,15 +166,28 @@ class Fetcher:
                 headers={hdrs.USER_AGENT: s.user_agent, hdrs.ACCEPT: _ACCEPT},
                 cookie_jar=aiohttp.DummyCookieJar(),  # crawls must not accumulate state
             )
+            # aiohttp re-sends an idempotent request once, unseen, after a reset or a
+            # disconnect (its own TestClient turns that off the same way; there is
+            # no public switch). Off here: every request a server sees is one that
+            # ``attempts`` counts against the URL's budget ([crawl] max_retries).
+            if hasattr(self._session, "_retry_connection"):
+                self._session._retry_connection = False
         return self._session
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
         return self._rng.uniform(0.0, min(s.backoff_max, s.backoff_base * 2 ** (attempt - 1)))
 
-    async def fetch(self, url: str) -> FetchResult:
-        """Fetch one URL (one hop). Never raises for network or HTTP problems."""
-        return await self._fetch(url, html_only=True, limit=self.settings.max_bytes)
+    async def fetch(self, url: str, *, attempts: int | None = None) -> FetchResult:
+        """Fetch one URL (one hop). Never raises for network or HTTP problems.
+
+        ``attempts``: the most requests this fetch may send (default ``1 + retries``).
+        A crawl passes what is left of the URL's retry budget, so quick retries
+        here and later rounds over the crawl never add up past it.
+        """
+        most = 1 + self.settings.retries if attempts is None else max(1, attempts)
+        return await self._fetch(url, html_only=True, limit=self.settings.max_bytes,
+                                 attempts=most)
 
     async def get_text(
         self, url: str, max_bytes: int = 512 * 1024, *, max_redirects: int = 5
@@ -202,7 +217,8 @@ class Fetcher:
             return TextFetch(r.status, _decode_text(r.body, r.charset))
         return TextFetch(r.status, None, "too many redirects")
 
-    async def _fetch(self, url: str, *, html_only: bool, limit: int) -> FetchResult:
+    async def _fetch(self, url: str, *, html_only: bool, limit: int,
+                     attempts: int | None = None) -> FetchResult:
         s = self.settings
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -217,14 +233,15 @@ class Fetcher:
         # One deadline for the whole fetch: a body trickling in just under the
         # read timeout must not hold a slot for (1 + retries) x total_timeout.
         deadline = start + s.total_timeout
-        attempts = 0
+        most = 1 + s.retries if attempts is None else attempts
+        sent = 0
         while True:
-            attempts += 1
+            sent += 1
             hop = await self._once(target, html_only=html_only, limit=limit,
                                    budget=deadline - loop.time())
-            if not hop.retry or attempts > s.retries:
+            if not hop.retry or sent >= most:
                 break
-            delay = hop.retry_after if hop.retry_after is not None else self._backoff(attempts)
+            delay = hop.retry_after if hop.retry_after is not None else self._backoff(sent)
             if loop.time() + delay >= deadline:
                 break  # no time left for another attempt: the crawl retries it later
             await asyncio.sleep(delay)
@@ -238,7 +255,7 @@ class Fetcher:
             location=hop.location,
             retry_after=hop.retry_after,
             error=hop.error,
-            attempts=attempts,
+            attempts=sent,
             elapsed=loop.time() - start,
             interrupted=hop.interrupted,
             retryable=hop.retry,

@@ -51,7 +51,7 @@ class CrawlSettings:
     honor_nofollow: bool = False
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
-    retry_rounds: int = 5
+    max_retries: int = 5
     retry_delay: float = 5.0
     retry_delay_max: float = 300.0
 
@@ -166,12 +166,23 @@ def _types_of(cls: type) -> dict[str, Any]:
     return _TYPES[cls]
 
 
+# Keys that are gone, and what to set instead: named in the error, not "unknown key".
+_REPLACED: dict[tuple[str, str], str] = {
+    ("crawl", "retry_rounds"): (
+        "is replaced by [crawl] max_retries: one budget per URL (a URL is requested "
+        "at most 1 + max_retries times over the crawl, every retry round and quick "
+        "retry included)"),
+}
+
+
 def _overlay_section(section: Any, name: str, values: Mapping[str, Any], source: str) -> Any:
     types = _types_of(type(section))
     known = {f.name for f in fields(section)}
     typed: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
+            if (name, key) in _REPLACED:
+                raise ConfigError(f"{source}: [{name}] {key} {_REPLACED[name, key]}")
             raise ConfigError(f"{source}: unknown key '{key}' in [{name}]")
         typed[key] = _coerce(value, types[key], f"{source}: [{name}] {key}")
     new = dataclasses.replace(section, **typed)
@@ -211,7 +222,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
-    ("crawl", "retry_rounds"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "max_retries"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay_max"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "per_host"): (lambda v: v >= 1, ">= 1"),
@@ -280,4 +291,24 @@ def load_settings(config_file: str | Path | None = None) -> Settings:
 
 def settings_from_dict(data: Mapping[str, Any], *, source: str = "frozen config") -> Settings:
     """Rebuild settings frozen with ``Settings.to_dict`` (unknown keys are an error)."""
-    return Settings().overlay(data, source=source)
+    return Settings().overlay(_upgrade_frozen(data), source=source)
+
+
+def _upgrade_frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A configuration frozen by an older bloomcrawl, in today's keys.
+
+    Why mapped and not refused: a crawl must resume with what it started with.
+    Its ``[crawl] retry_rounds`` R and ``[fetch] retries`` r allowed up to
+    (1 + r) x (1 + R) requests per URL; ``max_retries`` keeps that total (and r,
+    the quick retries within one fetch), and now it is a real bound.
+    """
+    crawl = data.get("crawl")
+    if not isinstance(crawl, Mapping) or "retry_rounds" not in crawl:
+        return data
+    fetch = data.get("fetch")
+    quick = fetch.get("retries", 2) if isinstance(fetch, Mapping) else 2
+    rounds = crawl["retry_rounds"]
+    new = {k: v for k, v in crawl.items() if k != "retry_rounds"}
+    if isinstance(rounds, int) and isinstance(quick, int) and "max_retries" not in new:
+        new["max_retries"] = (1 + quick) * (1 + rounds) - 1
+    return {**data, "crawl": new}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crawler.output import PAGES_FILE, write_json_atomic
+from crawler.output import PAGES_FILE, read_json, write_json_atomic
 from crawler.scope import Scope, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from crawler.statecreate import building, check_resources
@@ -23,9 +23,9 @@ from dedup.seen import host_of
 from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
-           "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "check_new_state_dir", "committed_pages",
-           "create_crawl", "open_crawl", "require_state_dir", "set_committed_pages",
-           "store_changes"]
+           "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
+           "committed_pages", "create_crawl", "open_crawl", "read_settings_copy",
+           "require_state_dir", "save_settings_copy", "set_committed_pages", "store_changes"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
@@ -33,6 +33,11 @@ TOTALS_KEY = "dedup_totals"
 OUTPUTS_KEY = "outputs"  # committed sizes of pages.jsonl ("pages") and the WARC ("warc")
 FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
+# A copy of what the ledger's meta holds that nothing else in the directory does (the
+# frozen settings, the scope, the filter's geometry and rules, the crawl and fleet
+# identity): ``bloomcrawl repair`` rebuilds a ledger whose meta is unreadable from it.
+SETTINGS_COPY_FILE = "crawl-settings.json"
+_COPIED_KEYS = (CONFIG_KEY, SCOPE_KEY, FLEET_KEY, "geometry", "canon_rules", "crawl_id")
 COUNTER_KEYS = ("links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
                 "confirm_cache_hits", "ledger_queries", "false_positives")
 
@@ -113,6 +118,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
                                   dict(Counter(n.host for n in admitted)))
             seen.ledger.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
             seen.commit()
+            save_settings_copy(tmp, seen.ledger)
             counters = dict(seen.counters)
         finally:
             seen.close()
@@ -127,6 +133,9 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     state_dir = require_state_dir(state_dir)
     seen = UrlSeen(state_dir, create=False, autocommit=False)
     try:
+        # every row and its checksum, before the first fetch: O(ledger), measured in
+        # bench/README.md ("Damaged ledger"); the error names `bloomcrawl repair DIR`
+        seen.ledger.journal.verify()
         frozen = seen.ledger.meta_get(CONFIG_KEY)
         scope = seen.ledger.meta_get(SCOPE_KEY)
         if frozen is None or scope is None:
@@ -146,7 +155,24 @@ def store_changes(seen: UrlSeen, settings: Settings,
     changed = settings.with_values(**changes)
     seen.ledger.meta_set(CONFIG_KEY, changed.to_dict())
     seen.commit()
+    save_settings_copy(seen.state_dir, seen.ledger)
     return changed
+
+
+def save_settings_copy(state_dir: Path, ledger: Ledger) -> None:
+    """Write ``SETTINGS_COPY_FILE`` from the ledger's meta (atomically), after the
+    ledger committed them: the copy never holds settings the ledger does not."""
+    write_json_atomic(Path(state_dir) / SETTINGS_COPY_FILE,
+                      {k: ledger.meta_get(k) for k in _COPIED_KEYS})
+
+
+def read_settings_copy(state_dir: Path) -> dict[str, Any]:
+    """The settings ``save_settings_copy`` kept ({} if none, or unreadable)."""
+    try:
+        copy = read_json(Path(state_dir) / SETTINGS_COPY_FILE, {})
+    except ValueError:
+        return {}
+    return copy if isinstance(copy, dict) else {}
 
 
 def committed_pages(state_dir: Path) -> list[bytes]:
@@ -180,6 +206,7 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
             config["output"]["warc"] = str(warc)
             ledger.meta_set(CONFIG_KEY, config)
             ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": _size(warc)})
+        save_settings_copy(state_dir, ledger)
 
 
 def require_state_dir(path: str | Path) -> Path:

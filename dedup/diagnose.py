@@ -13,18 +13,17 @@ being written may look torn).
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dedup.bloom import read_snapshot
-from dedup.errors import IndexDamaged, LedgerDamaged, SnapshotError
+from dedup.errors import IndexDamaged, SnapshotError
 from dedup.fpindex import verify_index
 from dedup.journal import Journal
 from dedup.ledger import INDEX_SUFFIX
+from dedup.repair import classify
 from dedup.shards import ShardedBloom
 from dedup.statedir import ledger_path, shards_dir
-from dedup.walcheck import check_wal
 
 __all__ = ["Diagnosis", "diagnose", "index_damage", "ledger_damage"]
 
@@ -51,8 +50,8 @@ class Diagnosis:
 
 
 def diagnose(state_dir: str | Path) -> Diagnosis:
-    """Check every part of ``state_dir``: the ledger (WAL frames, SQLite's
-    ``quick_check``, its settings readable), the index (every run whole, see
+    """Check every part of ``state_dir``: the ledger (WAL frames, every row's
+    checksum: :func:`ledger_damage`), the index (every run whole, see
     :func:`dedup.fpindex.verify_index`) and the shard files (checksums). Reads each
     file once; time proportional to the directory's size."""
     d = Path(state_dir)
@@ -77,30 +76,11 @@ def index_damage(state_dir: str | Path) -> str:
 
 
 def ledger_damage(state_dir: str | Path) -> tuple[str, str]:
-    """``(journal damage, WAL damage)`` of ``state_dir``'s ledger ("" where whole)."""
-    path = ledger_path(state_dir)
-    wal = ""
-    try:
-        check_wal(path)
-    except LedgerDamaged as exc:
-        wal = str(exc)
-    try:
-        with Journal(path, readonly=True):  # schema, settings and counters readable
-            pass
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            found = [r[0] for r in db.execute("PRAGMA quick_check")]
-        finally:
-            db.close()
-    except sqlite3.OperationalError:
-        raise  # locked, I/O error: the machine is in the way, not damage
-    except LedgerDamaged as exc:  # its message names the file
-        return str(exc), wal
-    except sqlite3.DatabaseError as exc:
-        return f"{path}: {exc}", wal
-    if found != ["ok"]:
-        return f"{path}: SQLite quick_check: {'; '.join(found[:3])}", wal
-    return "", wal
+    """``(journal damage, WAL damage)`` of ``state_dir``'s ledger ("" where whole), as
+    a resume checks it before its first fetch (:func:`dedup.repair.classify`: the
+    WAL's frames, every row against its checksum)."""
+    damage = classify(state_dir)
+    return damage.ledger, damage.wal
 
 
 def _index_dir(state_dir: Path) -> Path:

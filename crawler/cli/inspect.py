@@ -173,13 +173,16 @@ def add_repair(sub: Any) -> None:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    """Copy every readable row of a stopped crawl's damaged ledger into a new one (the
-    damaged files are kept beside it as *.damaged-TIME), put back every page pages.jsonl
-    records, and rebuild the index and the shard files; then 'bloomcrawl resume DIR' goes
-    on. Rows on damaged pages are lost: URLs they held that were queued leave the frontier
-    (reported). Every part is checked first: a whole ledger is kept as it is, and only a
-    damaged fingerprint index or shard file is rebuilt from it (nothing lost)."""
-    from crawler.repair import repair_state_dir
+    """Check a stopped crawl's ledger (every row against its checksum, the WAL's frames)
+    and, if it is damaged, copy every readable row that agrees with pages.jsonl into a
+    new one (the damaged files are kept beside it as *.damaged-TIME), put back every
+    page pages.jsonl records, and rebuild the index and the shard files; then
+    'bloomcrawl resume DIR' goes on. Always ends, in time proportional to the file. A
+    ledger of which nothing is readable is rebuilt from pages.jsonl and the settings
+    copy the crawl keeps (crawl-settings.json). Queued URLs whose text was lost leave
+    the frontier (reported). A whole ledger is kept as it is, and only a damaged
+    fingerprint index or shard file is rebuilt from it (nothing lost)."""
+    from crawler.repair import DAMAGED, UNRECORDED, repair_state_dir
 
     d = require_state_dir(args.dir)
     if in_use(d):  # checked before reading: a live writer's WAL may look torn
@@ -188,11 +191,35 @@ def cmd_repair(args: argparse.Namespace) -> int:
     if not found.ledger_damaged:
         return _repair_derived(d, found)
     report, restored = repair_state_dir(d)
+    if not report.damage.journal:
+        print(f"checked {d}: the ledger reads and every row matches its checksum: kept as "
+              "it is; the shard files were rebuilt")
+        if restored:
+            print(f"  {restored} page(s) put back from pages.jsonl")
+        print(f"next: bloomcrawl resume {args.dir}")
+        return 0
     kept = ", ".join(f"{t} {n}" for t, n in report.kept.items())
-    print(f"repaired {d}: {report.rows} URL(s) in the new ledger (rows read: {kept})")
+    print(f"repaired {d}: {report.rows} URL(s) in the new ledger (rows read: {kept}; "
+          f"{report.probes} range reads)")
+    if report.damage.ledger:
+        print(f"  damage: {report.damage.ledger}")
     lost = {t: n for t, n in report.bad_ranges.items() if n}
     if lost:
-        print("  unreadable: " + ", ".join(f"{t} {n} rowid range(s)" for t, n in lost.items()))
+        print("  unreadable: " + ", ".join(f"{t} {n} stretch(es) of rows" for t, n in lost.items()))
+    bad = {t: n for t, n in report.bad_rows.items() if n}
+    if bad:
+        print("  failing their checksum (dropped): "
+              + ", ".join(f"{t} {n} row(s)" for t, n in bad.items()))
+    if report.meta_from and "config" in report.meta_from:
+        print(f"  the crawl's settings ({', '.join(report.meta_from)}) came from its "
+              "crawl-settings.json: the ledger's were unreadable; the dedup totals of "
+              "earlier runs (links, repeats) start again from 0")
+    elif report.meta_from:
+        print(f"  the ledger's settings were unreadable and there is no crawl-settings.json: "
+              f"{', '.join(report.meta_from)} came from the shard files; the crawl's frozen "
+              "configuration and scope are lost (resume refuses without them: stats, check "
+              "and merge work; start a new crawl with the same seeds and config, or restore "
+              "the ledger from a backup)")
     if report.wal_damage:
         print(f"  {report.wal_damage}: the transactions after that frame are lost; URLs "
               "they queued left the frontier (re-run 'bloomcrawl crawl' with the seeds to "
@@ -201,13 +228,23 @@ def cmd_repair(args: argparse.Namespace) -> int:
         print(f"  {len(report.orphans)} queued URL(s) whose admission was unreadable were "
               "queued again")
     if report.lost_seqs:
-        print(f"  {report.lost_seqs} admission(s) unreadable: any that were still queued "
-              "left the frontier (a page linking to one admits it again)")
-    if report.frontier_lost:
-        print(f"  {report.frontier_lost} queued URL(s) lost their text and left the frontier "
-              "(a page linking to one admits it again)")
+        print(f"  {report.lost_seqs} admission(s) unreadable: their URLs are put back where "
+              "their queued text, pages.jsonl or the WARC hold them")
+    if report.frontier_lost or report.dropped.get(DAMAGED):
+        print(f"  {report.frontier_lost + report.dropped.get(DAMAGED, 0)} queued URL(s) lost "
+              "their text and left the frontier (a page linking to one admits it again)")
+    if report.dropped.get(UNRECORDED):
+        print(f"  {report.dropped[UNRECORDED]} URL(s) marked done with no record in "
+              "pages.jsonl were dropped (their rows were damaged)")
     if restored:
         print(f"  {restored} page(s) put back from pages.jsonl")
+    if report.recovered:
+        print(f"  {report.recovered} queued URL(s) found again in the links of the recorded "
+              "pages (WARC, redirects) and queued again")
+    if report.unaccounted:
+        print(f"  {report.unaccounted} URL(s) the fingerprint index held are not in the new "
+              "ledger: queued URLs whose text was only in the ledger left the frontier (a "
+              "page linking to one admits it again; with a WARC, repair finds them there)")
     for p in report.set_aside:
         print(f"  kept the damaged file as {p}")
     print(f"next: bloomcrawl resume {args.dir}")
@@ -217,8 +254,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
 def _repair_derived(d: Path, found: Diagnosis) -> int:
     """``repair`` of a state dir whose ledger is whole: it is kept as it is, and only
     the damaged derived parts (index, shard files) are rebuilt from it."""
-    print(f"checked {d}: the ledger is whole (SQLite quick_check, WAL frames, settings "
-          "readable): kept as it is")
+    print(f"checked {d}: the ledger reads and every row matches its checksum (the WAL's "
+          "frames too): kept as it is")
     if not found.derived_damaged:
         print(f"  the fingerprint index ({found.index_records} record(s)) and the shard "
               "files are whole too: nothing to repair, nothing changed")

@@ -13,7 +13,9 @@ from crawler.fleet.identity import is_fleet_dir
 from crawler.progress import format_filter_stats, format_stats
 from crawler.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.state import CrawlError, require_state_dir
-from dedup import UrlRejected, UrlSeen
+from dedup import IndexDamaged, StateLocked, UrlRejected, UrlSeen
+from dedup.diagnose import Diagnosis, diagnose
+from dedup.statedir import in_use
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
 
@@ -29,7 +31,9 @@ def add_stats(sub: Any) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Figures of a state directory (also while its crawl runs), or of a directory of shard
-    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger)."""
+    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger).
+    Every file of the fingerprint index is checked: a damaged one is an error (exit
+    status 1) after the figures."""
     d = Path(args.dir)
     if is_fleet_dir(d):
         workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
@@ -45,6 +49,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         stats = state_stats(args.dir)
         text = format_stats(stats)
     print(json.dumps(stats, sort_keys=True) if args.json else text)
+    if stats.get("index_damage"):
+        raise IndexDamaged(stats["index_damage"])
     return 0
 
 
@@ -121,20 +127,25 @@ def _add_dir_command(sub: Any, name: str, help: str, func: Any) -> None:
 
 
 def add_rebuild(sub: Any) -> None:
-    _add_dir_command(sub, "rebuild", "recreate the shard files from the ledger", cmd_rebuild)
+    _add_dir_command(sub, "rebuild", "recreate the fingerprint index and the shard files "
+                     "from the ledger", cmd_rebuild)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    """Recreate every shard file of a stopped crawl from its ledger (the record of truth):
-    after damaged or deleted shard files. The crawl must be stopped."""
+    """Recreate what is derived from a stopped crawl's ledger (the record of truth): the
+    fingerprint index (ledger.index/) and every shard file, without reading the old ones:
+    after a damaged or deleted run, MANIFEST or shard file. Each is replaced atomically.
+    The crawl must be stopped."""
     d = require_state_dir(args.dir)
     seen = UrlSeen.rebuild(d)
     try:
         n = len(seen.ledger)
         shards = seen.nshards
+        index = seen.ledger.index_stats()
     finally:
         seen.close()
-    print(f"rebuilt {shards} shard file(s) in {d / 'shards'} from {n} ledger row(s)")
+    print(f"rebuilt the fingerprint index ({sum(index['run_records'])} record(s) in "
+          f"{index['runs']} run(s)) and {shards} shard file(s) in {d} from {n} ledger row(s)")
     return 0
 
 
@@ -157,7 +168,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def add_repair(sub: Any) -> None:
     _add_dir_command(sub, "repair", "recover a damaged ledger (database disk image is "
-                     "malformed, a damaged WAL)",
+                     "malformed, a damaged WAL); rebuild a damaged index or shard file",
                      cmd_repair)
 
 
@@ -169,10 +180,16 @@ def cmd_repair(args: argparse.Namespace) -> int:
     'bloomcrawl resume DIR' goes on. Always ends, in time proportional to the file. A
     ledger of which nothing is readable is rebuilt from pages.jsonl and the settings
     copy the crawl keeps (crawl-settings.json). Queued URLs whose text was lost leave
-    the frontier (reported)."""
+    the frontier (reported). A whole ledger is kept as it is, and only a damaged
+    fingerprint index or shard file is rebuilt from it (nothing lost)."""
     from crawler.repair import DAMAGED, UNRECORDED, repair_state_dir
 
     d = require_state_dir(args.dir)
+    if in_use(d):  # checked before reading: a live writer's WAL may look torn
+        raise StateLocked(f"{d}: in use by another bloomcrawl process")
+    found = diagnose(d)
+    if not found.ledger_damaged:
+        return _repair_derived(d, found)
     report, restored = repair_state_dir(d)
     if not report.damage.journal:
         print(f"checked {d}: the ledger reads and every row matches its checksum: kept as "
@@ -231,4 +248,25 @@ def cmd_repair(args: argparse.Namespace) -> int:
     for p in report.set_aside:
         print(f"  kept the damaged file as {p}")
     print(f"next: bloomcrawl resume {args.dir}")
+    return 0
+
+
+def _repair_derived(d: Path, found: Diagnosis) -> int:
+    """``repair`` of a state dir whose ledger is whole: it is kept as it is, and only
+    the damaged derived parts (index, shard files) are rebuilt from it."""
+    print(f"checked {d}: the ledger reads and every row matches its checksum (the WAL's "
+          "frames too): kept as it is")
+    if not found.derived_damaged:
+        print(f"  the fingerprint index ({found.index_records} record(s)) and the shard "
+              "files are whole too: nothing to repair, nothing changed")
+        return 0
+    if found.index:
+        print(f"  damaged fingerprint index: {found.index}")
+    for line in found.shards:
+        print(f"  unusable shard file: {line}")
+    UrlSeen.rebuild(d, index=bool(found.index), shards=bool(found.shards)).close()
+    parts = (["the fingerprint index"] if found.index else []) + (
+        ["the shard files"] if found.shards else [])
+    print(f"rebuilt {' and '.join(parts)} from the ledger: nothing was lost")
+    print(f"next: bloomcrawl resume {d}")
     return 0

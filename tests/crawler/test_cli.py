@@ -188,7 +188,8 @@ async def test_check_forget_and_rebuild(crawled, capsys):
     shard = ShardedBloom.shard_path(state / "shards", 0)
     shard.write_bytes(b"garbage")
     assert main(["rebuild", str(state)]) == 0
-    assert "rebuilt 4 shard file(s)" in capsys.readouterr().out
+    assert "rebuilt the fingerprint index (" in (out := capsys.readouterr().out)
+    assert "and 4 shard file(s)" in out
     loaded = ShardedBloom.load(state / "shards")
     with UrlSeen(state, readonly=True) as seen:
         assert not seen.damaged_shards

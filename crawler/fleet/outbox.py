@@ -115,6 +115,11 @@ class Outbox:
         if self._fd is not None:
             await asyncio.to_thread(os.fdatasync, self._fd)
 
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
     def clear(self) -> None:
         """Forget every batch: the whole fleet is done, each link committed by its owner."""
         if self._fd is None or not self.size:

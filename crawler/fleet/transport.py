@@ -164,10 +164,15 @@ class RedisTransport(FleetMonitor):
         if self._epoch is None:
             raise TransportError("not connected to Redis (call connect() first)")
         self.outbox = outbox = Outbox(state_dir)
-        if outbox.items and outbox.epoch() != self._epoch:
-            log.warning("worker %d: fleet %s at %s lost its data since this worker last "
-                        "ran (new epoch): re-sending the %d links it forwarded",
-                        self.worker_id, self.crawl_id, self.where, outbox.items)
+        held = outbox.epoch()
+        if outbox.items and held != self._epoch:
+            if held is None:  # an outbox carried over by a resize that could not tell
+                log.info("worker %d: re-sending the %d links of its outbox",
+                         self.worker_id, outbox.items)
+            else:
+                log.warning("worker %d: fleet %s at %s lost its data since this worker "
+                            "last ran (new epoch): re-sending the %d links it forwarded",
+                            self.worker_id, self.crawl_id, self.where, outbox.items)
             await self._call("resend", self._resend)
         outbox.set_epoch(self._epoch)
 

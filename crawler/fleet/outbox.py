@@ -47,7 +47,7 @@ class Outbox:
     def __init__(self, state_dir: str | Path) -> None:
         self.path = Path(state_dir) / OUTBOX_FILE
         self.epoch_path = Path(state_dir) / EPOCH_FILE
-        self.size = self._valid_length()
+        self.size, self.items = self._scan()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if os.fstat(fd).st_size > self.size:  # a torn tail: that forward never completed
@@ -57,28 +57,32 @@ class Outbox:
             os.close(fd)
             raise
         self._fd: int | None = fd
-        self.items = sum(len(batch) for batch in self.batches())
 
     # -- reading ----------------------------------------------------------------------
 
     def _frames(self) -> Iterator[tuple[int, bytes]]:
-        """``(end offset, payload)`` of each intact frame, up to the first bad one."""
+        """``(end offset, payload)`` of each intact frame, up to the first bad one
+        (read as a stream: an outbox may be larger than memory)."""
         try:
-            data = self.path.read_bytes()
+            f = open(self.path, "rb")  # noqa: SIM115 (a generator holds it)
         except FileNotFoundError:
             return
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            length, crc = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + length
-            payload = data[pos + _HEAD.size:end]
-            if end > len(data) or zlib.crc32(payload) != crc:
-                return
-            pos = end
-            yield pos, payload
+        with f:
+            pos = 0
+            while len(head := f.read(_HEAD.size)) == _HEAD.size:
+                length, crc = _HEAD.unpack(head)
+                payload = f.read(length)
+                if len(payload) != length or zlib.crc32(payload) != crc:
+                    return
+                pos += _HEAD.size + length
+                yield pos, payload
 
-    def _valid_length(self) -> int:
-        return max((end for end, _ in self._frames()), default=0)
+    def _scan(self) -> tuple[int, int]:
+        """The length of the intact frames and the number of items they hold."""
+        end = items = 0
+        for end, payload in self._frames():  # noqa: B007 (the last one is wanted)
+            items += len(decode(payload))
+        return end, items
 
     def batches(self) -> Iterator[list[Item]]:
         """Every batch recorded, oldest first."""

@@ -45,10 +45,15 @@ return {acked, redis.call('HINCRBY', KEYS[4], ARGV[2], 1)}
 """
 
 SET_IDLE = """
--- KEYS: idle, gen, fleet   ARGV: worker id, generation the caller saw, its epoch
--- -1: the fleet's epoch is not the caller's (Redis lost data since it last looked):
--- it must re-send what it forwarded before it may count as idle.
+-- KEYS: idle, gen, fleet, counters
+-- ARGV: worker id, generation the caller saw, its epoch, its sent field, links it sent
+-- -1: the fleet's epoch is not the caller's, or Redis counts fewer links sent by it
+-- than it knows it sent (Redis lost data since it last looked): it must re-send what
+-- it forwarded before it may count as idle.
 if redis.call('HGET', KEYS[3], 'epoch') ~= ARGV[3] then return -1 end
+if tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0') < tonumber(ARGV[5]) then
+  return -1
+end
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], '1')
   return 1

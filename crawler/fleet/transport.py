@@ -12,7 +12,7 @@ and the Lua scripts below may touch them all)::
     bloomcrawl:{ID}:in:I       stream of worker I (group "owner", consumer "worker-I")
     bloomcrawl:{ID}:idle       hash: I -> "1" idle / "0" busy
     bloomcrawl:{ID}:gen        hash: I -> generation, bumped by every ack of worker I
-    bloomcrawl:{ID}:counters   hash: forwarded, acked (URLs)
+    bloomcrawl:{ID}:counters   hash: forwarded, acked, sent:I (URLs; sent:I by worker I)
     bloomcrawl:{ID}:stop       integer, incremented by every stop request
     bloomcrawl:{ID}:stats      hash: I -> JSON progress of worker I
     bloomcrawl:{ID}:dead       stream of undecodable entries (kept, never dropped)
@@ -39,6 +39,10 @@ fleet; it then joins again and re-sends every link in its ``Outbox`` (each
 forward is recorded there, durably, before its page is marked) before it takes
 the new epoch as its own. Since a worker counts as idle only under the epoch it
 re-sent in, the fleet cannot be done while a lost link is not back in a stream.
+A Redis that lost only its last writes (a crash before its append-only file
+reached the disk) keeps its epoch, but counts fewer links in ``sent:I`` than
+worker I knows it sent: that is a loss too, found the same ways, re-sent the
+same way (while the worker runs; a worker resumed later has no count to compare).
 """
 
 
@@ -111,6 +115,8 @@ class RedisTransport(FleetMonitor):
         self._epoch: str | None = None  # the fleet epoch this worker last re-sent under
         self.outbox: Outbox | None = None
         self._recovering = asyncio.Lock()
+        self._sent_field = f"sent:{worker_id}"
+        self._sent = 0  # links this worker's forwards brought the fleet's count to
         self._recovers = True
         self.stats.update({"forwarded": 0, "forward_calls": 0, "received": 0, "acked": 0,
                            "redelivered": 0, "dead": 0, "resent": 0})
@@ -203,8 +209,23 @@ class RedisTransport(FleetMonitor):
 
     async def _check_epoch(self) -> None:
         assert self._redis is not None
-        epoch = await self._redis.hget(self.keys.fleet, "epoch")
-        if epoch is None or epoch.decode() != self._epoch:
+        known = self._sent  # from replies already in: Redis must count at least that many
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hget(self.keys.fleet, "epoch")
+        pipe.hget(self.keys.counters, self._sent_field)
+        epoch, sent = await pipe.execute()
+        if epoch is not None and epoch.decode() == self._epoch and self.outbox is not None \
+                and int(sent or 0) < known:
+            # same fleet, but its last writes are gone (a crash before they reached disk)
+            await self._register()
+            log.warning("worker %d: Redis at %s lost the last links this worker forwarded "
+                        "(it counts %d of %d): re-sending the %d links it forwarded",
+                        self.worker_id, self.where, int(sent or 0), known,
+                        self.outbox.items)
+            self._sent = 0
+            await self._resend()
+            self._claim_cursor, self._next_claim = "0-0", 0.0
+        elif epoch is None or epoch.decode() != self._epoch:
             if self.outbox is None:
                 raise TransportError(
                     f"Redis at {self.where} came back without fleet {self.crawl_id}'s data "
@@ -214,6 +235,7 @@ class RedisTransport(FleetMonitor):
             log.warning("worker %d: Redis at %s lost fleet %s's data (restarted without "
                         "persistence?): re-sending the %d links this worker forwarded",
                         self.worker_id, self.where, self.crawl_id, self.outbox.items)
+            self._sent = 0
             await self._resend()
             self._epoch, self._stop_base = new, stop
             self.outbox.set_epoch(new)
@@ -236,7 +258,8 @@ class RedisTransport(FleetMonitor):
             for stream, fields in pending:
                 pipe.xadd(stream, fields)
             pipe.hincrby(self.keys.counters, "forwarded", count)
-            await pipe.execute()
+            pipe.hincrby(self.keys.counters, self._sent_field, count)
+            self._sent = max(self._sent, int((await pipe.execute())[-1]))
 
         for batch in self.outbox.batches():
             items = [it for it in batch if not self.is_local(it[2])]
@@ -281,6 +304,7 @@ class RedisTransport(FleetMonitor):
             for stream, fields in entries:
                 pipe.xadd(stream, fields)
             pipe.hincrby(self.keys.counters, "forwarded", total)
+            pipe.hincrby(self.keys.counters, self._sent_field, total)
             return await pipe.execute()
 
         synced: asyncio.Future[None] | None = None
@@ -288,10 +312,11 @@ class RedisTransport(FleetMonitor):
             self.outbox.append(items)
             synced = asyncio.ensure_future(self.outbox.sync())
         try:
-            await self._call("forward", op)
+            done = await self._call("forward", op)
         finally:
             if synced is not None:
                 await synced
+        self._sent = max(self._sent, int(done[-1]))
         self.stats["forwarded"] += total
         self.stats["forward_calls"] += 1
         return total
@@ -440,9 +465,10 @@ class RedisTransport(FleetMonitor):
             await self._call("set_idle", lambda: self._redis.hset(  # type: ignore[union-attr]
                 k.idle, str(self.worker_id), "0"))
             return True
-        gen, epoch = self._gen, self._epoch
+        gen, epoch, sent = self._gen, self._epoch, self._sent
         done = await self._call("set_idle", lambda: self._scripts["idle"](
-            keys=[k.idle, k.gen, k.fleet], args=[self.worker_id, gen, epoch]))
+            keys=[k.idle, k.gen, k.fleet, k.counters],
+            args=[self.worker_id, gen, epoch, self._sent_field, sent]))
         if int(done) < 0:  # Redis lost data since this worker last looked: recover first
             self._broken = True
             return False

@@ -434,6 +434,33 @@ async def test_a_worker_resumed_after_its_redis_lost_data_resends_its_outbox(
         await t.close()
 
 
+async def test_a_redis_that_lost_only_its_last_writes_gets_them_again(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Same epoch, but the last forward is gone (as after a crash before the AOF fsync):
+    the sender's count in Redis is short, so set_idle refuses and it re-sends."""
+    a, b = await join(redis_server.url, 2, backoff=(0.01, 0.1))
+    await a.attach_outbox(tmp_path)
+    first, last = items_for(not_owned_by(0, 2)[:2], 2), items_for(not_owned_by(0, 2)[2:4], 2)
+    await a.forward(first)
+    assert urls(await drain(b)) == sorted(u for u, *_ in first)  # committed and acked
+    await a.forward(last)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    pipe = admin.pipeline(transaction=True)  # the last MULTI never reached the disk
+    pipe.delete(b.stream)
+    pipe.xgroup_create(b.stream, "owner", id="0", mkstream=True)
+    pipe.hincrby(a.keys.counters, "sent:0", -len(last))
+    pipe.hincrby(a.keys.counters, "forwarded", -len(last))
+    await pipe.execute()
+    await admin.aclose()
+    assert await a.set_idle(True) is False
+    assert await a.set_idle(True) is False  # it joined again: a new generation
+    assert await a.set_idle(True) is True
+    got = await drain(b)  # both batches again; b's seen-test would drop the first
+    assert urls(got) == sorted(u for u, *_ in first + last)
+    await a.close()
+    await b.close()
+
+
 def test_an_outbox_cuts_a_torn_tail_and_keeps_every_whole_batch(tmp_path: Path) -> None:
     from crawler.fleet.outbox import Outbox
 

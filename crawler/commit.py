@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crawler.admission import Pairs
 from crawler.frontier import Frontier, Item
@@ -71,6 +71,12 @@ def output_files(seen: UrlSeen, warc: str) -> tuple[PageLog, WarcWriter | None]:
             WarcWriter(warc, committed.get("warc")) if warc else None)
 
 
+class Syncable(Protocol):
+    """A file a group commit makes durable before its ledger marks (``sync``)."""
+
+    async def sync(self) -> None: ...
+
+
 class GroupCommit:
     """Group commit: pages.jsonl lines (and WARC records), then ledger marks.
 
@@ -80,8 +86,10 @@ class GroupCommit:
 
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
                  frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
-                 totals: Callable[[], dict[str, int]] | None = None) -> None:
+                 totals: Callable[[], dict[str, int]] | None = None,
+                 also_sync: Sequence[Syncable] = ()) -> None:
         self._pagelog = pagelog
+        self._also_sync = list(also_sync)
         self._totals = totals
         self._warc = warc
         self._seen = seen
@@ -167,7 +175,9 @@ class GroupCommit:
         self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
-        files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
+        files: list[Syncable] = [self._pagelog, *self._also_sync]
+        if self._warc is not None:
+            files.append(self._warc)
         await asyncio.gather(*(f.sync() for f in files))
 
     def offsets(self) -> dict[str, int]:

@@ -97,9 +97,13 @@ class Engine:
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
+        # a fleet worker's outbox (links it forwarded) is synced with each group, before
+        # the group marks the pages that found them
+        outbox = transport.outbox if transport is not None else None
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
-                                     totals=self.checkpoint.totals)
+                                     totals=self.checkpoint.totals,
+                                     also_sync=[outbox] if outbox is not None else [])
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False

@@ -4,7 +4,8 @@ Why: a forwarded link lives only in its owner's Redis stream until the owner
 commits it, and the sender marks the page that found it done right after the
 forward. A Redis that loses its data (restarted without persistence, flushed)
 would take such links with it, and nothing would ever find them again. So the
-sender appends every batch here, durably, before the page is marked; when the
+sender appends every batch here before the XADD, and the group commit that
+marks the page syncs it with pages.jsonl (``crawler.commit``); when the
 fleet's Redis turns out to have lost data (its epoch changed, see
 ``crawler.fleet.transport``), the sender forwards everything here again, and
 the owners' seen-tests drop what they already committed.
@@ -57,6 +58,7 @@ class Outbox:
             os.close(fd)
             raise
         self._fd: int | None = fd
+        self._dirty = False  # appended since the last sync
 
     # -- reading ----------------------------------------------------------------------
 
@@ -113,10 +115,12 @@ class Outbox:
             view = view[os.write(self._fd, view):]
         self.size += len(frame)
         self.items += len(items)
+        self._dirty = True
 
     async def sync(self) -> None:
         """Make every appended batch durable (before the pages that found them are marked)."""
-        if self._fd is not None:
+        if self._fd is not None and self._dirty:
+            self._dirty = False  # a batch appended meanwhile sets it again
             await asyncio.to_thread(os.fdatasync, self._fd)
 
     def fileno(self) -> int:

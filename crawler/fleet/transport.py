@@ -36,7 +36,8 @@ random token set when the hash is created, so such a Redis gets a new one. A
 worker learns of it after a reconnect, from a NOGROUP reply, from ``set_idle``
 (which refuses a caller of another epoch) or from a fleet status without the
 fleet; it then joins again and re-sends every link in its ``Outbox`` (each
-forward is recorded there, durably, before its page is marked) before it takes
+forward is recorded there before the XADD, and synced by the group commit that
+marks its page, with pages.jsonl) before it takes
 the new epoch as its own. Since a worker counts as idle only under the epoch it
 re-sent in, the fleet cannot be done while a lost link is not back in a stream.
 A Redis that lost only its last writes (a crash before its append-only file
@@ -307,15 +308,9 @@ class RedisTransport(FleetMonitor):
             pipe.hincrby(self.keys.counters, self._sent_field, total)
             return await pipe.execute()
 
-        synced: asyncio.Future[None] | None = None
-        if self.outbox is not None:  # durable before the caller marks the page done
+        if self.outbox is not None:  # synced by the group commit that marks the page
             self.outbox.append(items)
-            synced = asyncio.ensure_future(self.outbox.sync())
-        try:
-            done = await self._call("forward", op)
-        finally:
-            if synced is not None:
-                await synced
+        done = await self._call("forward", op)
         self._sent = max(self._sent, int(done[-1]))
         self.stats["forwarded"] += total
         self.stats["forward_calls"] += 1

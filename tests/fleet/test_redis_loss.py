@@ -59,7 +59,7 @@ async def two_hosts() -> AsyncIterator[tuple[str, str, RequestLog, RequestLog]]:
             a_log = add_request_log(a_app)
 
             async def a_page(request: web.Request, b: str = b) -> web.Response:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.03)  # A's links trickle out over ~1.5 s
                 return _page([f"{b}/b/{request.match_info['i']}"])
 
             async def a_home(request: web.Request) -> web.Response:

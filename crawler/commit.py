@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crawler.admission import Pairs
 from crawler.frontier import Frontier, Item
@@ -71,6 +71,12 @@ def output_files(seen: UrlSeen, warc: str) -> tuple[PageLog, WarcWriter | None]:
             WarcWriter(warc, committed.get("warc")) if warc else None)
 
 
+class Syncable(Protocol):
+    """A file a group commit makes durable before its ledger marks (``sync``)."""
+
+    async def sync(self) -> None: ...
+
+
 class GroupCommit:
     """Group commit: pages.jsonl lines (and WARC records), then ledger marks.
 
@@ -81,11 +87,14 @@ class GroupCommit:
     def __init__(self, pagelog: PageLog, warc: WarcWriter | None, seen: UrlSeen,
                  frontier: Frontier, admit: Callable[[Sequence[Links]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None,
-                 before_commit: Callable[[list[int]], None] | None = None) -> None:
+                 before_commit: Callable[[list[int]], None] | None = None,
+                 also_sync: Sequence[Syncable] = ()) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the marks
-        of ``seqs`` go into the transaction, so what it writes commits with them."""
+        of ``seqs`` go into the transaction, so what it writes commits with them;
+        ``also_sync`` files are synced with pages.jsonl before the marks commit."""
         self._pagelog = pagelog
         self._before_commit = before_commit
+        self._also_sync = list(also_sync)
         self._totals = totals
         self._warc = warc
         self._seen = seen
@@ -173,7 +182,9 @@ class GroupCommit:
         self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
-        files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
+        files: list[Syncable] = [self._pagelog, *self._also_sync]
+        if self._warc is not None:
+            files.append(self._warc)
         await asyncio.gather(*(f.sync() for f in files))
 
     def offsets(self) -> dict[str, int]:

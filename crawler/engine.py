@@ -98,10 +98,14 @@ class Engine:
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output.warc)
         self.retries = Retries(settings, self.frontier, seen.ledger)
+        # a fleet worker's outbox (links it forwarded) is synced with each group, before
+        # the group marks the pages that found them
+        outbox = transport.outbox if transport is not None else None
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
-                                     before_commit=self.retries.before_commit)
+                                     before_commit=self.retries.before_commit,
+                                     also_sync=[outbox] if outbox is not None else [])
         self._warc_pages = self.warc is not None
         self.session = SessionCounts()
         self.stopping = False

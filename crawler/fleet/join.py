@@ -46,6 +46,7 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
         for problem in problems:
             warn(f"{problem} (skipped)")
         try:
+            await transport.attach_outbox(seen.state_dir)
             return await run_crawl(seen, settings, scope, progress=progress,
                                    install_signals=True, transport=transport)
         finally:
@@ -67,6 +68,7 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
         if now != meta:  # Redis moved: remember where (without a password)
             seen.ledger.meta_set(FLEET_KEY, now)
             seen.commit()
+        await transport.attach_outbox(seen.state_dir)
         return await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
                                transport=transport)
     finally:

@@ -13,7 +13,7 @@ STAMP       := $(VENV)/.installed
 .PHONY: test coverage bench bench-scale reliability demo lint clean
 
 # setup.py and the C sources: the install also builds the compiled kernels (dedup/_*.c)
-$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c dedup/_lookup.c dedup/_murmur.h
+$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c dedup/_lookup.c dedup/_buffers.h dedup/_murmur.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .

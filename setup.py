@@ -9,6 +9,6 @@ and dedup uses its numpy code, with the same bits (``dedup.bitops``).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O3"],
-                             depends=["dedup/_murmur.h"])
+                             depends=["dedup/_buffers.h", "dedup/_murmur.h"])
                    for name, source in (("dedup._kernel", "dedup/_kernel.c"),
                                         ("dedup._lookup", "dedup/_lookup.c"))])

@@ -1,5 +1,6 @@
-"""Which links of a page become queued URLs: scope, the per-host cap, the
-URL-seen test, then the frontier.
+"""Which links of a page become queued URLs: scope (hosts, then the include/
+exclude patterns over the canonical URL), the per-host cap, the URL-seen test,
+then the frontier.
 
 Why apart from the engine: it is the one step every link goes through, from a
 page, a redirect or another fleet worker (``crawler.fleet.relay``), and it is
@@ -58,6 +59,7 @@ class Admission:
     def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
                local: Callable[[str], bool] | None) -> tuple[Pairs, list[Remote]]:
         allows = self.scope.allows_host
+        url_ok = self.scope.url_filter()
         cap = self.cap
         counts = self.host_counts
         keep: Pairs = []
@@ -67,6 +69,8 @@ class Admission:
                 continue
             host = host_of(pair[0])
             if not allows(host):
+                continue
+            if url_ok is not None and not url_ok(pair[1]):
                 continue
             if local is not None and not local(host):
                 remote.append((pair[0], pair[1], host, depth))

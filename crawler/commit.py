@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crawler.admission import Pairs
 from crawler.frontier import Frontier, Item
@@ -91,6 +91,12 @@ def _dedupable(ex: Exchange) -> bool:
     return 200 <= ex.status < 300 and ex.truncated is None and bool(ex.payload)
 
 
+class Syncable(Protocol):
+    """A file a group commit makes durable before its ledger marks (``sync``)."""
+
+    async def sync(self) -> None: ...
+
+
 class GroupCommit:
     """Group commit: pages.jsonl lines (and WARC records), then ledger marks.
 
@@ -101,8 +107,15 @@ class GroupCommit:
     def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: UrlSeen,
                  frontier: Frontier,
                  admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
-                 totals: Callable[[], dict[str, int]] | None = None) -> None:
+                 totals: Callable[[], dict[str, int]] | None = None,
+                 before_commit: Callable[[list[int]], None] | None = None,
+                 also_sync: Sequence[Syncable] = ()) -> None:
+        """``before_commit(seqs)`` runs in every group commit just before the marks
+        of ``seqs`` go into the transaction, so what it writes commits with them;
+        ``also_sync`` files are synced with pages.jsonl before the marks commit."""
         self._pagelog = pagelog
+        self._before_commit = before_commit
+        self._also_sync = list(also_sync)
         self._totals = totals
         self._warc = warc
         self._seen = seen
@@ -175,6 +188,8 @@ class GroupCommit:
                 ledger.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
                     ledger.meta_set(TOTALS_KEY, self._totals())
+                if self._before_commit is not None:
+                    self._before_commit([m[0] for m in marks])
                 ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:
@@ -237,7 +252,9 @@ class GroupCommit:
         self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
-        files = [self._pagelog] + ([self._warc] if self._warc is not None else [])
+        files: list[Syncable] = [self._pagelog, *self._also_sync]
+        if self._warc is not None:
+            files.append(self._warc)
         await asyncio.gather(*(f.sync() for f in files))
 
     def offsets(self) -> dict[str, int]:
@@ -258,10 +275,12 @@ class GroupCommit:
 
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
-                          error: str | None, *, warc: bool) -> None:
+                          error: str | None, *, warc: bool,
+                          attempts: int | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
-        mark."""
+        mark. ``attempts``: the requests sent for the URL over every round and run
+        (default: this fetch's)."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -288,7 +307,8 @@ class GroupCommit:
             "links_new": 0,
             "fetched_at": iso_time(now),
             "error": error,
-            "attempts": res.attempts if res is not None else 0,
+            "attempts": (attempts if attempts is not None
+                         else res.attempts if res is not None else 0),
             "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
         }
         await self.commit(record, (item.seq, state, status, error),

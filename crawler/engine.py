@@ -99,9 +99,15 @@ class Engine:
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output)
+        self.retries = Retries(settings, self.frontier, seen.ledger)
+        # a fleet worker's outbox (links it forwarded) is synced with each group, before
+        # the group marks the pages that found them
+        outbox = transport.outbox if transport is not None else None
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
-                                     totals=self.checkpoint.totals)
+                                     totals=self.checkpoint.totals,
+                                     before_commit=self.retries.before_commit,
+                                     also_sync=[outbox] if outbox is not None else [])
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -114,7 +120,6 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
-        self.retries = Retries(c, self.frontier)
         self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         self._local = None  # which hosts this worker fetches: all, unless in a fleet
@@ -273,15 +278,26 @@ class Engine:
             if not answer.allowed:
                 await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
+        retries = self.retries
+        seq = item.seq
+        allowed = retries.allowance(seq)
+        if allowed == 0:  # spent before a restart (its last round counted in advance)
+            frontier.done(item, requested=False)
+            await self._give_up(item, retries.tried(seq).error or "retries exhausted")
+            return
+        reserved = allowed if retries.reserve(seq, allowed) else 0
         try:
+            if reserved:  # a retry round: its requests are durable before they are sent
+                await self.committer.commit(None, None)
             wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
             if wait > 0:
                 await asyncio.sleep(wait)
-            res = await self.fetcher.fetch(url)
+            res = await self.fetcher.fetch(url, attempts=allowed)
         except BaseException:
             frontier.done(item)
             raise
-        if res.failed and res.retryable and self._retry_later(
+        tried = retries.spent(seq, reserved, res.attempts, res.error)
+        if res.failed and res.retryable and await self._retry_later(
                 item, hold_host=res.status is None or res.interrupted,
                 at_least=res.retry_after or 0.0):
             return
@@ -318,11 +334,11 @@ class Engine:
         if failed:
             self.session.failed += 1
         error = res.error
-        self.retries.forget(item.seq)
+        retries.forget(seq)
         self.errors.count(error, failed=failed)
         await self.committer.commit_page(item, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
-                                         warc=self._warc_pages)
+                                         warc=self._warc_pages, attempts=tried.requests)
 
     async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
         """robots.txt says no: skipped for good, retried later, or given up (failed)."""
@@ -330,31 +346,53 @@ class Engine:
         if unavailable is None:  # a real Disallow
             frontier.done(item, requested=False, counted=False)
             self.session.skipped += 1
+            tried = self.retries.tried(item.seq)
+            self.retries.forget(item.seq)
             await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
-                                             "robots.txt", warc=self._warc_pages)
+                                             "robots.txt", warc=self._warc_pages,
+                                             attempts=tried.requests)
             return
-        if retryable and self._retry_later(item, hold_host=True, requested=False):
-            return
-        # Given up: retried to the end, or refused for good (an SSRF refusal names
-        # itself, not robots.txt: the page would be refused just the same).
-        self.retries.forget(item.seq)
-        error = f"robots.txt unavailable: {unavailable}" if retryable else unavailable
+        if retryable:
+            error = f"robots.txt unavailable: {unavailable}"
+            self.retries.lost_round(item.seq, error)
+            if await self._retry_later(item, hold_host=True, requested=False):
+                return
+        else:  # refused for good (an SSRF refusal names itself, not robots.txt:
+            error = unavailable  # the page would be refused just the same)
         frontier.done(item, requested=False)
+        await self._give_up(item, error)
+
+    async def _give_up(self, item: Item, error: str) -> None:
+        """Record ``item`` failed without a fetch this round (its frontier slot released)."""
+        tried = self.retries.tried(item.seq)
+        self.retries.forget(item.seq)
         self.session.pages += 1
         self.session.failed += 1
         self.errors.count(error, failed=True)
         await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
-                                         warc=self._warc_pages)
+                                         warc=self._warc_pages, attempts=tried.requests)
 
-    def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
-                     at_least: float = 0.0) -> bool:
-        """Put ``item`` back for a later round; False: give it up. While stopping,
-        nothing is retried: the URL just stays QUEUED for resume."""
+    async def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
+                           at_least: float = 0.0) -> bool:
+        """Put ``item`` back for a later round; False: its budget is spent, give it up.
+
+        Its tries so far are committed first, so a restart goes on from them.
+        While stopping, nothing is retried: the URL just stays QUEUED for resume.
+        """
+        retries = self.retries
+        if not self.stopping and not retries.can_retry(item.seq):
+            return False
+        retries.keep(item.seq)
+        try:
+            await self.committer.commit(None, None)
+        except BaseException:
+            self.frontier.done(item, requested=requested, counted=False)
+            raise
         if self.stopping:
             self.frontier.done(item, requested=requested, counted=False)
             return True
-        return self.retries.later(item, hold_host=hold_host, requested=requested,
-                                  at_least=at_least)
+        return retries.later(item, hold_host=hold_host, requested=requested,
+                             at_least=at_least)
 
     async def _progress_loop(self) -> None:
         interval = self.settings.output.progress_interval

@@ -4,16 +4,28 @@ Why one hop: the engine must deduplicate and scope-check every redirect target
 before it is fetched, so `Fetcher.fetch` never follows redirects; it returns the
 raw Location and lets the engine decide. It returns a ``FetchResult``
 (``crawler.outcome``) and never raises for what the network does.
+
+Requests carry the configured User-Agent and extra headers; cookies are kept
+only with ``cookies`` (one jar for the session, scoped per host by RFC 6265).
+A proxy is ``proxy`` or else the environment's ``HTTP_PROXY``/``HTTPS_PROXY``,
+chosen per request (``NO_PROXY`` names hosts that go direct). Why not aiohttp's
+``trust_env``: it also sends ``~/.netrc`` credentials to the crawled hosts.
+Through a proxy the private-address guard still judges the *target*: its name
+is resolved here and refused if private, while the proxy itself, which the user
+chose, may be on loopback or a private network.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import codecs
 import contextvars
 import random
 import re
+import socket
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -30,13 +42,14 @@ from crawler.headers import (
     content_length,
     looks_like_html,
     parse_content_type,
+    parse_header_line,
     parse_retry_after,
 )
-from crawler.netguard import GuardedResolver, check_literal_host
+from crawler.netguard import GuardedResolver, PrivateAddressError, check_literal_host
 from crawler.outcome import FetchResult, classify_error
 from crawler.warc import Exchange
 
-__all__ = ["FetchSettings", "Fetcher", "TextFetch"]
+__all__ = ["FetchSettings", "Fetcher", "TextFetch", "check_env_proxies", "check_proxy_url"]
 
 _CHUNK = 64 * 1024
 _DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
@@ -67,7 +80,9 @@ class FetchSettings:
     read_timeout: float = 20.0  # max gap between body chunks / headers
     total_timeout: float = 60.0  # one fetch: every attempt, its body and backoff included
     max_bytes: int = 5 * 1024 * 1024  # body cap; streamed, stop reading past it
-    retries: int = 2  # extra attempts on connection errors, timeouts and 5xx
+    # quick extra attempts within one fetch on connection errors, timeouts and 5xx; a
+    # crawl caps them with what is left of the URL's budget ([crawl] max_retries)
+    retries: int = 0
     backoff_base: float = 0.5  # exponential backoff base seconds, full jitter
     backoff_max: float = 30.0
     max_retry_after: float = 60.0  # longer Retry-After (429/503) => error "retry-after too long"
@@ -75,6 +90,105 @@ class FetchSettings:
     allow_private: bool = False  # refuse private/loopback/link-local/reserved targets unless True
     max_connections: int = 100
     dns_cache_ttl: float = 300.0
+    headers: tuple[str, ...] = ()  # extra request headers, "Name: value" each
+    cookies: bool = False  # keep cookies the servers set and send them back (per host)
+    proxy: str = ""  # http(s)://[user:pass@]host:port; empty: HTTP(S)_PROXY from the env
+
+
+def check_proxy_url(text: str) -> URL:
+    """A ``--proxy`` value as a URL, or ValueError naming it."""
+    try:
+        url = None if any(c.isspace() or ord(c) < 32 for c in text) else URL(text)
+    except (ValueError, TypeError):
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.raw_host \
+            or url.path not in ("", "/") or url.query_string or url.fragment:
+        raise ValueError(f"not a proxy URL http(s)://HOST:PORT: {text!r}")
+    return url
+
+
+class _Proxy:
+    """A proxy to send requests through: its URL (credentials taken out) and headers."""
+
+    __slots__ = ("headers", "url")
+
+    def __init__(self, text: str) -> None:
+        url = check_proxy_url(text)
+        self.headers: dict[str, str] | None = None
+        if url.user is not None:  # aiohttp does not read credentials from a proxy URL
+            token = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
+            self.headers = {hdrs.PROXY_AUTHORIZATION: f"Basic {token}"}
+        self.url = url.with_user(None)
+
+    @property
+    def endpoint(self) -> tuple[str, int | None]:
+        return (self.url.raw_host or "").lower(), self.url.port
+
+
+class _Proxies:
+    """Which proxy a request goes through: ``proxy`` (the flag/config) beats the
+    environment's; ``NO_PROXY`` sends the hosts it names direct either way. Decided
+    once per scheme and authority."""
+
+    def __init__(self, configured: str, env: dict[str, str]) -> None:
+        self._env = env
+        self._by_scheme: dict[str, _Proxy] = {}
+        for scheme in ("http", "https"):
+            given = configured or env.get(scheme, "")
+            if not given:
+                continue
+            # HTTP_PROXY=proxy:3128 means http://proxy:3128, as curl reads it
+            text = given if "://" in given else "http://" + given
+            try:
+                self._by_scheme[scheme] = _Proxy(text)
+            except ValueError:  # never silently direct: the user meant a proxy
+                raise ValueError(f"{scheme.upper()}_PROXY: not a proxy URL "
+                                 f"http(s)://HOST:PORT: {given!r}") from None
+        self._cache: dict[tuple[str, str], _Proxy | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_scheme)
+
+    def endpoints(self) -> frozenset[tuple[str, int | None]]:
+        return frozenset(p.endpoint for p in self._by_scheme.values())
+
+    def for_url(self, url: URL) -> _Proxy | None:
+        key = (url.scheme, url.raw_authority)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        proxy = self._by_scheme.get(url.scheme)
+        host = (url.raw_host or "").lower()
+        if proxy is not None and "no" in self._env and urllib.request.proxy_bypass_environment(
+                f"{host}:{url.port}" if url.port else host, self._env):
+            proxy = None
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        self._cache[key] = proxy
+        return proxy
+
+
+def check_env_proxies() -> None:
+    """ValueError naming HTTP_PROXY or HTTPS_PROXY when it is not a proxy URL: a crawl
+    refuses to start rather than going direct when a proxy was meant."""
+    _Proxies("", _env_proxies())
+
+
+def _proxy_args(proxy: _Proxy | None, url: URL) -> dict[str, object]:
+    """aiohttp's keywords for a request through ``proxy`` (none: direct). Credentials
+    go with the request itself to an http proxy, with the CONNECT for an https target."""
+    if proxy is None:
+        return {}
+    if url.scheme == "http":
+        return {"proxy": proxy.url, "headers": proxy.headers}
+    return {"proxy": proxy.url, "proxy_headers": proxy.headers}
+
+
+def _env_proxies() -> dict[str, str]:
+    """HTTP_PROXY, HTTPS_PROXY and NO_PROXY (either case; lowercase wins, as in curl)."""
+    env = urllib.request.getproxies_environment()
+    return {k: v for k, v in env.items() if k in ("http", "https", "no") and v}
 
 
 def _request_url(url: str) -> URL | str:
@@ -153,6 +267,12 @@ class Fetcher:
         self._rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
         self._resolver: AbstractResolver | None = None
+        self._headers = {hdrs.USER_AGENT: settings.user_agent, hdrs.ACCEPT: _ACCEPT}
+        for line in settings.headers:
+            name, value = parse_header_line(line)
+            self._headers[name] = value
+        self._proxies = _Proxies(settings.proxy, _env_proxies())
+        self._checked: dict[str, float] = {}  # proxied target names found public, until
 
     async def __aenter__(self) -> Fetcher:
         self._get_session()
@@ -180,7 +300,8 @@ class Fetcher:
             s = self.settings
             resolver: AbstractResolver = self._inner_resolver or DefaultResolver()
             if not s.allow_private:
-                resolver = GuardedResolver(resolver)
+                # the proxies the user configured are reachable wherever they are
+                resolver = GuardedResolver(resolver, allow=self._proxies.endpoints())
             self._resolver = resolver
             connector = (_PeerConnector if self.record else aiohttp.TCPConnector)(
                 limit=s.max_connections,
@@ -194,18 +315,34 @@ class Fetcher:
                     sock_connect=s.connect_timeout,
                     sock_read=s.read_timeout,
                 ),
-                headers={hdrs.USER_AGENT: s.user_agent, hdrs.ACCEPT: _ACCEPT},
-                cookie_jar=aiohttp.DummyCookieJar(),  # crawls must not accumulate state
+                headers=self._headers,
+                # Off by default: a crawl must not accumulate state. unsafe: keep
+                # cookies of IP-address hosts too (they are crawl targets like names).
+                cookie_jar=aiohttp.CookieJar(unsafe=True) if s.cookies
+                else aiohttp.DummyCookieJar(),
             )
+            # aiohttp re-sends an idempotent request once, unseen, after a reset or a
+            # disconnect (its own TestClient turns that off the same way; there is
+            # no public switch). Off here: every request a server sees is one that
+            # ``attempts`` counts against the URL's budget ([crawl] max_retries).
+            if hasattr(self._session, "_retry_connection"):
+                self._session._retry_connection = False
         return self._session
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
         return self._rng.uniform(0.0, min(s.backoff_max, s.backoff_base * 2 ** (attempt - 1)))
 
-    async def fetch(self, url: str) -> FetchResult:
-        """Fetch one URL (one hop). Never raises for network or HTTP problems."""
-        return await self._fetch(url, html_only=True, limit=self.settings.max_bytes)
+    async def fetch(self, url: str, *, attempts: int | None = None) -> FetchResult:
+        """Fetch one URL (one hop). Never raises for network or HTTP problems.
+
+        ``attempts``: the most requests this fetch may send (default ``1 + retries``).
+        A crawl passes what is left of the URL's retry budget, so quick retries
+        here and later rounds over the crawl never add up past it.
+        """
+        most = 1 + self.settings.retries if attempts is None else max(1, attempts)
+        return await self._fetch(url, html_only=True, limit=self.settings.max_bytes,
+                                 attempts=most)
 
     async def get_text(
         self, url: str, max_bytes: int = 512 * 1024, *, max_redirects: int = 5
@@ -239,7 +376,8 @@ class Fetcher:
             return TextFetch(r.status, _decode_text(r.body, r.charset), exchanges=ex)
         return TextFetch(r.status, None, "too many redirects", exchanges=tuple(hops))
 
-    async def _fetch(self, url: str, *, html_only: bool, limit: int) -> FetchResult:
+    async def _fetch(self, url: str, *, html_only: bool, limit: int,
+                     attempts: int | None = None) -> FetchResult:
         s = self.settings
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -254,14 +392,15 @@ class Fetcher:
         # One deadline for the whole fetch: a body trickling in just under the
         # read timeout must not hold a slot for (1 + retries) x total_timeout.
         deadline = start + s.total_timeout
-        attempts = 0
+        most = 1 + s.retries if attempts is None else attempts
+        sent = 0
         while True:
-            attempts += 1
+            sent += 1
             hop = await self._once(target, html_only=html_only, limit=limit,
                                    budget=deadline - loop.time())
-            if not hop.retry or attempts > s.retries:
+            if not hop.retry or sent >= most:
                 break
-            delay = hop.retry_after if hop.retry_after is not None else self._backoff(attempts)
+            delay = hop.retry_after if hop.retry_after is not None else self._backoff(sent)
             if loop.time() + delay >= deadline:
                 break  # no time left for another attempt: the crawl retries it later
             await asyncio.sleep(delay)
@@ -275,7 +414,7 @@ class Fetcher:
             location=hop.location,
             retry_after=hop.retry_after,
             error=hop.error,
-            attempts=attempts,
+            attempts=sent,
             elapsed=loop.time() - start,
             interrupted=hop.interrupted,
             retryable=hop.retry,
@@ -287,14 +426,29 @@ class Fetcher:
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=max(budget, 0.001), sock_connect=s.connect_timeout,
                                         sock_read=s.read_timeout)
+        session = self._get_session()
+        proxy = self._proxies.for_url(url) if self._proxies else None
+        if proxy is not None and not s.allow_private:
+            try:
+                async with asyncio.timeout(s.connect_timeout):
+                    await self._check_target(url)
+            except PrivateAddressError as e:
+                hop.error = str(e)
+                return hop
+            except TimeoutError:
+                hop.error, hop.retry = "timeout", True
+                return hop
+            except OSError as e:
+                hop.error, hop.retry = "dns error", getattr(e, "errno", None) == socket.EAI_AGAIN
+                return hop
         started = time.time()
         peer: list[str | None] = [None]
         token = _PEER.set(peer) if self.record else None
         try:
-            async with self._get_session().get(url, allow_redirects=False,
-                                               timeout=timeout) as resp:
+            async with session.get(url, allow_redirects=False, timeout=timeout,
+                                   **_proxy_args(proxy, url)) as resp:
                 if self.record:
-                    hop.exchange = _exchange(resp, started, peer[0])
+                    hop.exchange = _exchange(resp, started, peer[0], proxied=proxy is not None)
                 await self._read(resp, hop, html_only=html_only, limit=limit)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
             failure = classify_error(e)
@@ -306,6 +460,23 @@ class Fetcher:
             if token is not None:
                 _PEER.reset(token)
         return hop
+
+    async def _check_target(self, url: URL) -> None:
+        """Raise PrivateAddressError (or a DNS error) for a proxied target whose name
+        resolves to a non-public address: the proxy would connect to it for us. A
+        literal IP was checked before; a name found public is trusted for
+        ``dns_cache_ttl``, like a direct connection's DNS answer."""
+        host = url.raw_host or ""
+        if _is_literal(host):  # refused before the request if not public
+            return
+        loop = asyncio.get_running_loop()
+        if self._checked.get(host, 0.0) > loop.time():
+            return
+        assert self._resolver is not None
+        await self._resolver.resolve(host, url.port or 0, family=socket.AF_UNSPEC)
+        if len(self._checked) > 100_000:
+            self._checked.clear()
+        self._checked[host] = loop.time() + self.settings.dns_cache_ttl
 
     async def _read(
         self, resp: aiohttp.ClientResponse, hop: _Hop, *, html_only: bool, limit: int
@@ -398,19 +569,37 @@ async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) 
     resp.close()
 
 
-def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None) -> Exchange:
+def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None, *,
+              proxied: bool = False) -> Exchange:
     """What was sent and what came back, headers as on the wire (aiohttp's
-    ``request_info.headers`` are the ones ``send`` wrote)."""
+    ``request_info.headers`` are the ones ``send`` wrote).
+
+    Through a proxy (``proxied``) the connection's address is the proxy's, so there
+    is no WARC-IP-Address; an http target is sent in absolute form (aiohttp writes
+    the whole URL on the request line, RFC 9112 3.2.2), an https one in origin form
+    inside the CONNECT tunnel; the proxy's credentials stay out of the archive."""
     info = resp.request_info
     v = resp.version
     version = f"HTTP/{v.major}.{v.minor}" if v is not None else "HTTP/1.1"
+    absolute = proxied and info.url.scheme == "http"
+    target = str(info.url) if absolute else info.url.raw_path_qs or "/"
+    headers = [(k, val) for k, val in info.headers.items()
+               if not (proxied and k.lower() == "proxy-authorization")]
     return Exchange(
         url=str(resp.url), started=started, method=info.method,
-        target=info.url.raw_path_qs or "/", request_headers=list(info.headers.items()),
+        target=target, request_headers=headers,
         version=version, status=resp.status, reason=resp.reason or "",
         response_headers=[(k.decode("latin-1"), v.decode("latin-1"))
                           for k, v in resp.raw_headers],
-        ip=peer)
+        ip=None if proxied else peer)
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.strip("[]"))
+    except OSError:
+        return False
+    return True
 
 
 def _decode_text(body: bytes, charset: str | None) -> str:

@@ -11,7 +11,12 @@ import email.utils
 import math
 from datetime import UTC, datetime
 
-__all__ = ["content_length", "looks_like_html", "parse_content_type", "parse_retry_after"]
+__all__ = ["content_length", "looks_like_html", "parse_content_type", "parse_header_line",
+           "parse_retry_after"]
+
+# RFC 9110 token characters: what a header name may be made of
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789"
+                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 # WHATWG MIME sniffing: patterns that make an untyped body HTML, each followed by
 # a tag-terminating byte (space or ">").
@@ -37,6 +42,24 @@ def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
             charset = val.strip().strip("\"'").strip().lower() or None
             break
     return media, charset
+
+
+def parse_header_line(line: str) -> tuple[str, str]:
+    """``(name, value)`` from a ``Name: value`` line given with ``--header``; ValueError
+    (naming the line) for anything a server would read as something else: an empty or
+    non-token name, a control character in the value (CR/LF would inject headers), or
+    User-Agent, which has ``--user-agent`` (robots.txt matching follows it)."""
+    name, sep, value = line.partition(":")
+    name = name.strip()
+    value = value.strip(" \t")
+    if not sep or not name or not all(c in _TCHAR for c in name):
+        raise ValueError(f"not a header 'Name: value': {line!r}")
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+        raise ValueError(f"control character in the value of header {name}: {line!r}")
+    if name.lower() == "user-agent":
+        raise ValueError("set the user agent with --user-agent (or [fetch] user_agent), "
+                         f"not a header: {line!r}")
+    return name, value
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -95,13 +96,19 @@ class GuardedResolver(AbstractResolver):
     aiohttp reports as a connector error before any socket is opened.
     """
 
-    def __init__(self, inner: AbstractResolver | None = None) -> None:
+    def __init__(self, inner: AbstractResolver | None = None, *,
+                 allow: Iterable[tuple[str, int | None]] = ()) -> None:
+        """``allow``: ``(host, port)`` endpoints passed unguarded, the proxies the user
+        configured (a proxy on loopback is the user's choice, not an SSRF target)."""
         self._inner = inner if inner is not None else DefaultResolver()
+        self._allow = frozenset(allow)
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
+        if self._allow and (host.lower(), port) in self._allow:
+            return results
         public = [r for r in results if is_public_address(r["host"].split("%", 1)[0])]
         if not public:
             first = results[0]["host"] if results else host

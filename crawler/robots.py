@@ -14,6 +14,7 @@ so that the crawl retries the URL later instead of skipping it for good.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -25,7 +26,23 @@ from yarl import URL
 
 from crawler.fetch import Fetcher
 
-__all__ = ["RobotsAnswer", "RobotsCache", "origin_of"]
+__all__ = ["RobotsAnswer", "RobotsCache", "origin_of", "robots_token"]
+
+_COMPATIBLE = re.compile(r"\(compatible;\s*([^/;\s)]+)", re.IGNORECASE)
+
+
+def robots_token(user_agent: str) -> str:
+    """The product token robots.txt groups name for ``user_agent`` (RFC 9309 2.2.1):
+    ``AcmeBot/1.2 (+https://...)`` -> ``AcmeBot``, and for the browser-compatible
+    form ``Mozilla/5.0 (compatible; AcmeBot/1.2; +https://...)`` the crawler's own
+    token ``AcmeBot``, as Googlebot's is read, not ``Mozilla``."""
+    ua = user_agent.strip()
+    if not ua:
+        return "*"
+    m = _COMPATIBLE.search(ua)
+    if m is not None and ua.lower().startswith("mozilla/"):
+        return m.group(1)
+    return ua.split("/", 1)[0].split()[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +97,7 @@ class RobotsCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fetcher = fetcher
-        # robots.txt groups name a product token ("bloomcrawl"), not a full UA string.
-        self.agent = user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else "*"
+        self.agent = robots_token(user_agent)
         self.max_crawl_delay = max_crawl_delay
         self.max_entries = max_entries
         self.ttl = ttl

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from crawler.fetch import FetchSettings
+from crawler.fetch import FetchSettings, check_proxy_url
+from crawler.headers import parse_header_line
+from crawler.scope import check_pattern
 from dedup.canonical import DEFAULT_TRACKING_PARAMS, CanonRules
 
 __all__ = [
@@ -49,10 +51,12 @@ class CrawlSettings:
     max_depth: int = 20
     max_pages_per_host: int = 100_000
     allow_domains: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()  # regexes over the canonical URL: one must match (if any)
+    exclude: tuple[str, ...] = ()  # ... and none of these
     honor_nofollow: bool = False
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
-    retry_rounds: int = 5
+    max_retries: int = 5
     retry_delay: float = 5.0
     retry_delay_max: float = 300.0
 
@@ -169,12 +173,23 @@ def _types_of(cls: type) -> dict[str, Any]:
     return _TYPES[cls]
 
 
+# Keys that are gone, and what to set instead: named in the error, not "unknown key".
+_REPLACED: dict[tuple[str, str], str] = {
+    ("crawl", "retry_rounds"): (
+        "is replaced by [crawl] max_retries: one budget per URL (a URL is requested "
+        "at most 1 + max_retries times over the crawl, every retry round and quick "
+        "retry included)"),
+}
+
+
 def _overlay_section(section: Any, name: str, values: Mapping[str, Any], source: str) -> Any:
     types = _types_of(type(section))
     known = {f.name for f in fields(section)}
     typed: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
+            if (name, key) in _REPLACED:
+                raise ConfigError(f"{source}: [{name}] {key} {_REPLACED[name, key]}")
             raise ConfigError(f"{source}: unknown key '{key}' in [{name}]")
         typed[key] = _coerce(value, types[key], f"{source}: [{name}] {key}")
     new = dataclasses.replace(section, **typed)
@@ -214,7 +229,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
-    ("crawl", "retry_rounds"): (lambda v: v >= 0, ">= 0"),
+    ("crawl", "max_retries"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay_max"): (lambda v: v >= 0, ">= 0"),
     ("politeness", "per_host"): (lambda v: v >= 1, ">= 1"),
@@ -235,7 +250,15 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("fetch", "backoff_max"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "max_retry_after"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "max_connections"): (lambda v: v >= 1, ">= 1"),
-    ("fetch", "user_agent"): (lambda v: bool(v.strip()), "non-empty"),
+    ("fetch", "user_agent"): (lambda v: bool(v.strip()) and _no_ctl(v), "non-empty, one line"),
+    ("fetch", "headers"): (lambda v: all(_ok(parse_header_line, h) for h in v),
+                           "'Name: value' lines (a token, a colon, a value; not User-Agent)"),
+    ("fetch", "proxy"): (lambda v: not v or _ok(check_proxy_url, v),
+                         "empty or an http(s)://HOST:PORT URL"),
+    ("crawl", "include"): (lambda v: all(_ok(check_pattern, p) for p in v),
+                           "regular expressions"),
+    ("crawl", "exclude"): (lambda v: all(_ok(check_pattern, p) for p in v),
+                           "regular expressions"),
     ("dedup", "capacity"): (lambda v: v >= 1, ">= 1"),
     ("dedup", "error_rate"): (lambda v: 0 < v < 1, "between 0 and 1"),
     ("dedup", "shards"): (lambda v: 1 <= v <= 65536, "1..65536"),
@@ -260,6 +283,18 @@ def _compiles(pattern: str) -> bool:
     except re.error:
         return False
     return True
+
+
+def _ok(check: Any, value: str) -> bool:
+    try:
+        check(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _no_ctl(text: str) -> bool:
+    return not any(c in text for c in "\r\n\0")
 
 
 def _validate(section: Any, name: str, source: str) -> None:
@@ -293,4 +328,24 @@ def load_settings(config_file: str | Path | None = None) -> Settings:
 
 def settings_from_dict(data: Mapping[str, Any], *, source: str = "frozen config") -> Settings:
     """Rebuild settings frozen with ``Settings.to_dict`` (unknown keys are an error)."""
-    return Settings().overlay(data, source=source)
+    return Settings().overlay(_upgrade_frozen(data), source=source)
+
+
+def _upgrade_frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A configuration frozen by an older bloomcrawl, in today's keys.
+
+    Why mapped and not refused: a crawl must resume with what it started with.
+    Its ``[crawl] retry_rounds`` R and ``[fetch] retries`` r allowed up to
+    (1 + r) x (1 + R) requests per URL; ``max_retries`` keeps that total (and r,
+    the quick retries within one fetch), and now it is a real bound.
+    """
+    crawl = data.get("crawl")
+    if not isinstance(crawl, Mapping) or "retry_rounds" not in crawl:
+        return data
+    fetch = data.get("fetch")
+    quick = fetch.get("retries", 2) if isinstance(fetch, Mapping) else 2
+    rounds = crawl["retry_rounds"]
+    new = {k: v for k, v in crawl.items() if k != "retry_rounds"}
+    if isinstance(rounds, int) and isinstance(quick, int) and "max_retries" not in new:
+        new["max_retries"] = (1 + quick) * (1 + rounds) - 1
+    return {**data, "crawl": new}

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crawler.output import PAGES_FILE, write_json_atomic
-from crawler.scope import Scope, read_seeds
+from crawler.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.scope import Scope, UrlPatterns, read_seeds
 from crawler.settings import Settings, settings_from_dict
 from crawler.statecreate import building, check_resources
 from crawler.warc import warc_start
@@ -24,8 +24,9 @@ from dedup.seen import host_of
 from dedup.statedir import LEDGER_FILE, is_state_dir, ledger_path
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
-           "SCOPE_KEY", "TOTALS_KEY", "CrawlError", "check_new_state_dir", "committed_pages",
-           "create_crawl", "open_crawl", "require_state_dir", "set_committed_pages",
+           "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
+           "committed_pages", "create_crawl", "open_crawl", "read_settings_copy",
+           "require_state_dir", "save_settings_copy", "seeds_and_scope", "set_committed_pages",
            "store_changes"]
 
 CONFIG_KEY = "config"
@@ -34,6 +35,11 @@ TOTALS_KEY = "dedup_totals"
 OUTPUTS_KEY = "outputs"  # committed sizes of pages.jsonl ("pages") and the WARC ("warc")
 FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
+# A copy of what the ledger's meta holds that nothing else in the directory does (the
+# frozen settings, the scope, the filter's geometry and rules, the crawl and fleet
+# identity): ``bloomcrawl repair`` rebuilds a ledger whose meta is unreadable from it.
+SETTINGS_COPY_FILE = "crawl-settings.json"
+_COPIED_KEYS = (CONFIG_KEY, SCOPE_KEY, FLEET_KEY, "geometry", "canon_rules", "crawl_id")
 COUNTER_KEYS = ("links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
                 "confirm_cache_hits", "ledger_queries", "false_positives")
 
@@ -76,6 +82,17 @@ def check_new_state_dir(state_dir: str | Path) -> None:
                              "state directory; choose a new or empty directory")
 
 
+def seeds_and_scope(seeds_file: str | Path, settings: Settings
+                    ) -> tuple[list[tuple[str, str]], list[str], Scope]:
+    """A seeds file's usable seeds, its problems (bad lines, seeds out of scope by the
+    include/exclude patterns) and the crawl's scope; SeedError if no seed is usable."""
+    c = settings.crawl
+    seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()),
+                                 UrlPatterns(c.include, c.exclude))
+    scope = Scope.for_seeds([url for url, _ in seeds], c.allow_domains, c.include, c.exclude)
+    return seeds, problems, scope
+
+
 def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Path, *,
                  crawl_id: str | None = None, owns: Callable[[str], bool] | None = None,
                  meta: dict[str, Any] | None = None) -> tuple[UrlSeen, Scope, list[str]]:
@@ -95,8 +112,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
     state_dir = Path(state_dir)
     check_new_state_dir(state_dir)
     check_resources(settings, state_dir, CrawlError)
-    seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
-    scope = Scope.for_seeds([url for url, _ in seeds], settings.crawl.allow_domains)
+    seeds, problems, scope = seeds_and_scope(seeds_file, settings)
     if owns is not None:
         seeds = [(url, key) for url, key in seeds if owns(host_of(url))]
     with building(state_dir, CrawlError) as tmp:
@@ -116,6 +132,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
                                   dict(Counter(n.host for n in admitted)))
             seen.ledger.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
             seen.commit()
+            save_settings_copy(tmp, seen.ledger)
             counters = dict(seen.counters)
         finally:
             seen.close()
@@ -130,6 +147,9 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     state_dir = require_state_dir(state_dir)
     seen = UrlSeen(state_dir, create=False, autocommit=False)
     try:
+        # every row and its checksum, before the first fetch: O(ledger), measured in
+        # bench/README.md ("Damaged ledger"); the error names `bloomcrawl repair DIR`
+        seen.ledger.journal.verify()
         frozen = seen.ledger.meta_get(CONFIG_KEY)
         scope = seen.ledger.meta_get(SCOPE_KEY)
         if frozen is None or scope is None:
@@ -149,7 +169,24 @@ def store_changes(seen: UrlSeen, settings: Settings,
     changed = settings.with_values(**changes)
     seen.ledger.meta_set(CONFIG_KEY, changed.to_dict())
     seen.commit()
+    save_settings_copy(seen.state_dir, seen.ledger)
     return changed
+
+
+def save_settings_copy(state_dir: Path, ledger: Ledger) -> None:
+    """Write ``SETTINGS_COPY_FILE`` from the ledger's meta (atomically), after the
+    ledger committed them: the copy never holds settings the ledger does not."""
+    write_json_atomic(Path(state_dir) / SETTINGS_COPY_FILE,
+                      {k: ledger.meta_get(k) for k in _COPIED_KEYS})
+
+
+def read_settings_copy(state_dir: Path) -> dict[str, Any]:
+    """The settings ``save_settings_copy`` kept ({} if none, or unreadable)."""
+    try:
+        copy = read_json(Path(state_dir) / SETTINGS_COPY_FILE, {})
+    except ValueError:
+        return {}
+    return copy if isinstance(copy, dict) else {}
 
 
 def committed_pages(state_dir: Path) -> list[bytes]:
@@ -183,6 +220,7 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
             config["output"]["warc"] = str(warc)
             ledger.meta_set(CONFIG_KEY, config)
             ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": warc_start(warc)})
+        save_settings_copy(state_dir, ledger)
 
 
 def require_state_dir(path: str | Path) -> Path:

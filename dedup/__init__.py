@@ -9,6 +9,7 @@ from dedup.bloom import BloomFilter
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
 from dedup.errors import (
     GeometryMismatch,
+    IndexDamaged,
     LedgerDamaged,
     SnapshotError,
     StateFormatError,
@@ -26,6 +27,7 @@ __all__ = [
     "Canonicalizer",
     "Geometry",
     "GeometryMismatch",
+    "IndexDamaged",
     "Ledger",
     "LedgerDamaged",
     "NewUrl",

@@ -7,15 +7,17 @@ hash and its k positions in registers. The results are bit for bit those of the
 numpy code in dedup/arena.py (the fallback when this module did not build) and
 of mmh3.hash_bytes; the tests compare them.
 
-The functions trust dedup/arena.py for dtypes (uint64 words and hashes, intp
-rows and selections) but check every length and index, so a mistake raises
-instead of writing outside the filter.
+The functions check every buffer's dtype, layout and writability (uint64 words
+and hashes, intp rows and selections; see dedup/_buffers.h), every length and
+index, so a mistake raises instead of reading the wrong numbers or writing
+outside the filter.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "_buffers.h"
 #include "_murmur.h"
 
 /* fingerprints(keys, seed) -> bytes: mmh3.hash_bytes(key, seed) of each key, joined.
@@ -30,30 +32,39 @@ static PyObject *fingerprints(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *seq = PySequence_Fast(keys, "keys must be a sequence");
     if (!seq) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > PY_SSIZE_T_MAX / 16) { Py_DECREF(seq); return PyErr_NoMemory(); }
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 16);
     if (!out) { Py_DECREF(seq); return NULL; }
     uint64_t *dst = (uint64_t *)PyBytes_AS_STRING(out);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = items[i];
-        const char *p; Py_ssize_t len;
-        Py_buffer view = {0};
+        /* `seq` is `keys` itself when a list: a buffer key's exporter may run
+           Python code that changes it, so its items are read afresh each time,
+           a key is held across the request, and a change of size raises */
+        PyObject *k = PySequence_Fast_ITEMS(seq)[i];
         if (PyUnicode_Check(k)) {
             if (fingerprint_str(k, (uint32_t)seed, dst + 2 * i) < 0) goto fail;
             continue;
         }
         if (PyBytes_Check(k)) {
-            p = PyBytes_AS_STRING(k); len = PyBytes_GET_SIZE(k);
-        } else {  /* another read-only buffer, as mmh3 takes */
-            if (PyObject_GetBuffer(k, &view, PyBUF_SIMPLE) < 0) {
-                PyErr_Format(PyExc_TypeError, "keys must be str or bytes-like, not %.80s",
-                             Py_TYPE(k)->tp_name);
-                goto fail;
-            }
-            p = view.buf; len = view.len;
+            murmur3_x64_128((const uint8_t *)PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k),
+                            (uint32_t)seed, dst + 2 * i);
+            continue;
         }
-        murmur3_x64_128((const uint8_t *)p, len, (uint32_t)seed, dst + 2 * i);
-        if (view.obj) PyBuffer_Release(&view);
+        Py_buffer view;  /* another read-only buffer, as mmh3 takes */
+        Py_INCREF(k);
+        if (PyObject_GetBuffer(k, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Format(PyExc_TypeError, "keys must be str or bytes-like, not %.80s",
+                         Py_TYPE(k)->tp_name);
+            Py_DECREF(k);
+            goto fail;
+        }
+        murmur3_x64_128((const uint8_t *)view.buf, view.len, (uint32_t)seed, dst + 2 * i);
+        PyBuffer_Release(&view);
+        Py_DECREF(k);
+        if (PySequence_Fast_GET_SIZE(seq) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "keys changed size during fingerprints");
+            goto fail;
+        }
     }
     Py_DECREF(seq);
     return out;
@@ -97,22 +108,23 @@ static int layer_check(const Layer *L) {
 
 static int layer_open(Layer *L, PyObject *words, int writable, PyObject *h, PyObject *rows,
                       PyObject *sel) {
-    if (PyObject_GetBuffer(words, &L->words, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+    if (get_items(words, &L->words, "words", &U64, writable) < 0
+            || get_items(h, &L->h, "hashes", &U64, 0) < 0)
         return -1;
-    if (PyObject_GetBuffer(h, &L->h, PyBUF_SIMPLE) < 0) return -1;
-    if (L->h.len % 16 || L->words.len % 8) {
-        PyErr_SetString(PyExc_ValueError, "hashes must be (n, 2) uint64, words uint64");
+    if (L->h.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "hashes must be (n, 2) uint64");
         return -1;
     }
     L->n = L->h.len / 16;
     L->nwords = L->words.len / 8;
+    /* m <= 64 row_words, without the product (a huge row_words would wrap it) */
     if (L->m < 2 || L->k == 0 || L->k > MAXK || L->row_words == 0
-        || L->m > L->row_words * 64) {
+        || L->m / 64 + (L->m % 64 != 0) > L->row_words) {
         PyErr_SetString(PyExc_ValueError, "bad layer geometry");
         return -1;
     }
     if (rows != Py_None) {
-        if (PyObject_GetBuffer(rows, &L->rows, PyBUF_SIMPLE) < 0) return -1;
+        if (get_items(rows, &L->rows, "rows", &INTP, 0) < 0) return -1;
         if (L->rows.len != L->n * (Py_ssize_t)sizeof(Py_ssize_t)) {
             PyErr_SetString(PyExc_ValueError, "rows must be one intp per key");
             return -1;
@@ -120,11 +132,7 @@ static int layer_open(Layer *L, PyObject *words, int writable, PyObject *h, PyOb
     }
     L->nsel = L->n;
     if (sel != Py_None) {
-        if (PyObject_GetBuffer(sel, &L->sel, PyBUF_SIMPLE) < 0) return -1;
-        if (L->sel.len % (Py_ssize_t)sizeof(Py_ssize_t)) {
-            PyErr_SetString(PyExc_ValueError, "selection must be intp");
-            return -1;
-        }
+        if (get_items(sel, &L->sel, "selection", &INTP, 0) < 0) return -1;
         L->nsel = L->sel.len / (Py_ssize_t)sizeof(Py_ssize_t);
     }
     return layer_check(L);
@@ -147,7 +155,7 @@ static PyObject *layer_test(PyObject *Py_UNUSED(self), PyObject *args) {
                           &L.k, &L.salt, &out_o))
         return NULL;
     if (layer_open(&L, words, 0, h, rows, sel) < 0) { layer_release(&L); return NULL; }
-    if (PyObject_GetBuffer(out_o, &out, PyBUF_WRITABLE) < 0) { layer_release(&L); return NULL; }
+    if (get_items(out_o, &out, "out", &FLAGS, 1) < 0) { layer_release(&L); return NULL; }
     if (out.len != L.nsel) {
         PyBuffer_Release(&out); layer_release(&L);
         PyErr_SetString(PyExc_ValueError, "out must hold one byte per selected key");
@@ -198,16 +206,18 @@ static PyObject *layer_set(PyObject *Py_UNUSED(self), PyObject *args) {
 /* first_new(h, present, out) -> count: writes to out the indexes i, ascending, of
    the keys not present whose fingerprint did not occur at an earlier such index
    (a batch's definitely-new keys, each once). An open-addressing table of the
-   new keys' indexes, probed by h1, which is already uniformly random. */
+   new keys' indexes, probed by h1, which is already uniformly random; it has at
+   least 2n slots for at most n indexes, so a probe always ends at an empty one. */
 static PyObject *first_new(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *h_o, *present_o, *out_o;
     Py_buffer h = {0}, present = {0}, out = {0};
     Py_ssize_t count = -1, n;
     Py_ssize_t *table = NULL;
     if (!PyArg_ParseTuple(args, "OOO", &h_o, &present_o, &out_o)) return NULL;
-    if (PyObject_GetBuffer(h_o, &h, PyBUF_SIMPLE) < 0) goto done;
-    if (PyObject_GetBuffer(present_o, &present, PyBUF_SIMPLE) < 0) goto done;
-    if (PyObject_GetBuffer(out_o, &out, PyBUF_WRITABLE) < 0) goto done;
+    if (get_items(h_o, &h, "first_new: hashes", &U64, 0) < 0
+            || get_items(present_o, &present, "first_new: present", &FLAGS, 0) < 0
+            || get_items(out_o, &out, "first_new: out", &INTP, 1) < 0)
+        goto done;
     n = h.len / 16;
     if (h.len % 16 || present.len != n || out.len != n * (Py_ssize_t)sizeof(Py_ssize_t)) {
         PyErr_SetString(PyExc_ValueError, "need (n, 2) uint64 hashes, n bools, n intp out");

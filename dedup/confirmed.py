@@ -51,7 +51,9 @@ def _doubled(table: np.ndarray) -> tuple[np.ndarray, int]:
     grown = np.zeros(2 * len(table), dtype=np.uint64)
     stop, held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
         grown, 0, len(grown) // 4, kept, 0)
-    assert stop == held == len(kept)
+    if not stop == held == len(kept):  # a real check: ``python -O`` drops an assert
+        raise RuntimeError(f"confirm cache: the grown table kept {held} of {len(kept)} "
+                           "fingerprints")
     return grown, held
 
 
@@ -103,7 +105,9 @@ class ConfirmCache:
             self._swap()
         else:
             self._young, held = _doubled(self._young)
-            assert held == self._held
+            if held != self._held:
+                raise RuntimeError(f"confirm cache: the young table holds {held} keys, "
+                                   f"its count {self._held}")
 
     def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
         """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys

@@ -26,3 +26,10 @@ class StateFormatError(ValueError):
 class LedgerDamaged(ValueError):
     """The ledger (or its write-ahead log) is damaged: the message names the file and
     the way forward (``bloomcrawl repair DIR``)."""
+
+
+class IndexDamaged(ValueError):
+    """A file of the fingerprint index (a run or its MANIFEST) is damaged or missing:
+    the message names the file and what is wrong. The index is derived from the
+    journal, so rebuilding it from the journal (``bloomcrawl rebuild DIR``) loses
+    nothing; the ledger itself is not involved."""

@@ -15,6 +15,13 @@ is past ``mark`` and comes back from the ledger. Run files the manifest does not
 list (a flush or merge killed before its manifest write, or merged-away inputs
 killed before their unlink) are orphans and are deleted on open.
 
+Every run named by the manifest is opened, and so checked whole (header, size,
+records' CRC), when the index is opened; a damaged or missing run or manifest
+raises :class:`~dedup.errors.IndexDamaged`. Since the index is derived from the
+journal, :meth:`FingerprintIndex.rebuild` is the way out: it builds new runs
+beside the old ones under a manifest of its own and swaps it in with one atomic
+rename, so an interrupted rebuild leaves the old index as it was.
+
 Newest wins by seq (ledger seqs only grow), so a tombstone hides older admissions
 and an admission after a forget revives the key. Runs are merged size-tiered
 (``fanout`` runs of a tier -> one run of the next) by a background thread that
@@ -29,6 +36,7 @@ index from one thread; only the merge thread runs beside it, on immutable files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -40,14 +48,16 @@ from typing import Any
 import numpy as np
 
 from dedup import fptable
-from dedup.atomic import atomic_write_bytes
+from dedup.atomic import atomic_write_bytes, fsync_dir
+from dedup.errors import IndexDamaged
 from dedup.fpbuffer import Buffer
 from dedup.heap import give_back
 from dedup.merging import key_order, merge_runs
-from dedup.runs import SEQ_MASK, TOMBSTONE, Run, write_run
+from dedup.runs import SEQ_MASK, TOMBSTONE, Run, RunFileError, verify_run, write_run
 from dedup.sortedkeys import BLOCK_RECORDS, Probe
 
 MANIFEST = "MANIFEST"
+REBUILD_MANIFEST = "MANIFEST.rebuild"  # a rebuild's manifest until it is swapped in
 MANIFEST_FORMAT = 1
 _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
 # Up to this many keys (a page's) a lookup probes key by key in C-level bisects;
@@ -59,7 +69,7 @@ MAPLESS_BATCH = 1 << 16
 _TOMB = int(TOMBSTONE)
 
 
-class ManifestError(ValueError):
+class ManifestError(IndexDamaged):
     """The index MANIFEST is damaged or names a file it cannot own."""
 
 
@@ -69,11 +79,15 @@ class FingerprintIndex:
     ``buffer_records`` is when :attr:`needs_flush` turns True; ``fanout`` how many
     runs of one size tier are merged into one; ``background=False`` merges in the
     caller's thread during :meth:`flush` (deterministic, for tests and rebuilds).
+    ``manifest`` and ``first_id`` are :meth:`rebuild`'s: an index built under a
+    manifest of another name beside the live one, with run names of its own,
+    deletes no orphans (the live index's runs are not its to delete).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, buffer_records: int = 1 << 20,
                  fanout: int = 4, background: bool = True,
-                 block_records: int = BLOCK_RECORDS, readonly: bool = False) -> None:
+                 block_records: int = BLOCK_RECORDS, readonly: bool = False,
+                 manifest: str = MANIFEST, first_id: int = 0) -> None:
         if buffer_records < 1 or fanout < 2:
             raise ValueError("buffer_records must be >= 1 and fanout >= 2")
         self.directory = Path(directory)
@@ -89,7 +103,9 @@ class FingerprintIndex:
             else Buffer(recent_max=min(1 << 16, max(4, buffer_records // 16)),
                         capacity=buffer_records))
         self._merge: _Merge | None = None
-        self.mark, self._next_id, names = _read_manifest(self.directory / MANIFEST)
+        self._manifest = manifest
+        self.mark, next_id, names = _read_manifest(self.directory / manifest)
+        self._next_id = max(next_id, first_id)
         self._runs: list[Run] = []  # newest first
         try:
             for name in names:
@@ -97,7 +113,7 @@ class FingerprintIndex:
         except BaseException:
             self._close_runs()
             raise
-        if not readonly:
+        if not readonly and manifest == MANIFEST:
             self._delete_orphans(set(names))
 
     # -- owner API ----------------------------------------------------------------------
@@ -242,20 +258,35 @@ class FingerprintIndex:
                 batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, bool]], *,
                 mark: int, **options: Any) -> FingerprintIndex:
         """A fresh index in ``directory`` from ledger rows ``(his, los, seqs, tombstone)``
-        in seq order, covering up to ``mark``; the old runs and manifest are removed."""
+        in seq order, covering up to ``mark``.
+
+        Built beside the old index (new run names, under :data:`REBUILD_MANIFEST`),
+        never reading it, so a damaged one is no obstacle; the new manifest then
+        replaces ``MANIFEST`` in one rename and the old runs are deleted. Killed
+        before the rename, the old index is untouched and the new runs are orphans
+        that the next open deletes; after it, the old runs are."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / MANIFEST).unlink(missing_ok=True)
+        (directory / REBUILD_MANIFEST).unlink(missing_ok=True)
         background = options.pop("background", True)
-        index = cls(directory, background=False, **options)  # deletes the orphan runs
-        top = 0
-        for his, los, seqs, tomb in batches:
-            index.add(his, los, seqs, tombstone=tomb)
-            if len(seqs):
-                top = max(top, int(np.max(seqs)))
-            if index.needs_flush:
-                index.flush(top)
-        index.flush(mark)
+        index = cls(directory, background=False, manifest=REBUILD_MANIFEST,
+                    first_id=_free_id(directory), **options)
+        try:
+            top = 0
+            for his, los, seqs, tomb in batches:
+                index.add(his, los, seqs, tombstone=tomb)
+                if len(seqs):
+                    top = max(top, int(np.max(seqs)))
+                if index.needs_flush:
+                    index.flush(top)
+            index.flush(mark)
+            os.replace(directory / REBUILD_MANIFEST, directory / MANIFEST)
+            fsync_dir(directory)
+        except BaseException:
+            index.close()
+            raise
+        index._manifest = MANIFEST
+        index._delete_orphans({r.path.name for r in index._runs})
         index.background = background
         return index
 
@@ -270,13 +301,13 @@ class FingerprintIndex:
                 "runs": [r.path.name for r in self._runs]}
         text = json.dumps(body, sort_keys=True)
         crc = zlib.crc32(text.encode())
-        atomic_write_bytes(self.directory / MANIFEST, f"{text}\n{crc}\n".encode())
+        atomic_write_bytes(self.directory / self._manifest, f"{text}\n{crc}\n".encode())
 
     def _delete_orphans(self, live: set[str]) -> None:
         for p in self.directory.iterdir():
             orphan_run = p.name.startswith(_RUN_PREFIX) and p.name.endswith(_RUN_SUFFIX)
             stale_tmp = p.name.startswith(".") and p.name.endswith(".tmp")
-            if (orphan_run and p.name not in live) or stale_tmp:
+            if (orphan_run and p.name not in live) or stale_tmp or p.name == REBUILD_MANIFEST:
                 p.unlink(missing_ok=True)
 
     def _tiers(self) -> list[int]:
@@ -357,6 +388,39 @@ class _Merge:
             self.error = exc
         finally:
             self.done.set()
+
+
+def verify_index(directory: str | os.PathLike[str], *, attempts: int = 5) -> int:
+    """Check the index in ``directory`` whole without opening it: the MANIFEST and
+    every run it names (header, size, records' CRC; :func:`dedup.runs.verify_run`),
+    in bounded memory and no directory built. Returns the records checked; raises
+    :class:`~dedup.errors.IndexDamaged`. A missing directory is an empty index.
+
+    Safe beside the writer: a run that vanishes while it is read is a merge that
+    replaced it (the manifest changed), and the check starts again, up to
+    ``attempts`` times; a run still missing under an unchanged manifest is damage."""
+    directory = Path(directory)
+    for attempt in range(attempts):
+        _, _, names = _read_manifest(directory / MANIFEST)
+        try:
+            return sum(verify_run(directory / name) for name in names)
+        except RunFileError:
+            if attempt == attempts - 1 or _read_manifest(directory / MANIFEST)[2] == names:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _free_id(directory: Path) -> int:
+    """A run id above every run file's in ``directory`` and the manifest's ``next_id``
+    if it can be read: a rebuild's run names collide with no file, live or orphan."""
+    top = 0
+    with contextlib.suppress(IndexDamaged):
+        top = _read_manifest(directory / MANIFEST)[1]
+    for p in directory.glob(f"{_RUN_PREFIX}*{_RUN_SUFFIX}"):
+        digits = p.name[len(_RUN_PREFIX):-len(_RUN_SUFFIX)]
+        if digits.isdigit():
+            top = max(top, int(digits) + 1)
+    return top
 
 
 def _u64(a: Any) -> np.ndarray:

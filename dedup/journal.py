@@ -20,6 +20,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +29,23 @@ import numpy as np
 from dedup.errors import LedgerDamaged, StateFormatError
 from dedup.journal_format import (
     ADMIT,
+    CHECKED_TABLES,
     FORGET,
     FORMAT,
     FP,
     NOTES_SCHEMA,
     NOTES_TABLES,
+    ROW_COLUMNS,
     SCHEMA,
     Batch,
     JournalRow,
     QueuedRow,
     State,
+    crc_ok,
     encode_group,
     flatten_log_rows,
     groups_by_host,
+    with_crc,
 )
 from dedup.journal_queue import QueueTable, select_in
 from dedup.walcheck import check_wal
@@ -81,7 +86,7 @@ class Journal:
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._queue = QueueTable(self._db)
+        self._queue = QueueTable(self._db, self._damaged)
         try:
             self._open()
         except sqlite3.DatabaseError as exc:
@@ -118,9 +123,55 @@ class Journal:
             if not tables:
                 db.executescript("BEGIN;" + SCHEMA + "COMMIT;")
                 db.execute("INSERT INTO meta VALUES ('format', ?)", (json.dumps(FORMAT),))
-            elif not tables >= NOTES_TABLES:  # a ledger written before the notes tables
+            elif not tables >= set(NOTES_TABLES):  # a ledger written before the notes tables
                 db.executescript("BEGIN;" + NOTES_SCHEMA + "COMMIT;")
+            for table in CHECKED_TABLES:  # a ledger from before row checksums: new rows get one
+                if not self._has_crc(table):
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+            tables |= set(NOTES_TABLES)
+        # a read-only ledger from before the notes tables has none to check
+        self._checked_tables = [t for t in CHECKED_TABLES if t in tables]
+        self._crc = {t: "crc" if self._has_crc(t) else "NULL" for t in CHECKED_TABLES}
+        self._queue.crc = self._crc["queue"]
         self._load_counters()
+
+    def _has_crc(self, table: str) -> bool:
+        return any(r[1] == "crc" for r in self._db.execute(f"PRAGMA table_info({table})"))
+
+    def _damaged(self, table: str, rowid: object) -> LedgerDamaged:
+        """The error a row failing its checksum raises: a damaged ledger and its way out."""
+        return LedgerDamaged(f"{self.path}: {table} row {rowid} does not match its checksum: "
+                             "the ledger is damaged")
+
+    def _checked(self, table: str, row: tuple) -> tuple:
+        """``row`` (its columns then its crc) without the crc, once it matches."""
+        if not crc_ok(row):
+            raise self._damaged(table, row[0])
+        return row[:-1]
+
+    def verify(self) -> int:
+        """Read every row of every table once and check its checksum (and that SQLite
+        can read it at all); raise LedgerDamaged naming the first damaged row.
+        Returns the rows read. One sequential scan, O(ledger): a resume runs it
+        before its first fetch, so damage is reported before it costs anything."""
+        n = 0
+        try:
+            for table in self._checked_tables:
+                cur = self._db.execute(f"SELECT {', '.join(ROW_COLUMNS[table])}, "
+                                       f"{self._crc[table]} FROM {table}")
+                while rows := cur.fetchmany(4096):
+                    n += len(rows)
+                    for row in rows:
+                        if not crc_ok(row):
+                            raise self._damaged(table, row[0])
+            for (value,) in self._db.execute("SELECT value FROM meta"):
+                json.loads(value)
+                n += 1
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            if isinstance(exc, LedgerDamaged | sqlite3.OperationalError):
+                raise
+            raise LedgerDamaged(f"{self.path}: {exc}") from exc
+        return n
 
     def _load_counters(self) -> None:
         stored = self.meta_get("counters") or {}
@@ -165,10 +216,11 @@ class Journal:
         seq = self._hwm + 1
         groups = groups_by_host(seq, urls, hosts) if urls is not None else []
         self._begin()  # only now: bad input above leaves no transaction open
-        self._db.execute("INSERT INTO log VALUES (?,?,?,?,?)", (seq, n, kind, depth, fps))
+        self._db.execute("INSERT INTO log VALUES (?,?,?,?,?,?)",
+                         with_crc((seq, n, kind, depth, fps)))
         if groups:
-            self._db.executemany("INSERT INTO queue VALUES (?,?,?,?,?)",
-                                 [encode_group(g, depth) for g in groups])
+            self._db.executemany("INSERT INTO queue VALUES (?,?,?,?,?,?)",
+                                 [with_crc(encode_group(g, depth)) for g in groups])
         self._hwm += n
         self._counts["admitted" if kind == ADMIT else "forgotten"] += n
         return range(seq, seq + n)
@@ -188,8 +240,8 @@ class Journal:
                                  "not return to the frontier")
         now = time.time()
         self._begin()
-        self._db.executemany("INSERT OR REPLACE INTO outcomes VALUES (?,?,?,?,?)",
-                             [(seq, int(state), status, error, now)
+        self._db.executemany("INSERT OR REPLACE INTO outcomes VALUES (?,?,?,?,?,?)",
+                             [with_crc((seq, int(state), status, error, now))
                               for seq, state, status, error in rows])
         for seq, state, _, _ in rows:
             before, after = prev.get(seq, State.QUEUED), State(state)
@@ -215,8 +267,10 @@ class Journal:
             if batch is None or batch.kind != ADMIT:
                 raise ValueError(f"seq {seq} is not an admitted URL of this ledger")
         out: dict[int, State] = {}
-        for seq, state in select_in(self._db, "SELECT seq, state FROM outcomes WHERE seq IN ",
-                                    sorted(set(seqs))):
+        for row in select_in(self._db, f"SELECT seq, state, status, error, at, "
+                             f"{self._crc['outcomes']} FROM outcomes WHERE seq IN ",
+                             sorted(set(seqs))):
+            seq, state, *_ = self._checked("outcomes", row)
             out[seq] = State(state)
         return out
 
@@ -250,11 +304,11 @@ class Journal:
 
     def batch_of(self, seq: int) -> Batch | None:
         """The log row holding ``seq`` (one B-tree seek), or None."""
-        row = self._db.execute("SELECT seq, n, kind, depth, fps FROM log WHERE seq <= ? "
-                               "ORDER BY seq DESC LIMIT 1", (seq,)).fetchone()
+        row = self._db.execute(f"SELECT seq, n, kind, depth, fps, {self._crc['log']} FROM log "
+                               "WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (seq,)).fetchone()
         if row is None or seq >= row[0] + row[1] or seq < 1:
             return None
-        return Batch(*row)
+        return Batch(*self._checked("log", row))
 
     def row(self, seq: int) -> JournalRow | None:
         """Everything about one seq: depth, kind, URL text if still queued, outcome."""
@@ -265,8 +319,11 @@ class Journal:
         url, host = self._queue.text_of(seq, batch.seq)
         state = status = error = at = None
         if batch.kind == ADMIT:
-            out = self._db.execute("SELECT state, status, error, at FROM outcomes WHERE seq = ?",
+            out = self._db.execute(f"SELECT seq, state, status, error, at, "
+                                   f"{self._crc['outcomes']} FROM outcomes WHERE seq = ?",
                                    (seq,)).fetchone()
+            if out is not None:
+                out = self._checked("outcomes", out)[1:]
             state, status, error, at = (State(out[0]), *out[1:]) if out else (
                 State.QUEUED, None, None, None)
         return JournalRow(seq, fp, batch.kind, batch.depth, url, host, state, status, error, at)
@@ -277,13 +334,13 @@ class Journal:
         ``chunk`` records at a time, by one sequential scan: the replay stream that
         brings the Bloom filter and the fingerprint index up to the ledger."""
         first = self.batch_of(seq + 1)
-        cur = self._db.execute("SELECT seq, n, kind, fps FROM log WHERE seq >= ? ORDER BY seq",
-                               (first.seq if first else seq + 1,))
+        cur = self._db.execute(f"SELECT seq, n, kind, depth, fps, {self._crc['log']} FROM log "
+                               "WHERE seq >= ? ORDER BY seq", (first.seq if first else seq + 1,))
         rows: list[tuple] = []
         size = 0
         while True:
             more = cur.fetchmany(256)
-            rows.extend(more)
+            rows.extend((r[0], r[1], r[2], r[4]) for r in map(self._checked, repeat("log"), more))
             size += sum(r[1] for r in more)
             if more and size < chunk:
                 continue
@@ -298,16 +355,19 @@ class Journal:
 
     def log_batches(self, after: int = 0) -> Iterator[Batch]:
         """Every log row whose seqs start past ``after``, in seq order (sequential)."""
-        cur = self._db.execute("SELECT seq, n, kind, depth, fps FROM log WHERE seq > ? "
-                               "ORDER BY seq", (after,))
+        cur = self._db.execute(f"SELECT seq, n, kind, depth, fps, {self._crc['log']} FROM log "
+                               "WHERE seq > ? ORDER BY seq", (after,))
         while rows := cur.fetchmany(1024):
-            yield from (Batch(*r) for r in rows)
+            yield from (Batch(*self._checked("log", r)) for r in rows)
 
     def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
         """Every outcome ``(seq, state, status, error, at)``, in seq order."""
-        cur = self._db.execute("SELECT seq, state, status, error, at FROM outcomes ORDER BY seq")
+        cur = self._db.execute(f"SELECT seq, state, status, error, at, {self._crc['outcomes']} "
+                               "FROM outcomes ORDER BY seq")
         while rows := cur.fetchmany(4096):
-            yield from ((seq, State(st), *rest) for seq, st, *rest in rows)
+            for row in rows:
+                seq, st, *rest = self._checked("outcomes", row)
+                yield (seq, State(st), *rest)
 
     # -- the frontier ------------------------------------------------------------
 
@@ -348,26 +408,34 @@ class Journal:
         rows = list(rows)
         if rows:
             self._begin()
-            self._db.executemany("INSERT OR REPLACE INTO notes VALUES (?,?,?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO notes VALUES (?,?,?,?)",
+                                 [with_crc(r) for r in rows])
             self._end()
 
     def note_of(self, seq: int) -> str | None:
         """The text of the run holding ``seq`` (None: no run, or no text)."""
         try:
-            row = self._db.execute("SELECT last, text FROM notes WHERE first <= ? "
-                                   "ORDER BY first DESC LIMIT 1", (seq,)).fetchone()
+            row = self._db.execute(f"SELECT first, last, text, {self._crc['notes']} FROM notes "
+                                   "WHERE first <= ? ORDER BY first DESC LIMIT 1",
+                                   (seq,)).fetchone()
         except sqlite3.OperationalError:  # a read-only ledger from before the table
             return None
-        return row[1] if row is not None and row[0] >= seq else None
+        if row is None:
+            return None
+        _, last, text = self._checked("notes", row)
+        return text if last >= seq else None
 
     def content_first(self, digest: str) -> tuple[str, str] | None:
         """``(name, date)`` stored with ``digest`` first (``content_add``), or None."""
         try:
-            row = self._db.execute("SELECT name, at FROM contents WHERE digest = ?",
-                                   (digest,)).fetchone()
+            row = self._db.execute(f"SELECT digest, name, at, {self._crc['contents']} "
+                                   "FROM contents WHERE digest = ?", (digest,)).fetchone()
         except sqlite3.OperationalError:
             return None
-        return (row[0], row[1]) if row is not None else None
+        if row is None:
+            return None
+        _, name, at = self._checked("contents", row)
+        return name, at
 
     def content_add(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """``(digest, name, date)``: the first holder of each digest (a later add of
@@ -375,7 +443,8 @@ class Journal:
         rows = list(rows)
         if rows:
             self._begin()
-            self._db.executemany("INSERT OR IGNORE INTO contents VALUES (?,?,?)", rows)
+            self._db.executemany("INSERT OR IGNORE INTO contents VALUES (?,?,?,?)",
+                                 [with_crc(r) for r in rows])
             self._end()
 
     # -- metadata ----------------------------------------------------------------

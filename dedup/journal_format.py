@@ -30,28 +30,65 @@ ADMIT, FORGET = 0, 1
 #   (batch, host); id is the group's smallest seq (unique, since a batch's groups
 #   partition its seqs), seqs the offsets from id, urls the packed text (below).
 # - outcomes(seq, state, status, error, at): fetch results; no row = queued.
+# Every log, queue and outcomes row carries ``crc``, a CRC-32 of its other columns
+# (``row_crc``): SQLite checks its pages' structure, never their contents, so a
+# flipped byte inside a fingerprint blob would otherwise be read as a different
+# fingerprint (a page fetched twice). A NULL crc (a ledger written before the
+# column: ``CRC_COLUMNS`` adds it) is not checked.
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, kind INTEGER NOT NULL,
-                  depth INTEGER NOT NULL, fps BLOB NOT NULL);
+                  depth INTEGER NOT NULL, fps BLOB NOT NULL, crc INTEGER);
 CREATE TABLE queue (id INTEGER PRIMARY KEY, host TEXT NOT NULL, depth INTEGER NOT NULL,
-                    seqs BLOB NOT NULL, urls BLOB NOT NULL);
+                    seqs BLOB NOT NULL, urls BLOB NOT NULL, crc INTEGER);
 CREATE INDEX queue_host ON queue(host, id);
 CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status INTEGER,
-                       error TEXT, at REAL NOT NULL);
+                       error TEXT, at REAL NOT NULL, crc INTEGER);
 """
 # Notes a caller keeps beside the keys, in the same transactions: ``notes``, a
 # text per run of seqs (the crawler: the page a run of URLs was found on);
 # ``contents``, the first (name, date) seen with each content digest (the
 # crawler: WARC revisits and pages.jsonl's duplicate_of). Added to older
-# format-2 ledgers on open; repair, resize and merge do not carry them.
+# format-2 ledgers on open; their rows carry a crc too, checked on read and by
+# verify() (so classify and repair judge them), but repair, resize and merge do
+# not carry them (repair salvages CRC_TABLES only).
 NOTES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT);
+CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT,
+                                  crc INTEGER);
 CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL,
-                                     at TEXT NOT NULL) WITHOUT ROWID;
+                                     at TEXT NOT NULL, crc INTEGER) WITHOUT ROWID;
 """
-NOTES_TABLES = {"notes", "contents"}
+NOTES_TABLES = ("notes", "contents")
 SCHEMA += NOTES_SCHEMA
+CRC_TABLES = ("log", "queue", "outcomes")
+# the columns a row's crc covers, in order (the crc is the last column of each table)
+ROW_COLUMNS = {"log": ("seq", "n", "kind", "depth", "fps"),
+               "queue": ("id", "host", "depth", "seqs", "urls"),
+               "outcomes": ("seq", "state", "status", "error", "at"),
+               "notes": ("first", "last", "text"),
+               "contents": ("digest", "name", "at")}
+CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES)  # every table whose rows carry a crc
+
+
+def row_crc(values: Sequence[object]) -> int:
+    """CRC-32 of one row's columns: the repr of the row with each blob replaced by its
+    length (so types and column boundaries count), then the blobs' bytes."""
+    crc = zlib.crc32(repr([len(v) if v.__class__ is bytes else v for v in values]).encode())
+    for v in values:
+        if v.__class__ is bytes:
+            crc = zlib.crc32(v, crc)
+    return crc
+
+
+def with_crc(row: Sequence[object]) -> tuple[object, ...]:
+    """``row`` followed by its crc: what the journal inserts."""
+    return (*row, row_crc(row))
+
+
+def crc_ok(row: Sequence[object]) -> bool:
+    """Whether a row read as ``(*columns, crc)`` matches its crc (NULL: unchecked)."""
+    crc = row[-1]
+    return crc is None or crc == row_crc(row[:-1])
 
 
 class State(IntEnum):

@@ -8,11 +8,11 @@ read through the ``(host, id)`` index for one host, by id for all hosts.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from dedup.journal_format import QueuedRow, decode_group
+from dedup.journal_format import QueuedRow, crc_ok, decode_group
 
 _PARAMS = 30_000  # below SQLite's 32766 host parameters
 _DONE_IN = "SELECT seq FROM outcomes WHERE seq IN "
@@ -38,9 +38,19 @@ class QueueTable:
     """The ``queue`` table of one journal connection (the journal owns the
     transaction; this class only reads and writes rows inside it)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection,
+                 damaged: Callable[[str, object], Exception]) -> None:
         self._db = db
+        self._damaged = damaged  # the journal's error for a row failing its checksum
+        self.crc = "crc"  # the crc column, "NULL" in a ledger from before row checksums
         self._dirty: set[int] = set()  # seqs marked done since the last compaction
+
+    def _checked(self, rows: list[tuple]) -> list[tuple]:
+        """Rows read as ``(id, host, depth, seqs, urls, crc)``, crc dropped once checked."""
+        for row in rows:
+            if not crc_ok(row):
+                raise self._damaged("queue", row[0])
+        return [row[:-1] for row in rows]
 
     def queued(self, limit: int, after_seq: int, host: str | None) -> list[QueuedRow]:
         """Groups of one batch interleave in seq order, so rows are cut only below
@@ -49,9 +59,9 @@ class QueueTable:
         where, args = ("AND host = ? ", [host]) if host is not None else ("", [])
         found: list[QueuedRow] = []
         while True:
-            groups = self._db.execute(
-                f"SELECT id, host, depth, seqs, urls FROM queue WHERE id >= ? {where}"
-                "ORDER BY id LIMIT ?", [cursor, *args, max(64, limit)]).fetchall()
+            groups = self._checked(self._db.execute(
+                f"SELECT id, host, depth, seqs, urls, {self.crc} FROM queue WHERE id >= ? {where}"
+                "ORDER BY id LIMIT ?", [cursor, *args, max(64, limit)]).fetchall())
             found.extend(self._unmarked(groups, after_seq))
             found.sort(key=lambda r: r.seq)
             if not groups:
@@ -82,9 +92,9 @@ class QueueTable:
 
     def text_of(self, seq: int, batch_seq: int) -> tuple[str | None, str | None]:
         """``(url, host)`` of ``seq`` if its queue row is kept, else ``(None, None)``."""
-        for first, host, packed, texts in self._db.execute(
-                "SELECT id, host, seqs, urls FROM queue WHERE id BETWEEN ? AND ?",
-                (batch_seq, seq)):
+        for first, host, _, packed, texts in self._checked(self._db.execute(
+                f"SELECT id, host, depth, seqs, urls, {self.crc} FROM queue WHERE id BETWEEN ? "
+                "AND ?", (batch_seq, seq)).fetchall()):
             seqs, urls = decode_group(first, packed, texts)
             hits = np.flatnonzero(seqs == seq)
             if hits.size:
@@ -92,9 +102,10 @@ class QueueTable:
         return None, None
 
     def groups(self) -> Iterator[tuple[str, int, np.ndarray, list[str]]]:
-        cur = self._db.execute("SELECT id, host, depth, seqs, urls FROM queue ORDER BY id")
+        cur = self._db.execute(f"SELECT id, host, depth, seqs, urls, {self.crc} FROM queue "
+                               "ORDER BY id")
         while rows := cur.fetchmany(1024):
-            for first, host, depth, packed, texts in rows:
+            for first, host, depth, packed, texts in self._checked(rows):
                 yield (host, depth, *decode_group(first, packed, texts))
 
     def note_done(self, seq: int) -> None:

@@ -65,10 +65,16 @@ class Ledger:
         self._index_buffer = index_buffer
 
     @property
+    def index_dir(self) -> Path:
+        """The fingerprint index's directory, beside the journal."""
+        return self.path.with_name(self.path.stem + INDEX_SUFFIX)
+
+    @property
     def index(self) -> FingerprintIndex:
-        """The fingerprint index, opened on first use: opening maps every run and
-        builds its in-RAM directory (O(runs' size)), which ``stats`` and other readers
-        of the kept counters never need."""
+        """The fingerprint index, opened on first use: opening checks every run whole
+        and builds its in-RAM directory (O(runs' size)), which ``stats`` and other
+        readers of the kept counters never need. A damaged run or manifest raises
+        :class:`~dedup.errors.IndexDamaged` (the way out: :meth:`rebuild_index`)."""
         if self._index is None:
             self._index = self._open_index(self._index_buffer)
         return self._index
@@ -82,7 +88,7 @@ class Ledger:
 
         An index ahead of the journal (a journal copied or imported without its
         index, as merge and resize do) is rebuilt from the journal alone."""
-        directory = self.path.with_name(self.path.stem + INDEX_SUFFIX)
+        directory = self.index_dir
         for attempt in range(_READ_RETRIES):
             try:
                 index = FingerprintIndex(directory, buffer_records=buffer,
@@ -107,12 +113,15 @@ class Ledger:
         return index
 
     def rebuild_index(self) -> None:
-        """Rebuild the fingerprint index from the journal alone, in bounded memory
-        (after ``bloomcrawl repair`` re-issued every seq)."""
+        """Rebuild the fingerprint index from the journal alone, in bounded memory,
+        without reading the old one (damaged, or after ``bloomcrawl repair``
+        re-issued every seq); swapped in atomically (see FingerprintIndex.rebuild)."""
+        if self.readonly:
+            raise PermissionError(f"{self.path}: opened read-only")
         if self._index is not None:
             self._index.close()
-        directory = self.path.with_name(self.path.stem + INDEX_SUFFIX)
-        self._index = FingerprintIndex.rebuild(directory, self._records(0),
+            self._index = None
+        self._index = FingerprintIndex.rebuild(self.index_dir, self._records(0),
                                                mark=self.journal.hwm(),
                                                buffer_records=self._index_buffer)
 

@@ -20,8 +20,10 @@ bench/index_bench.py measures this against SQLite ``WITHOUT ROWID`` runs.
 Opening validates every header field against the file size before mapping
 anything, then streams the records once (bounded memory) to check the CRC, the
 order and the seq range and to count the directory: a truncated, corrupted or
-hostile file raises :class:`RunFileError`, never a huge allocation and never a
-wrong answer.
+hostile file raises :class:`RunFileError` (an :class:`~dedup.errors.IndexDamaged`),
+never a huge allocation and never a wrong answer. :func:`verify_run` makes the
+same checks without building the directory, for a reader that only asks "is it
+whole?" (``bloomcrawl stats``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import BinaryIO
 import numpy as np
 
 from dedup.atomic import atomic_write
+from dedup.errors import IndexDamaged
 from dedup.sortedkeys import (
     BLOCK_RECORDS,
     RECORD_SIZE,
@@ -59,8 +62,9 @@ HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
 
 
-class RunFileError(ValueError):
-    """A run file is truncated, corrupted, of another format or not a run file at all."""
+class RunFileError(IndexDamaged):
+    """A run file is missing, truncated, corrupted, of another format or not a run file
+    at all."""
 
 
 def records_dtype() -> np.dtype:
@@ -146,12 +150,7 @@ class Run:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        try:
-            size = self.path.stat().st_size
-            with open(self.path, "rb") as f:
-                head = f.read(HEADER_SIZE)
-        except OSError as exc:
-            raise RunFileError(f"run file {self.path}: cannot read: {exc}") from exc
+        size, head = _read_head(self.path)
         self.block, self.count, self.min_seq, self.max_seq, crc = _parse_header(
             self.path, head, size)
         self.nbytes = size
@@ -186,25 +185,18 @@ class Run:
 
     def _verify(self, crc: int) -> SortedKeys:
         """Stream the records once: CRC, strict order, seq range; count the buckets."""
-        got, prev = 0, None
+        check = _RecordCheck(self.path, self.min_seq, self.max_seq)
         bits = directory_bits(self.count, self.block)
         counts = np.zeros(1 << bits, dtype=np.int64)
         m = filter_size(self.count)
         bloom = np.zeros(m // 8, dtype=np.uint8)
         for start in range(0, self.count, _CHUNK):
             chunk = self.records(start, start + _CHUNK)
-            got = zlib.crc32(chunk.data, got)
+            check.feed(chunk)
             hi, lo = chunk[:, 0], chunk[:, 1]
-            seq = chunk[:, 2] & SEQ_MASK
-            bad_order = not is_sorted_unique(hi, lo) or (
-                prev is not None and (int(hi[0]), int(lo[0])) <= prev)
-            if bad_order or int(seq.min()) < self.min_seq or int(seq.max()) > self.max_seq:
-                raise RunFileError(f"run file {self.path}: records out of order or range")
-            prev = (int(hi[-1]), int(lo[-1]))
             counts += bucket_counts(hi, bits)
             filter_add(bloom, hi, lo)
-        if got != crc:
-            raise RunFileError(f"run file {self.path}: record checksum mismatch")
+        check.finish(crc)
         rec = self._rec
         return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, columns(rec, 3),
                           bloom, (self._fd, HEADER_SIZE) if self._fd is not None else None)
@@ -265,6 +257,84 @@ class Run:
         empty = np.zeros(0, dtype=np.uint64)
         self.keys = SortedKeys(empty, empty, empty, np.zeros(2, dtype=np.int64), 1)
         self.count = 0
+
+
+class _RecordCheck:
+    """The checks of a run's records as they stream by, in file order: the CRC over
+    all of them, strict ``(hi, lo)`` order, seqs within the header's range.
+
+    All records are read before anything is concluded, so that damage (the CRC
+    fails) is told apart from records that are whole but wrong (the CRC passes,
+    the order does not: a file written by something other than :func:`write_run`)."""
+
+    def __init__(self, path: Path, min_seq: int, max_seq: int) -> None:
+        self.path, self.min_seq, self.max_seq = path, min_seq, max_seq
+        self.crc, self.seen = 0, 0
+        self.prev: tuple[int, int] | None = None
+        self.bad_at: int | None = None  # the first chunk found out of order or range
+
+    def feed(self, chunk: np.ndarray) -> None:
+        """The next records, an ``(n, 3)`` C-contiguous uint64 array."""
+        self.crc = zlib.crc32(chunk.data, self.crc)
+        if self.bad_at is None and len(chunk):
+            hi, lo = chunk[:, 0], chunk[:, 1]
+            seq = chunk[:, 2] & SEQ_MASK
+            bad = not is_sorted_unique(hi, lo) or (
+                self.prev is not None and (int(hi[0]), int(lo[0])) <= self.prev)
+            if bad or int(seq.min()) < self.min_seq or int(seq.max()) > self.max_seq:
+                self.bad_at = self.seen
+            self.prev = (int(hi[-1]), int(lo[-1]))
+        self.seen += len(chunk)
+
+    def finish(self, crc: int) -> None:
+        """Raise :class:`RunFileError` if anything fed was wrong."""
+        if self.crc != crc:
+            raise RunFileError(f"run file {self.path}: record checksum mismatch: the "
+                               "records are damaged")
+        if self.bad_at is not None:
+            raise RunFileError(f"run file {self.path}: records out of order or out of the "
+                               f"header's seq range (from record {self.bad_at} on) although "
+                               "their checksum matches: not written by this program")
+
+
+def verify_run(path: str | os.PathLike[str]) -> int:
+    """Check a run file whole (header, size, records' CRC, order, seq range) without
+    building its directory or mapping it: bounded memory, one sequential read.
+    Returns its record count; raises :class:`RunFileError`."""
+    path = Path(path)
+    size, head = _read_head(path)
+    _, count, min_seq, max_seq, crc = _parse_header(path, head, size)
+    check = _RecordCheck(path, min_seq, max_seq)
+    buf = np.empty((min(count, _CHUNK), 3), dtype="<u8")
+    try:
+        with open(path, "rb") as f:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            f.seek(HEADER_SIZE)
+            for start in range(0, count, _CHUNK):
+                part = buf[:min(_CHUNK, count - start)]
+                got = f.readinto(memoryview(part).cast("B"))
+                if got != part.nbytes:
+                    raise RunFileError(f"run file {path}: short read ({got} of {part.nbytes} "
+                                       "bytes): changed under us")
+                check.feed(part)
+    except OSError as exc:
+        raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
+    check.finish(crc)
+    return count
+
+
+def _read_head(path: Path) -> tuple[int, bytes]:
+    """``(file size, its first HEADER_SIZE bytes)``; a missing file is damage too
+    (the MANIFEST names it)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            return size, f.read(HEADER_SIZE)
+    except FileNotFoundError:
+        raise RunFileError(f"run file {path}: missing (the index MANIFEST names it)") from None
+    except OSError as exc:
+        raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
 
 
 def _parse_header(path: Path, head: bytes, size: int) -> tuple[int, int, int, int, int]:

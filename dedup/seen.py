@@ -57,6 +57,12 @@ class UrlSeen:
     is created; reopening uses the stored values, and an explicit different
     value is refused rather than silently producing a filter that cannot be
     merged or a key that no longer matches the ledger.
+
+    A writer opens (and so checks whole) the fingerprint index at once: a damaged
+    run or manifest raises :class:`~dedup.errors.IndexDamaged` here, before the
+    caller acts on anything, not at the first "maybe seen" of a crawl under way.
+    ``open_index=False`` leaves it closed (:meth:`rebuild` replaces it unread).
+    A reader opens it at its first lookup.
     """
 
     def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
@@ -65,7 +71,8 @@ class UrlSeen:
                  rules: CanonRules | None = None, confirm_cache_size: int = 500_000,
                  canon_cache_size: int = 100_000, crawl_id: str | None = None,
                  create: bool = True, readonly: bool = False,
-                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER,
+                 open_index: bool = True) -> None:
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -78,6 +85,8 @@ class UrlSeen:
         try:
             self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
                                  autocommit=autocommit, index_buffer=index_buffer)
+            if open_index and not readonly:
+                self.ledger.index  # noqa: B018 - opened (checked) now, not mid-crawl
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
@@ -359,16 +368,22 @@ class UrlSeen:
             self.snapshot_shard(i)
 
     @classmethod
-    def rebuild(cls, state_dir: str | Path) -> UrlSeen:
-        """Recreate every shard file from the ledger alone (damaged or lost snapshots).
+    def rebuild(cls, state_dir: str | Path, *, index: bool = True,
+                shards: bool = True) -> UrlSeen:
+        """Recreate what is derived from the journal: the fingerprint index and every
+        shard file (damaged or lost runs, manifest or snapshots), never reading them;
+        ``index=False`` / ``shards=False`` leave that part as it is.
 
         The directory is opened (and locked) first, so a running crawl is refused
         before anything is touched; the old files are replaced atomically."""
-        seen = cls(state_dir, create=False)
+        seen = cls(state_dir, create=False, open_index=False)
         try:
-            seen.bloom = seen._empty_filter()
-            replay(seen.bloom, seen.ledger, np.zeros(seen.nshards, dtype=np.int64))
-            seen.snapshot()
+            if index:
+                seen.ledger.rebuild_index()
+            if shards:
+                seen.bloom = seen._empty_filter()
+                replay(seen.bloom, seen.ledger, np.zeros(seen.nshards, dtype=np.int64))
+                seen.snapshot()
         except BaseException:
             seen.close()
             raise

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from crawler.fetch import check_env_proxies, check_proxy_url
+from crawler.headers import parse_header_line
 from crawler.progress import Progress
-from crawler.scope import normalize_domain
+from crawler.scope import check_pattern, normalize_domain
 from crawler.settings import ConfigError, Settings, load_settings
 from dedup.snapshot import CRAWL_ID_BYTES
 
@@ -103,6 +105,35 @@ def domain(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def pattern(text: str) -> str:
+    try:
+        return check_pattern(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def header(text: str) -> str:
+    try:
+        name, value = parse_header_line(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return f"{name}: {value}"
+
+
+def user_agent(text: str) -> str:
+    if not text.strip() or any(c in text for c in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"not a one-line user agent: {text!r}")
+    return text.strip()
+
+
+def proxy(text: str) -> str:
+    try:
+        check_proxy_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def crawl_id(text: str) -> str:
     if not text or any(c in text for c in "{} \t\r\n\0") or \
             len(text.encode()) > CRAWL_ID_BYTES:
@@ -128,6 +159,12 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--allow-domain", dict(type=domain, action="append", default=[], metavar="D",
                             help="also crawl domain D and its subdomains on any port "
                             "(repeatable; default: only the seeds' hosts)")),
+    ("--include", dict(type=pattern, action="append", default=[], metavar="REGEX",
+                       help="crawl only URLs whose canonical form contains a match of some "
+                       "REGEX (repeatable; default: every URL of the hosts in scope)")),
+    ("--exclude", dict(type=pattern, action="append", default=[], metavar="REGEX",
+                       help="never crawl URLs whose canonical form contains a match of REGEX "
+                       "(repeatable; beats --include; default: none)")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
                            help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
@@ -138,6 +175,19 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                      f"{_D.politeness.delay:g})")),
     ("--allow-private", dict(action="store_true",
                              help="allow private, loopback and link-local addresses")),
+    ("--user-agent", dict(type=user_agent, metavar="UA",
+                          help="the User-Agent header; robots.txt groups are matched against "
+                          "its product token, the part before the first '/' or space (after "
+                          "'compatible;' in a Mozilla/5.0 (compatible; ...) form) "
+                          f"(default: {_D.fetch.user_agent!r})")),
+    ("--header", dict(type=header, action="append", default=[], metavar="'NAME: VALUE'",
+                      help="an extra request header (repeatable; default: none)")),
+    ("--cookies", dict(action="store_true",
+                       help="keep the cookies servers set and send them back, per host, "
+                       "for this run (default: no cookies)")),
+    ("--proxy", dict(type=proxy, metavar="URL",
+                     help="send requests through the proxy http://HOST:PORT (default: "
+                     "$HTTP_PROXY / $HTTPS_PROXY; $NO_PROXY hosts go direct either way)")),
     ("--warc", dict(metavar="FILE", help="also write every fetch (request, response, "
                     "revisit records) to WARC files FILE-less-.warc[.gz]-NNNNN.warc[.gz] "
                     "(default: none)")),
@@ -148,14 +198,20 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                  help="archive only 2xx responses whose media type matches "
                                  "(default: all)")),
 ]
-_VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay")
+_VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay",
+                "--user-agent", "--proxy")
+_LIST_FLAGS = ("--allow-domain", "--include", "--exclude", "--header")
 # what `resume` may change (stored as the new values), and where each lives in Settings
 RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", "max_depth"),
                 "--concurrency": ("crawl", "concurrency"),
-                "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay")}
+                "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay"),
+                "--proxy": ("fetch", "proxy")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--allow-private", "--warc", "--warc-max-size",
-                "--warc-content-type", "--config", "--state")
+FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--allow-private", "--warc",
+                "--warc-max-size", "--warc-content-type", "--config", "--state",
+                "--user-agent", "--header", "--cookies")
+_REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is read for its agent"
+FROZEN_WHY = {"--user-agent": _REQUEST_WHY, "--header": _REQUEST_WHY, "--cookies": _REQUEST_WHY}
 
 
 def add_crawl_options(p: argparse.ArgumentParser) -> None:
@@ -197,12 +253,29 @@ def crawl_settings(args: argparse.Namespace) -> Settings:
     if args.allow_domain:
         crawl["allow_domains"] = list(dict.fromkeys(
             [*settings.crawl.allow_domains, *args.allow_domain]))
+    if args.include:
+        crawl["include"] = list(dict.fromkeys([*settings.crawl.include, *args.include]))
+    if args.exclude:
+        crawl["exclude"] = list(dict.fromkeys([*settings.crawl.exclude, *args.exclude]))
     politeness: dict[str, Any] = {}
     if args.per_host is not None:
         politeness["per_host"] = args.per_host
     if args.delay is not None:
         politeness["delay"] = args.delay
-    fetch = {"allow_private": True} if args.allow_private else {}
+    fetch: dict[str, Any] = {"allow_private": True} if args.allow_private else {}
+    if args.user_agent is not None:
+        fetch["user_agent"] = args.user_agent
+    if args.header:
+        fetch["headers"] = [*settings.fetch.headers, *args.header]
+    if args.cookies:
+        fetch["cookies"] = True
+    if args.proxy is not None:
+        fetch["proxy"] = args.proxy
+    elif not settings.fetch.proxy:
+        try:
+            check_env_proxies()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     warc = args.warc or settings.output.warc
     # frozen absolute: `resume` may run from another directory
     output: dict[str, Any] = {"warc": str(Path(warc).resolve())} if warc else {}
@@ -235,10 +308,12 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
         value = getattr(args, _dest(flag))
         if value is not None:
             out += [flag, str(value)]
-    for d in args.allow_domain:
-        out += ["--allow-domain", d]
-    if args.allow_private:
-        out.append("--allow-private")
+    for flag in _LIST_FLAGS:
+        for value in getattr(args, _dest(flag)):
+            out += [flag, value]
+    for flag in ("--allow-private", "--cookies"):
+        if getattr(args, _dest(flag)):
+            out.append(flag)
     return out
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from crawler.cli.args import (
     FROZEN_FLAGS,
+    FROZEN_WHY,
     UsageError,
     add_crawl_options,
     add_resume_options,
@@ -25,10 +26,12 @@ from crawler.cli.args import (
 )
 from crawler.engine import run_crawl
 from crawler.exits import exit_status
+from crawler.fetch import check_env_proxies
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
 from crawler.fleet.resize import refuse_if_resized
+from crawler.settings import ConfigError
 from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
 
 __all__ = ["add_crawl", "add_resume"]
@@ -106,7 +109,8 @@ def add_resume(sub: Any) -> None:
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
-        "canonicalization, allowed domains) is frozen at 'crawl' and cannot change.")
+        "canonicalization, allowed domains, include/exclude patterns) and what the requests "
+        "say (user agent, headers, cookies) are frozen at 'crawl' and cannot change.")
     add_resume_options(g)
     for flag in FROZEN_FLAGS:
         g.add_argument(flag, dest=f"frozen_{flag.strip('-').replace('-', '_')}",
@@ -118,9 +122,10 @@ def add_resume(sub: Any) -> None:
 def _refuse_frozen(args: argparse.Namespace) -> None:
     for flag in FROZEN_FLAGS:
         if getattr(args, f"frozen_{flag.strip('-').replace('-', '_')}") is not None:
+            why = FROZEN_WHY.get(flag, "it decides which URLs are the same or in scope")
             raise UsageError(f"resume cannot change {flag}: it is frozen when the crawl "
-                             "starts (it decides which URLs are the same or in scope); "
-                             "start a new crawl with 'bloomcrawl crawl' to change it")
+                             f"starts ({why}); start a new crawl with 'bloomcrawl crawl' "
+                             "to change it")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -139,6 +144,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         if changes:
             settings = store_changes(seen, settings, changes)
+        if not settings.fetch.proxy:
+            try:
+                check_env_proxies()  # never crawl direct when a proxy was meant
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
         meta = seen.ledger.meta_get(FLEET_KEY)
         if meta is None:

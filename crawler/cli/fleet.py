@@ -11,14 +11,13 @@ from crawler.cli.args import (
     add_crawl_options,
     add_seeded_command,
     crawl_id,
+    crawl_settings,
     int_at_least,
     worker_flags,
 )
 from crawler.fleet.launch import start_fleet
-from crawler.scope import read_seeds
 from crawler.settings import load_settings
-from crawler.state import check_new_state_dir
-from dedup import Canonicalizer
+from crawler.state import check_new_state_dir, seeds_and_scope
 
 __all__ = ["add_fleet"]
 
@@ -46,7 +45,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)  # a bad config file fails here, not W times
     state = Path(args.state)
     check_new_state_dir(state)
-    read_seeds(args.seeds, Canonicalizer(settings.canonical.rules()))
+    seeds_and_scope(args.seeds, crawl_settings(args))  # bad flags and seeds fail here too
     return start_fleet(state, str(Path(args.seeds).resolve()), workers=args.workers,
                        crawl_id=args.crawl_id or uuid.uuid4().hex, redis=args.redis,
                        settings=settings, quiet=args.quiet,

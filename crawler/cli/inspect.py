@@ -13,7 +13,9 @@ from crawler.fleet.identity import is_fleet_dir
 from crawler.progress import format_filter_stats, format_stats
 from crawler.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.state import CrawlError, require_state_dir
-from dedup import UrlRejected, UrlSeen
+from dedup import IndexDamaged, StateLocked, UrlRejected, UrlSeen
+from dedup.diagnose import Diagnosis, diagnose
+from dedup.statedir import in_use
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
 
@@ -29,7 +31,9 @@ def add_stats(sub: Any) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Figures of a state directory (also while its crawl runs), or of a directory of shard
-    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger)."""
+    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger).
+    Every file of the fingerprint index is checked: a damaged one is an error (exit
+    status 1) after the figures."""
     d = Path(args.dir)
     if is_fleet_dir(d):
         workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
@@ -45,6 +49,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         stats = state_stats(args.dir)
         text = format_stats(stats)
     print(json.dumps(stats, sort_keys=True) if args.json else text)
+    if stats.get("index_damage"):
+        raise IndexDamaged(stats["index_damage"])
     return 0
 
 
@@ -121,20 +127,25 @@ def _add_dir_command(sub: Any, name: str, help: str, func: Any) -> None:
 
 
 def add_rebuild(sub: Any) -> None:
-    _add_dir_command(sub, "rebuild", "recreate the shard files from the ledger", cmd_rebuild)
+    _add_dir_command(sub, "rebuild", "recreate the fingerprint index and the shard files "
+                     "from the ledger", cmd_rebuild)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    """Recreate every shard file of a stopped crawl from its ledger (the record of truth):
-    after damaged or deleted shard files. The crawl must be stopped."""
+    """Recreate what is derived from a stopped crawl's ledger (the record of truth): the
+    fingerprint index (ledger.index/) and every shard file, without reading the old ones:
+    after a damaged or deleted run, MANIFEST or shard file. Each is replaced atomically.
+    The crawl must be stopped."""
     d = require_state_dir(args.dir)
     seen = UrlSeen.rebuild(d)
     try:
         n = len(seen.ledger)
         shards = seen.nshards
+        index = seen.ledger.index_stats()
     finally:
         seen.close()
-    print(f"rebuilt {shards} shard file(s) in {d / 'shards'} from {n} ledger row(s)")
+    print(f"rebuilt the fingerprint index ({sum(index['run_records'])} record(s) in "
+          f"{index['runs']} run(s)) and {shards} shard file(s) in {d} from {n} ledger row(s)")
     return 0
 
 
@@ -157,25 +168,58 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def add_repair(sub: Any) -> None:
     _add_dir_command(sub, "repair", "recover a damaged ledger (database disk image is "
-                     "malformed, a damaged WAL)",
+                     "malformed, a damaged WAL); rebuild a damaged index or shard file",
                      cmd_repair)
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    """Copy every readable row of a stopped crawl's damaged ledger into a new one (the
-    damaged files are kept beside it as *.damaged-TIME), put back every page pages.jsonl
-    records, and rebuild the index and the shard files; then 'bloomcrawl resume DIR' goes
-    on. Rows on damaged pages are lost: URLs they held that were queued leave the frontier
-    (reported)."""
-    from crawler.repair import repair_state_dir
+    """Check a stopped crawl's ledger (every row against its checksum, the WAL's frames)
+    and, if it is damaged, copy every readable row that agrees with pages.jsonl into a
+    new one (the damaged files are kept beside it as *.damaged-TIME), put back every
+    page pages.jsonl records, and rebuild the index and the shard files; then
+    'bloomcrawl resume DIR' goes on. Always ends, in time proportional to the file. A
+    ledger of which nothing is readable is rebuilt from pages.jsonl and the settings
+    copy the crawl keeps (crawl-settings.json). Queued URLs whose text was lost leave
+    the frontier (reported). A whole ledger is kept as it is, and only a damaged
+    fingerprint index or shard file is rebuilt from it (nothing lost)."""
+    from crawler.repair import DAMAGED, UNRECORDED, repair_state_dir
 
     d = require_state_dir(args.dir)
+    if in_use(d):  # checked before reading: a live writer's WAL may look torn
+        raise StateLocked(f"{d}: in use by another bloomcrawl process")
+    found = diagnose(d)
+    if not found.ledger_damaged:
+        return _repair_derived(d, found)
     report, restored = repair_state_dir(d)
+    if not report.damage.journal:
+        print(f"checked {d}: the ledger reads and every row matches its checksum: kept as "
+              "it is; the shard files were rebuilt")
+        if restored:
+            print(f"  {restored} page(s) put back from pages.jsonl")
+        print(f"next: bloomcrawl resume {args.dir}")
+        return 0
     kept = ", ".join(f"{t} {n}" for t, n in report.kept.items())
-    print(f"repaired {d}: {report.rows} URL(s) in the new ledger (rows read: {kept})")
+    print(f"repaired {d}: {report.rows} URL(s) in the new ledger (rows read: {kept}; "
+          f"{report.probes} range reads)")
+    if report.damage.ledger:
+        print(f"  damage: {report.damage.ledger}")
     lost = {t: n for t, n in report.bad_ranges.items() if n}
     if lost:
-        print("  unreadable: " + ", ".join(f"{t} {n} rowid range(s)" for t, n in lost.items()))
+        print("  unreadable: " + ", ".join(f"{t} {n} stretch(es) of rows" for t, n in lost.items()))
+    bad = {t: n for t, n in report.bad_rows.items() if n}
+    if bad:
+        print("  failing their checksum (dropped): "
+              + ", ".join(f"{t} {n} row(s)" for t, n in bad.items()))
+    if report.meta_from and "config" in report.meta_from:
+        print(f"  the crawl's settings ({', '.join(report.meta_from)}) came from its "
+              "crawl-settings.json: the ledger's were unreadable; the dedup totals of "
+              "earlier runs (links, repeats) start again from 0")
+    elif report.meta_from:
+        print(f"  the ledger's settings were unreadable and there is no crawl-settings.json: "
+              f"{', '.join(report.meta_from)} came from the shard files; the crawl's frozen "
+              "configuration and scope are lost (resume refuses without them: stats, check "
+              "and merge work; start a new crawl with the same seeds and config, or restore "
+              "the ledger from a backup)")
     if report.wal_damage:
         print(f"  {report.wal_damage}: the transactions after that frame are lost; URLs "
               "they queued left the frontier (re-run 'bloomcrawl crawl' with the seeds to "
@@ -184,14 +228,45 @@ def cmd_repair(args: argparse.Namespace) -> int:
         print(f"  {len(report.orphans)} queued URL(s) whose admission was unreadable were "
               "queued again")
     if report.lost_seqs:
-        print(f"  {report.lost_seqs} admission(s) unreadable: any that were still queued "
-              "left the frontier (a page linking to one admits it again)")
-    if report.frontier_lost:
-        print(f"  {report.frontier_lost} queued URL(s) lost their text and left the frontier "
-              "(a page linking to one admits it again)")
+        print(f"  {report.lost_seqs} admission(s) unreadable: their URLs are put back where "
+              "their queued text, pages.jsonl or the WARC hold them")
+    if report.frontier_lost or report.dropped.get(DAMAGED):
+        print(f"  {report.frontier_lost + report.dropped.get(DAMAGED, 0)} queued URL(s) lost "
+              "their text and left the frontier (a page linking to one admits it again)")
+    if report.dropped.get(UNRECORDED):
+        print(f"  {report.dropped[UNRECORDED]} URL(s) marked done with no record in "
+              "pages.jsonl were dropped (their rows were damaged)")
     if restored:
         print(f"  {restored} page(s) put back from pages.jsonl")
+    if report.recovered:
+        print(f"  {report.recovered} queued URL(s) found again in the links of the recorded "
+              "pages (WARC, redirects) and queued again")
+    if report.unaccounted:
+        print(f"  {report.unaccounted} URL(s) the fingerprint index held are not in the new "
+              "ledger: queued URLs whose text was only in the ledger left the frontier (a "
+              "page linking to one admits it again; with a WARC, repair finds them there)")
     for p in report.set_aside:
         print(f"  kept the damaged file as {p}")
     print(f"next: bloomcrawl resume {args.dir}")
+    return 0
+
+
+def _repair_derived(d: Path, found: Diagnosis) -> int:
+    """``repair`` of a state dir whose ledger is whole: it is kept as it is, and only
+    the damaged derived parts (index, shard files) are rebuilt from it."""
+    print(f"checked {d}: the ledger reads and every row matches its checksum (the WAL's "
+          "frames too): kept as it is")
+    if not found.derived_damaged:
+        print(f"  the fingerprint index ({found.index_records} record(s)) and the shard "
+              "files are whole too: nothing to repair, nothing changed")
+        return 0
+    if found.index:
+        print(f"  damaged fingerprint index: {found.index}")
+    for line in found.shards:
+        print(f"  unusable shard file: {line}")
+    UrlSeen.rebuild(d, index=bool(found.index), shards=bool(found.shards)).close()
+    parts = (["the fingerprint index"] if found.index else []) + (
+        ["the shard files"] if found.shards else [])
+    print(f"rebuilt {' and '.join(parts)} from the ledger: nothing was lost")
+    print(f"next: bloomcrawl resume {d}")
     return 0

@@ -36,7 +36,7 @@ from crawler.fleet.identity import FleetError
 from crawler.scope import SeedError
 from crawler.settings import ConfigError
 from crawler.state import CrawlError
-from dedup import LedgerDamaged, SnapshotError, StateLocked
+from dedup import IndexDamaged, LedgerDamaged, SnapshotError, StateLocked
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -123,8 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
         err(_describe(exc))
-        if _is_damage(exc):
-            where = getattr(args, "dir", None) or getattr(args, "state", None) or "DIR"
+        where = getattr(args, "dir", None) or getattr(args, "state", None) or "DIR"
+        if isinstance(exc, IndexDamaged):
+            err(f"the fingerprint index is damaged; it is derived from the ledger's "
+                f"journal, so rebuilding it loses nothing: 'bloomcrawl rebuild {where}' "
+                "(README: 'Damaged ledger')")
+        elif _is_damage(exc):
             err(f"the ledger is damaged: recover what is readable with 'bloomcrawl repair "
                 f"{where}' (README: 'Damaged ledger')")
         return ERROR

@@ -19,10 +19,10 @@ from crawler.fleet.identity import (
     worker_meta,
 )
 from crawler.progress import Progress
-from crawler.scope import Scope, read_seeds
+from crawler.scope import Scope
 from crawler.settings import Settings
-from crawler.state import FLEET_KEY, check_new_state_dir, create_crawl
-from dedup import Canonicalizer, UrlSeen
+from crawler.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
+from dedup import UrlSeen
 
 __all__ = ["crawl_as_worker", "resume_as_worker"]
 
@@ -33,8 +33,7 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
     """Start worker ``worker_id`` of ``workers`` in a new ``state`` dir and crawl;
     returns the crawl's summary."""
     check_new_state_dir(state)
-    seeds, _ = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()))
-    scope = Scope.for_seeds([u for u, _ in seeds], settings.crawl.allow_domains)
+    _, _, scope = seeds_and_scope(seeds_file, settings)
     crawl_id = crawl_id or derive_crawl_id(seeds_file, workers)
     meta = worker_meta(crawl_id, workers, worker_id, redis_url)
     transport = transport_for(redis_url, meta, settings, fleet_geometry(
@@ -47,6 +46,7 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
         for problem in problems:
             warn(f"{problem} (skipped)")
         try:
+            await transport.attach_outbox(seen.state_dir)
             return await run_crawl(seen, settings, scope, progress=progress,
                                    install_signals=True, transport=transport)
         finally:
@@ -68,6 +68,7 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
         if now != meta:  # Redis moved: remember where (without a password)
             seen.ledger.meta_set(FLEET_KEY, now)
             seen.commit()
+        await transport.attach_outbox(seen.state_dir)
         return await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
                                transport=transport)
     finally:

@@ -4,8 +4,10 @@
 Why a persistent local Redis: a stopped fleet still has links in its streams
 (forwarded but not yet committed by their owner); they must survive until
 ``resume``. The AOF is fsynced every second and flushed on the clean shutdown
-the supervisor always does; losing Redis data is detected by the workers
-(``TransportError``), never silent.
+the supervisor always does. A Redis that lost the fleet's data anyway gets a new
+fleet epoch, and one that lost its last second of writes counts fewer links sent
+by a running worker than it sent: either way the workers re-send their outboxes
+(``crawler.fleet.transport``).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class FleetMonitor:
         self._redis: aioredis.Redis | None = None
         self._scripts: dict[str, Any] = {}
         self._stop_base = 0      # stop requests older than our connect do not stop us
-        self._broken = False
+        self._broken = False     # check the fleet (``_after_reconnect``) before the next call
+        self._recovers = False   # a NOGROUP reply may mean lost data (workers only)
         self.stats: dict[str, int] = {"reconnects": 0, "calls": 0}
 
     def __repr__(self) -> str:
@@ -157,6 +158,7 @@ class FleetMonitor:
             raise TransportError("not connected to Redis (call connect() first)")
         delay, cap = self.backoff
         deadline: float | None = None
+        nogroup = 0
         while True:
             try:
                 if self._broken:
@@ -171,6 +173,10 @@ class FleetMonitor:
                 raise TransportError(f"Redis at {self.where} refused us during {what}: "
                                      f"{reason(exc, self._password)}") from None
             except ResponseError as exc:
+                if self._recovers and str(exc).startswith("NOGROUP") and nogroup < 2:
+                    nogroup += 1  # its stream or group is gone: Redis lost data?
+                    self._broken = True
+                    continue
                 raise TransportError(f"Redis at {self.where} rejected {what}: "
                                      f"{reason(exc, self._password)}") from None
             except TRANSIENT as exc:

@@ -213,6 +213,7 @@ class Relay:
             if crawl.locally_idle() and await t.set_idle(True) and crawl.locally_idle():
                 if await t.fleet_done():
                     crawl.end()  # the workers see the end; the crawl is finished
+                    t.fleet_finished()  # every forwarded link is committed by its owner
                     return
                 waiting_since = loop.time() if waiting_since is None else waiting_since
                 if loop.time() - waiting_since >= _WAIT_NOTICE and loop.time() >= next_notice:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawler.fleet.owner import owner_function, owner_of
+from crawler.fleet.protocol import Item
 from crawler.output import PAGES_FILE, read_json, write_json_atomic
 from crawler.state import (
     FLEET_KEY,
@@ -116,6 +117,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
             shutil.rmtree(local_copy, ignore_errors=True)
         raise
     _carry_outputs(dirs, out, w, to)
+    _carry_outboxes(dirs, out, to)
     for i in range(to):
         set_committed_pages(worker_dir(out, i), new_warc=True)
     for i in range(to):
@@ -139,6 +141,43 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     if local_copy is None:  # the shared Redis was re-routed: the source is now retired
         write_json_atomic(src.root / RESIZED_FILE, {"into": str(out.resolve())})
     return [r.path for r in results]
+
+
+def _carry_outboxes(dirs: list[Path], out: Path, to: int) -> None:
+    """The links the old workers forwarded, in the outbox of a new worker that does not
+    own their host: the re-routed stream entries are in no new worker's own record,
+    and a Redis that lost its data later must still get them back. The new outboxes
+    keep the old ones' epoch (resharding keeps the fleet's); if those disagree, they
+    get none, and each is re-sent once when its worker first joins."""
+    from crawler.fleet.outbox import OUTBOX_FILE, Outbox
+
+    if to < 2:
+        return  # one worker owns every host: nothing is forwarded any more
+    by_sender: dict[int, list[Item]] = {}
+    epochs: set[str | None] = set()
+    for d in dirs:
+        if not (d / OUTBOX_FILE).is_file():
+            continue
+        old = Outbox(d)
+        epochs.add(old.epoch())
+        try:
+            for batch in old.batches():
+                for item in batch:
+                    sender = (owner_of(item[2], to) + 1) % to
+                    by_sender.setdefault(sender, []).append(item)
+        finally:
+            old.close()
+    epoch = epochs.pop() if len(epochs) == 1 else None
+    for i, items in sorted(by_sender.items()):
+        box = Outbox(worker_dir(out, i))
+        try:
+            for k in range(0, len(items), 500):
+                box.append(items[k:k + 500])
+            os.fsync(box.fileno())
+            if epoch is not None:
+                box.set_epoch(epoch)
+        finally:
+            box.close()
 
 
 def _refuse_if_running(state_dir: Path) -> None:

@@ -4,12 +4,16 @@ Keys and fields are those of ``crawler.fleet.protocol.Keys``.
 """
 
 REGISTER = """
--- KEYS: fleet, idle, gen, stop, stream   ARGV: workers, geometry, protocol, created, id, group
+-- KEYS: fleet, idle, gen, stop, stream
+-- ARGV: workers, geometry, protocol, created, id, group, epoch
+-- The epoch is set once, when the fleet's hash is created: a Redis that lost the
+-- fleet's data gets a new one, which is how every worker learns of the loss.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'workers', ARGV[1], 'geometry', ARGV[2],
              'protocol', ARGV[3], 'created', ARGV[4])
 end
-local got = redis.call('HMGET', KEYS[1], 'workers', 'geometry', 'protocol')
+redis.call('HSETNX', KEYS[1], 'epoch', ARGV[7])
+local got = redis.call('HMGET', KEYS[1], 'workers', 'geometry', 'protocol', 'epoch')
 local gen = 0
 if got[1] == ARGV[1] and got[2] == ARGV[2] and got[3] == ARGV[3] then
   redis.call('HSET', KEYS[2], ARGV[5], '0')
@@ -17,7 +21,7 @@ if got[1] == ARGV[1] and got[2] == ARGV[2] and got[3] == ARGV[3] then
   -- from id 0, not $: links forwarded before this worker first joined are its too
   redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[6], '0', 'MKSTREAM')
 end
-return {got[1], got[2], got[3], redis.call('GET', KEYS[4]) or '0', gen}
+return {got[1], got[2], got[3], redis.call('GET', KEYS[4]) or '0', gen, got[4]}
 """
 
 ACK = """
@@ -41,7 +45,15 @@ return {acked, redis.call('HINCRBY', KEYS[4], ARGV[2], 1)}
 """
 
 SET_IDLE = """
--- KEYS: idle, gen   ARGV: worker id, generation the caller saw
+-- KEYS: idle, gen, fleet, counters
+-- ARGV: worker id, generation the caller saw, its epoch, its sent field, links it sent
+-- -1: the fleet's epoch is not the caller's, or Redis counts fewer links sent by it
+-- than it knows it sent (Redis lost data since it last looked): it must re-send what
+-- it forwarded before it may count as idle.
+if redis.call('HGET', KEYS[3], 'epoch') ~= ARGV[3] then return -1 end
+if tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0') < tonumber(ARGV[5]) then
+  return -1
+end
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], '1')
   return 1

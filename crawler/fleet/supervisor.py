@@ -68,7 +68,10 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     w = len(children)
     line = Progress(interval=settings.output.progress_interval,
                     plain_interval=settings.output.plain_progress_interval, enabled=not quiet)
-    monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w)
+    # retried as long as a worker would: a stop request to a Redis that is gone for
+    # good must not hold the fleet's exit
+    monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w,
+                           retry_for=settings.distributed.retry_for)
     await monitor.connect()
     env = dict(os.environ)
     env[REDIS_ENV] = redis_url  # never on a command line (ps would show a password)

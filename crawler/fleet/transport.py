@@ -8,11 +8,11 @@ exactly-once crawling, so every step below may repeat, but none may lose.
 Keys (``{crawl_id}`` is a Redis Cluster hash tag, so a fleet's keys share a slot
 and the Lua scripts below may touch them all)::
 
-    bloomcrawl:{ID}:fleet      hash: workers, geometry (JSON), protocol, created
+    bloomcrawl:{ID}:fleet      hash: workers, geometry (JSON), protocol, created, epoch
     bloomcrawl:{ID}:in:I       stream of worker I (group "owner", consumer "worker-I")
     bloomcrawl:{ID}:idle       hash: I -> "1" idle / "0" busy
     bloomcrawl:{ID}:gen        hash: I -> generation, bumped by every ack of worker I
-    bloomcrawl:{ID}:counters   hash: forwarded, acked (URLs)
+    bloomcrawl:{ID}:counters   hash: forwarded, acked, sent:I (URLs; sent:I by worker I)
     bloomcrawl:{ID}:stop       integer, incremented by every stop request
     bloomcrawl:{ID}:stats      hash: I -> JSON progress of worker I
     bloomcrawl:{ID}:dead       stream of undecodable entries (kept, never dropped)
@@ -29,7 +29,23 @@ So an entry is in its stream exactly until its URLs are in the owner's ledger:
 a crash before the ack leaves it in the PEL, and the restarted worker re-reads
 its PEL (XREADGROUP from id 0) — or, if it comes back under another consumer
 name, claims it with XAUTOCLAIM once idle long enough.
+
+A Redis that loses the fleet's data (restarted without persistence, flushed)
+loses the links waiting in its streams. The fleet hash carries an ``epoch``, a
+random token set when the hash is created, so such a Redis gets a new one. A
+worker learns of it after a reconnect, from a NOGROUP reply, from ``set_idle``
+(which refuses a caller of another epoch) or from a fleet status without the
+fleet; it then joins again and re-sends every link in its ``Outbox`` (each
+forward is recorded there before the XADD, and synced by the group commit that
+marks its page, with pages.jsonl) before it takes
+the new epoch as its own. Since a worker counts as idle only under the epoch it
+re-sent in, the fleet cannot be done while a lost link is not back in a stream.
+A Redis that lost only its last writes (a crash before its append-only file
+reached the disk) keeps its epoch, but counts fewer links in ``sent:I`` than
+worker I knows it sent: that is a loss too, found the same ways, re-sent the
+same way (while the worker runs; a worker resumed later has no count to compare).
 """
+
 
 from __future__ import annotations
 
@@ -37,7 +53,9 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -49,6 +67,7 @@ from crawler.fleet.monitor import (
     FleetMonitor,
     TransportError,
 )
+from crawler.fleet.outbox import Outbox
 from crawler.fleet.owner import owner_of
 from crawler.fleet.protocol import (
     GROUP,
@@ -94,8 +113,14 @@ class RedisTransport(FleetMonitor):
         self._pel_cursor = "0"
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
+        self._epoch: str | None = None  # the fleet epoch this worker last re-sent under
+        self.outbox: Outbox | None = None
+        self._recovering = asyncio.Lock()
+        self._sent_field = f"sent:{worker_id}"
+        self._sent = 0  # links this worker's forwards brought the fleet's count to
+        self._recovers = True
         self.stats.update({"forwarded": 0, "forward_calls": 0, "received": 0, "acked": 0,
-                           "redelivered": 0, "dead": 0})
+                           "redelivered": 0, "dead": 0, "resent": 0})
 
     def __repr__(self) -> str:
         return (f"RedisTransport({self.where}, crawl={self.crawl_id}, "
@@ -110,26 +135,53 @@ class RedisTransport(FleetMonitor):
         marks this worker busy and creates its stream and consumer group.
         """
         self._open()
-        k = self.keys
         try:
             async with asyncio.timeout(OP_TIMEOUT):
-                got = await self._scripts["register"](
-                    keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
-                    args=[self.workers, canonical_json(self.geometry), PROTOCOL,
-                          f"{time.time():.3f}", self.worker_id, GROUP])
-        except BaseException as exc:
-            await self._drop()
-            raise self._join_error(exc) from None
-        workers, geometry, protocol, stop, gen = got
-        try:
-            self._check_fleet(int(workers), json.loads(geometry), protocol.decode())
+                got = await self._register()
         except FleetMismatch:
             await self._drop()
             raise
-        self._stop_base = int(stop)
-        self._gen = int(gen)
+        except BaseException as exc:
+            await self._drop()
+            raise self._join_error(exc) from None
+        self._epoch, self._stop_base = got
         log.info("joined fleet %s at %s as worker %d of %d", self.crawl_id, self.where,
                  self.worker_id, self.workers)
+
+    async def _register(self) -> tuple[str, int]:
+        """Join (the register script, one round trip); returns the fleet's epoch and its
+        stop count. Raises FleetMismatch if this worker does not fit the fleet."""
+        assert self._redis is not None
+        k = self.keys
+        got = await self._scripts["register"](
+            keys=[k.fleet, k.idle, k.gen, k.stop, self.stream],
+            args=[self.workers, canonical_json(self.geometry), PROTOCOL,
+                  f"{time.time():.3f}", self.worker_id, GROUP, uuid.uuid4().hex])
+        workers, geometry, protocol, stop, gen, epoch = got
+        self._check_fleet(int(workers), json.loads(geometry), protocol.decode())
+        self._gen = int(gen)
+        return epoch.decode(), int(stop)
+
+    async def attach_outbox(self, state_dir: str | Path) -> None:
+        """Record forwards in ``state_dir``'s outbox from now on (call once connected).
+
+        A worker resumed after its fleet's Redis lost data (the outbox was last
+        held under another epoch) re-sends the outbox's links first.
+        """
+        if self._epoch is None:
+            raise TransportError("not connected to Redis (call connect() first)")
+        self.outbox = outbox = Outbox(state_dir)
+        held = outbox.epoch()
+        if outbox.items and held != self._epoch:
+            if held is None:  # an outbox carried over by a resize that could not tell
+                log.info("worker %d: re-sending the %d links of its outbox",
+                         self.worker_id, outbox.items)
+            else:
+                log.warning("worker %d: fleet %s at %s lost its data since this worker "
+                            "last ran (new epoch): re-sending the %d links it forwarded",
+                            self.worker_id, self.crawl_id, self.where, outbox.items)
+            await self._call("resend", self._resend)
+        outbox.set_epoch(self._epoch)
 
     def _check_fleet(self, workers: int, geometry: dict[str, Any], protocol: str) -> None:
         who = f"fleet {self.crawl_id} at {self.where}"
@@ -145,20 +197,85 @@ class RedisTransport(FleetMonitor):
                 f"{geometry.get(diff)!r}, this worker {self.geometry.get(diff)!r}")
 
     async def _after_reconnect(self) -> None:
-        assert self._redis is not None
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.hget(self.keys.fleet, "workers")
-        pipe.exists(self.stream)
-        workers, stream_exists = await pipe.execute()
-        if workers is None or not stream_exists:
-            raise TransportError(
-                f"Redis at {self.where} came back without fleet {self.crawl_id}'s data "
-                "(restarted without persistence?): forwarded links may be lost; "
-                "enable appendonly on Redis and restart the fleet with resume")
-        if int(workers) != self.workers:
-            raise FleetMismatch(f"fleet {self.crawl_id} at {self.where} now has {int(workers)} "
-                                f"workers, not {self.workers}")
+        """Check the fleet after a lost connection (or a sign of lost data).
+
+        Same epoch: the data is there; re-read the PEL (a reply lost on the wire
+        may have delivered entries nobody saw). Another epoch, or none: Redis
+        lost the fleet's data; join again and re-send the outbox, then take the
+        new epoch. Without an outbox nothing can be re-sent: an error.
+        """
+        async with self._recovering:  # the receive, forward and fleet tasks: one recovery
+            await self._check_epoch()
         self._pel_done, self._pel_cursor = False, "0"
+
+    async def _check_epoch(self) -> None:
+        assert self._redis is not None
+        known = self._sent  # from replies already in: Redis must count at least that many
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hget(self.keys.fleet, "epoch")
+        pipe.hget(self.keys.counters, self._sent_field)
+        epoch, sent = await pipe.execute()
+        if epoch is not None and epoch.decode() == self._epoch and self.outbox is not None \
+                and int(sent or 0) < known:
+            # same fleet, but its last writes are gone (a crash before they reached disk)
+            await self._register()
+            log.warning("worker %d: Redis at %s lost the last links this worker forwarded "
+                        "(it counts %d of %d): re-sending the %d links it forwarded",
+                        self.worker_id, self.where, int(sent or 0), known,
+                        self.outbox.items)
+            self._sent = 0
+            await self._resend()
+            self._claim_cursor, self._next_claim = "0-0", 0.0
+        elif epoch is None or epoch.decode() != self._epoch:
+            if self.outbox is None:
+                raise TransportError(
+                    f"Redis at {self.where} came back without fleet {self.crawl_id}'s data "
+                    "(restarted without persistence?): forwarded links may be lost; "
+                    "enable appendonly on Redis and restart the fleet with resume")
+            new, stop = await self._register()
+            log.warning("worker %d: Redis at %s lost fleet %s's data (restarted without "
+                        "persistence?): re-sending the %d links this worker forwarded",
+                        self.worker_id, self.where, self.crawl_id, self.outbox.items)
+            self._sent = 0
+            await self._resend()
+            self._epoch, self._stop_base = new, stop
+            self.outbox.set_epoch(new)
+            self._claim_cursor, self._next_claim = "0-0", 0.0
+
+    async def _resend(self) -> int:
+        """Forward every link in the outbox again (raw calls: run inside ``_call``).
+
+        At-least-once: an owner that committed a link before the loss drops the
+        repeat in its seen-test. Returns the number of links sent.
+        """
+        assert self._redis is not None and self.outbox is not None
+        sent = 0
+        pending: list[tuple[str, dict[str, Any]]] = []
+        count = 0
+
+        async def flush() -> None:
+            assert self._redis is not None
+            pipe = self._redis.pipeline(transaction=True)
+            for stream, fields in pending:
+                pipe.xadd(stream, fields)
+            pipe.hincrby(self.keys.counters, "forwarded", count)
+            pipe.hincrby(self.keys.counters, self._sent_field, count)
+            self._sent = max(self._sent, int((await pipe.execute())[-1]))
+
+        for batch in self.outbox.batches():
+            items = [it for it in batch if not self.is_local(it[2])]
+            entries, total = self._entries(items)
+            pending += entries
+            count += total
+            if len(pending) >= 100:
+                await flush()
+                sent += count
+                pending, count = [], 0
+        if pending:
+            await flush()
+            sent += count
+        self.stats["resent"] += sent
+        return sent
 
     # -- sending ---------------------------------------------------------------------
 
@@ -175,14 +292,36 @@ class RedisTransport(FleetMonitor):
         A retry after a lost reply may append an entry twice; the owner's
         seen-test drops the repeat. Returns the number of items sent.
         """
+        for item in items:
+            if self.is_local(item[2]):
+                raise ValueError(f"forward() got a URL this worker owns: {item[0]}")
+        entries, total = self._entries(items)
+        if not entries:
+            return 0
+
+        async def op() -> list[Any]:
+            assert self._redis is not None
+            pipe = self._redis.pipeline(transaction=True)
+            for stream, fields in entries:
+                pipe.xadd(stream, fields)
+            pipe.hincrby(self.keys.counters, "forwarded", total)
+            pipe.hincrby(self.keys.counters, self._sent_field, total)
+            return await pipe.execute()
+
+        if self.outbox is not None:  # synced by the group commit that marks the page
+            self.outbox.append(items)
+        done = await self._call("forward", op)
+        self._sent = max(self._sent, int(done[-1]))
+        self.stats["forwarded"] += total
+        self.stats["forward_calls"] += 1
+        return total
+
+    def _entries(self, items: Sequence[Item]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """Stream entries for ``items`` (grouped by owner, at most ``batch`` each) and
+        the number of items they carry."""
         by_owner: dict[int, list[Item]] = {}
         for item in items:
-            o = owner_of(item[2], self.workers)
-            if o == self.worker_id:
-                raise ValueError(f"forward() got a URL this worker owns: {item[0]}")
-            by_owner.setdefault(o, []).append(item)
-        if not by_owner:
-            return 0
+            by_owner.setdefault(owner_of(item[2], self.workers), []).append(item)
         entries: list[tuple[str, dict[str, Any]]] = []
         for o in sorted(by_owner):
             group = by_owner[o]
@@ -191,20 +330,18 @@ class RedisTransport(FleetMonitor):
                 entries.append((self.keys.stream(o), {
                     "d": msgpack.packb([[u, k, h, int(d)] for u, k, h, d in chunk]),
                     "n": len(chunk), "w": self.worker_id}))
-        total = sum(len(g) for g in by_owner.values())
+        return entries, sum(len(g) for g in by_owner.values())
 
-        async def op() -> list[Any]:
-            assert self._redis is not None
-            pipe = self._redis.pipeline(transaction=True)
-            for stream, fields in entries:
-                pipe.xadd(stream, fields)
-            pipe.hincrby(self.keys.counters, "forwarded", total)
-            return await pipe.execute()
+    def fleet_finished(self) -> None:
+        """The whole fleet is done: every link forwarded is in its owner's ledger, so
+        the outbox need not keep them."""
+        if self.outbox is not None:
+            self.outbox.clear()
 
-        await self._call("forward", op)
-        self.stats["forwarded"] += total
-        self.stats["forward_calls"] += 1
-        return total
+    async def close(self) -> None:
+        await super().close()
+        if self.outbox is not None:
+            self.outbox.close()
 
     # -- receiving -------------------------------------------------------------------
 
@@ -323,13 +460,20 @@ class RedisTransport(FleetMonitor):
             await self._call("set_idle", lambda: self._redis.hset(  # type: ignore[union-attr]
                 k.idle, str(self.worker_id), "0"))
             return True
-        gen = self._gen
+        gen, epoch, sent = self._gen, self._epoch, self._sent
         done = await self._call("set_idle", lambda: self._scripts["idle"](
-            keys=[k.idle, k.gen], args=[self.worker_id, gen]))
+            keys=[k.idle, k.gen, k.fleet, k.counters],
+            args=[self.worker_id, gen, epoch, self._sent_field, sent]))
+        if int(done) < 0:  # Redis lost data since this worker last looked: recover first
+            self._broken = True
+            return False
         return bool(done)
 
     async def fleet_status(self) -> dict[str, int]:
         status = await super().fleet_status()
+        if not status["registered"] and self.outbox is not None:
+            self._broken = True  # lost: join again and re-send (``_after_reconnect``)
+            status = await super().fleet_status()
         if not status["registered"]:
             raise TransportError(f"Redis at {self.where} no longer has fleet {self.crawl_id} "
                                  "(flushed or restarted without persistence?)")

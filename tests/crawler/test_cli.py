@@ -125,7 +125,8 @@ def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
 
 @pytest.mark.parametrize(("text", "fragment"), [
     ("[fetch]\ntimeout = 3\n", "unknown key 'timeout' in [fetch]"),
-    ("[crawl]\nretry_rounds = -1\n", "retry_rounds"),
+    ("[crawl]\nmax_retries = -1\n", "max_retries"),
+    ("[crawl]\nretry_rounds = 5\n", "retry_rounds is replaced by [crawl] max_retries"),
     ("[crawl\n", "c.toml"),
 ])
 def test_bad_config_file_exits_2_naming_the_key(tmp_path, capsys, text, fragment):
@@ -187,7 +188,8 @@ async def test_check_forget_and_rebuild(crawled, capsys):
     shard = ShardedBloom.shard_path(state / "shards", 0)
     shard.write_bytes(b"garbage")
     assert main(["rebuild", str(state)]) == 0
-    assert "rebuilt 4 shard file(s)" in capsys.readouterr().out
+    assert "rebuilt the fingerprint index (" in (out := capsys.readouterr().out)
+    assert "and 4 shard file(s)" in out
     loaded = ShardedBloom.load(state / "shards")
     with UrlSeen(state, readonly=True) as seen:
         assert not seen.damaged_shards

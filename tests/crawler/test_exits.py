@@ -32,7 +32,7 @@ def test_exit_status_of_a_summary() -> None:
 async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, small_site):
     config = tmp_path / "c.toml"
     config.write_text(config_toml(fast_settings(
-        crawl={"retry_rounds": 1, "retry_delay": 0.05},
+        crawl={"max_retries": 1, "retry_delay": 0.05},
         fetch={"retries": 0, "read_timeout": 0.3, "total_timeout": 0.3})))
     async with fault_server() as srv:
         seeds = write_seeds(tmp_path / "seeds.txt", [*small_site.seeds, srv.url("/hang")])

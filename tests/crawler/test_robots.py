@@ -95,6 +95,23 @@ async def test_our_agent_group_wins_over_the_star_group() -> None:
         assert await robots.allowed(site.url("/anything"))
 
 
+@pytest.mark.parametrize("user_agent, token", [
+    ("AcmeBot/1.2 (+https://acme.example/bot)", "AcmeBot"),
+    ("Mozilla/5.0 (compatible; AcmeBot/1.2; +https://acme.example/bot)", "AcmeBot"),
+    ("AcmeBot", "AcmeBot"),
+])
+async def test_the_configured_agents_product_token_picks_the_group(user_agent, token) -> None:
+    body = ("User-agent: AcmeBot\nDisallow: /acme\n\n"
+            "User-agent: Mozilla\nDisallow: /mozilla\n\n"
+            "User-agent: *\nDisallow: /star\n")
+    async with robots_site(body) as site, Fetcher(SETTINGS) as fetcher:
+        robots = RobotsCache(fetcher, user_agent)
+        assert robots.agent == token
+        assert not await robots.allowed(site.url("/acme"))
+        assert await robots.allowed(site.url("/star"))
+        assert await robots.allowed(site.url("/mozilla"))
+
+
 async def test_crawl_delay_parsed_and_capped() -> None:
     body = "User-agent: *\nCrawl-delay: 2.5\n\nUser-agent: bloomcrawl\nCrawl-delay: 1000\n"
     async with robots_site(body) as site, cache(max_crawl_delay=30.0) as robots:

@@ -39,7 +39,7 @@ async def test_a_seed_host_down_at_start_and_up_later_is_crawled(tmp_path):
     log = add_request_log(app)
     app.router.add_get("/", _page("/a"))
     app.router.add_get("/a", _page())
-    settings = fast_settings(crawl={"retry_rounds": 6, "retry_delay": 0.3})
+    settings = fast_settings(crawl={"max_retries": 6, "retry_delay": 0.3})
     seeds = write_seeds(tmp_path / "seeds.txt", [f"http://127.0.0.1:{port}/"])
     seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
     engine = Engine(seen, settings, scope)
@@ -79,7 +79,7 @@ async def test_robots_txt_timing_out_is_disallow_for_now_then_given_up_not_allow
 
     app.router.add_get("/robots.txt", trickle)
     app.router.add_get("/page", _page())
-    settings = fast_settings(crawl={"retry_rounds": 2, "retry_delay": 0.05},
+    settings = fast_settings(crawl={"max_retries": 2, "retry_delay": 0.05},
                              fetch={"read_timeout": 0.5, "total_timeout": 0.5, "retries": 0})
     async with serve(app) as base:
         records, _, counts, summary = await crawl(tmp_path, [base + "/page"], settings)
@@ -105,7 +105,7 @@ async def test_robots_txt_5xx_then_200_is_retried_and_the_page_crawled(tmp_path)
     app.router.add_get("/robots.txt", robots)
     app.router.add_get("/", _page("/private/x", "/ok"))
     app.router.add_get("/ok", _page())
-    settings = fast_settings(crawl={"retry_rounds": 3, "retry_delay": 0.05},
+    settings = fast_settings(crawl={"max_retries": 3, "retry_delay": 0.05},
                              fetch={"retries": 0})
     async with serve(app) as base:
         records, _, counts, _ = await crawl(tmp_path, [base + "/"], settings)
@@ -147,7 +147,7 @@ async def test_an_endless_chain_of_unique_redirects_stops_at_max_depth(tmp_path)
 
 
 async def test_transient_failures_are_given_up_after_their_rounds_and_counted(tmp_path):
-    settings = fast_settings(crawl={"retry_rounds": 2, "retry_delay": 0.05},
+    settings = fast_settings(crawl={"max_retries": 2, "retry_delay": 0.05},
                              fetch={"retries": 0, "read_timeout": 0.3, "total_timeout": 0.3,
                                     "max_bytes": 100_000})
     async with fault_server() as srv:

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedup.fpindex import FingerprintIndex, ManifestError
+from dedup.errors import IndexDamaged
+from dedup.fpindex import FingerprintIndex, ManifestError, verify_index
 from dedup.runs import RunFileError
 from tests.dedup.fpmodel import add_rows, assert_answers, model_of, replay
 
@@ -248,3 +249,60 @@ def test_flush_upto_keeps_newer_records_and_reopen_replays(tmp_path: Path) -> No
     with FingerprintIndex(tmp_path, background=False, **opts) as again:  # unflushed: replayed
         replay(again, ledger)
         assert_answers(again, model_of(ledger), ALL_KEYS)
+
+
+def test_verify_index_finds_what_open_finds(tmp_path: Path) -> None:
+    """verify_index checks the manifest and every run whole, as opening does, without
+    building anything; a run the unchanged manifest names but that is gone is damage."""
+    ledger = _filled(tmp_path)
+    assert verify_index(tmp_path) == len(ledger)
+    assert verify_index(tmp_path / "none") == 0  # no index yet: empty
+    victim = sorted(tmp_path.glob("run-*.fpr"))[-1]
+    data = victim.read_bytes()
+    for bad, message in ((data[:-24], "truncated or damaged"),
+                         (data[:70] + bytes([data[70] ^ 4]) + data[71:], "checksum mismatch"),
+                         (data[:20] + bytes([data[20] ^ 4]) + data[21:], "header checksum")):
+        victim.write_bytes(bad)
+        for check in (verify_index, lambda d: FingerprintIndex(d, **OPTS)):
+            with pytest.raises(IndexDamaged, match=f"{victim.name}: .*{message}"):
+                check(tmp_path)
+    victim.unlink()
+    with pytest.raises(IndexDamaged, match=f"{victim.name}: missing"):
+        verify_index(tmp_path)
+    (tmp_path / "MANIFEST").write_bytes(b"{}\n0\n")
+    with pytest.raises(IndexDamaged, match="MANIFEST is damaged"):
+        verify_index(tmp_path)
+
+
+def test_rebuild_replaces_a_damaged_index_atomically(tmp_path: Path) -> None:
+    """rebuild never reads the old index (damaged manifest, runs missing or garbled);
+    killed before its manifest swap, it leaves the old index exactly as it was."""
+    ledger = _filled(tmp_path)
+    old = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def rows(fail_after: int | None = None):
+        for i, (seq, h, lo, _) in enumerate(ledger):
+            if fail_after is not None and i == fail_after:
+                raise KeyboardInterrupt  # a kill, as far as the files are concerned
+            yield (np.array([h], np.uint64), np.array([lo], np.uint64),
+                   np.array([seq], np.uint64), False)
+
+    with pytest.raises(KeyboardInterrupt):
+        FingerprintIndex.rebuild(tmp_path, rows(fail_after=40), mark=60, **OPTS)
+    assert (tmp_path / "MANIFEST").read_bytes() == old["MANIFEST"]
+    assert all((tmp_path / n).read_bytes() == b for n, b in old.items())
+    assert len(list(tmp_path.glob("run-*.fpr"))) > sum(n.startswith("run-") for n in old)
+    with FingerprintIndex(tmp_path, **OPTS) as idx:  # the half-built runs are orphans
+        assert_answers(idx, model_of(ledger), ALL_KEYS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(old)
+
+    (tmp_path / "MANIFEST").write_bytes(b"garbage")
+    sorted(tmp_path.glob("run-*.fpr"))[0].unlink()
+    with FingerprintIndex.rebuild(tmp_path, rows(), mark=60, **OPTS) as idx:
+        assert_answers(idx, model_of(ledger), ALL_KEYS)
+    assert not set(old) & {p.name for p in tmp_path.glob("run-*.fpr")}  # new names
+    assert not (tmp_path / "MANIFEST.rebuild").exists()
+    assert verify_index(tmp_path) >= len(ledger) - 2
+    with FingerprintIndex(tmp_path, **OPTS) as idx:
+        assert idx.mark == 60
+        assert_answers(idx, model_of(ledger), ALL_KEYS)

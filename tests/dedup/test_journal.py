@@ -7,6 +7,7 @@ import hashlib
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedup.errors import StateFormatError
+from dedup.errors import LedgerDamaged, StateFormatError
 from dedup.journal import Journal
 from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, State
 from dedup.journal_transfer import import_rows, migrate_v1, rows
@@ -429,3 +430,35 @@ def test_kill9_at_random_moments_loses_no_committed_batch(tmp_path):
             assert queued == {s for s in range(1, hwm + 1) if s % 2 == 0}
             assert np.all([jr.row(s).url == f"http://h{(s - 1) % 4}.test/{s - 1}"
                            for s in queued])
+
+
+def test_notes_and_contents_rows_carry_a_checksum(tmp_path):
+    """A flipped byte in a notes or contents row (a referrer, a first capture's URL)
+    is refused on read and by verify(), like the log's rows, not read as another
+    page's URL."""
+    db = tmp_path / "ledger.sqlite"
+    with Journal(db) as jr:
+        jr.note_runs([(1, 4, "http://a.test/from")])
+        jr.content_add([("sha1:AAAA", "http://a.test/first", "2026-11-25T00:00:00Z")])
+        jr.commit()
+        assert jr.note_of(3) == "http://a.test/from"
+        assert jr.content_first("sha1:AAAA") == ("http://a.test/first",
+                                                 "2026-11-25T00:00:00Z")
+        assert jr.verify() >= 2
+    for table, column, value, read in (
+            ("notes", "text", "http://a.test/frog", lambda j: j.note_of(3)),
+            ("contents", "name", "http://a.test/firsT", lambda j: j.content_first("sha1:AAAA"))):
+        con = sqlite3.connect(db)
+        old = con.execute(f"SELECT {column} FROM {table}").fetchone()[0]
+        con.execute(f"UPDATE {table} SET {column} = ?", (value,))  # the crc left as it was
+        con.commit()
+        con.close()
+        with Journal(db, readonly=True) as jr:
+            with pytest.raises(LedgerDamaged, match=f"{table} row .* checksum"):
+                jr.verify()
+            with pytest.raises(LedgerDamaged, match="checksum"):
+                read(jr)
+        con = sqlite3.connect(db)
+        con.execute(f"UPDATE {table} SET {column} = ?", (old,))
+        con.commit()
+        con.close()

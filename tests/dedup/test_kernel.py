@@ -130,13 +130,17 @@ def test_layer_calls_refuse_out_of_range_indexes_and_bad_lengths(k):
                          else out)
     assert not a.words.any()  # the refused calls wrote nothing
     with pytest.raises(ValueError, match="one intp per key"):
+        k.layer_set(a.flat, h, np.zeros(3, np.intp), None, row_words, *args)
+    with pytest.raises(TypeError, match="rows must be intp"):
         k.layer_set(a.flat, h, np.zeros(2, np.int32), None, row_words, *args)
     with pytest.raises(ValueError, match="one byte per selected key"):
         k.layer_test(a.flat, h, None, None, row_words, *args, np.empty(3, dtype=bool))
     with pytest.raises(ValueError, match="geometry"):
         k.layer_set(a.flat, h, None, None, row_words, row_words * 64 + 1, a.k, a.salt)
     with pytest.raises(ValueError, match=r"\(n, 2\) uint64"):
-        k.layer_set(a.flat, b"x" * 17, None, None, row_words, *args)
+        k.layer_set(a.flat, np.zeros(3, np.uint64), None, None, row_words, *args)
+    with pytest.raises(TypeError, match="hashes must be uint64"):
+        k.layer_set(a.flat, b"x" * 16, None, None, row_words, *args)
     frozen = a.flat.copy()
     frozen.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):

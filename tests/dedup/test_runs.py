@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup import runs
-from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, write_run
+from dedup.errors import IndexDamaged
+from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, verify_run, write_run
 from dedup.sortedkeys import filter_add, filter_passes
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled loops and Python alike
@@ -104,13 +105,16 @@ def _header(magic=b"BCFPRUN1", version=1, block=170, count=2, mn=1, mx=2, crc=0)
     (_header(count=3), b"\0" * 48, "truncated or damaged"),
     (_header(mn=5, mx=2), b"\0" * 48, "bad seq range"),
     (_header(mx=2**63), b"\0" * 48, "bad seq range"),
-    (_header(), b"\0" * 48, "out of order"),
+    (_header(), b"\0" * 48, "record checksum mismatch: the records are damaged"),
+    (_header(crc=zlib.crc32(b"\0" * 48)), b"\0" * 48, "out of order .* checksum matches"),
 ])
 def test_hostile_headers(tmp_path: Path, head: bytes, tail: bytes, message: str) -> None:
     path = tmp_path / "bad.fpr"
     path.write_bytes(head + tail)
     with pytest.raises(RunFileError, match=message):
         Run(path)
+    with pytest.raises(RunFileError, match=message):
+        verify_run(path)
 
 
 def test_every_truncation_and_bit_flip_is_refused(tmp_path: Path) -> None:
@@ -123,12 +127,21 @@ def test_every_truncation_and_bit_flip_is_refused(tmp_path: Path) -> None:
         path.write_bytes(data[:cut])
         with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
             Run(path)
+        with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
+            verify_run(path)
     for pos in range(0, len(data), 5):
         flipped = bytearray(data)
         flipped[pos] ^= 0x10
         path.write_bytes(bytes(flipped))
         with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
             Run(path)
+        with pytest.raises(RunFileError, match=f"^run file {re.escape(str(path))}: "):
+            verify_run(path)
+    path.write_bytes(data)
+    assert verify_run(path) == len(hi)
+    path.unlink()
+    with pytest.raises(IndexDamaged, match="missing"):
+        verify_run(path)
 
 
 def test_writer_slices_large_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

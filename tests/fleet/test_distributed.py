@@ -24,6 +24,7 @@ from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
 from crawler.fleet.monitor import FleetMonitor
+from crawler.fleet.outbox import Outbox
 from crawler.fleet.owner import owner_of
 from crawler.fleet.transport import RedisTransport
 from crawler.output import read_pages
@@ -338,6 +339,17 @@ def fleet_worker_dirs(root: Path) -> list[Path]:
     return [root / f"worker-{i}" for i in range(n)]
 
 
+def outboxes(root: Path) -> Counter[str | None]:
+    """Links in the workers' outboxes, by the epoch each outbox was last held under."""
+    out: Counter[str | None] = Counter()
+    for d in fleet_worker_dirs(root):
+        box = Outbox(d)
+        if box.items:
+            out[box.epoch()] += box.items
+        box.close()
+    return out
+
+
 @pytest.mark.slow
 async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_path):
     require_redis_binary()
@@ -363,6 +375,10 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
         assert (f4 / "redis").is_dir()  # its own local Redis, kept for resume
         done = await run_cli("resize", "--from-state", str(f4), "--to", "2", "-o", str(f2))
         assert done.rc == 0, done.stderr
+        # what the 4 forwarded goes with the 2 (with the fleet's epoch: nothing re-sent)
+        before, after = outboxes(f4), outboxes(f2)
+        assert sum(before.values()) and sum(after.values()) == sum(before.values())
+        assert len(before) == 1 and set(after) == set(before)
         await run_until_ctrl_c(await start_cli("resume", str(f2)), total // 2)
         done = await run_cli("resize", "--from-state", str(f2), "--to", "4", "-o", str(f4b))
         assert done.rc == 0, done.stderr

@@ -385,6 +385,103 @@ async def test_redis_that_comes_back_empty_is_an_error(redis_server: RedisServer
     await b.close()
 
 
+async def test_redis_that_comes_back_empty_gets_every_forwarded_link_again(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """With outboxes, a Redis that lost the fleet is recovered: the new epoch makes the
+    owner join again (NOGROUP) and the sender re-send (set_idle refuses it until then)."""
+    a, b = await join(redis_server.url, 2, backoff=(0.01, 0.1))
+    for t in (a, b):
+        d = tmp_path / f"w{t.worker_id}"
+        d.mkdir()
+        await t.attach_outbox(d)
+    sent = items_for(not_owned_by(0, 2), 2)
+    await a.forward(sent)
+    before = a._epoch
+    await asyncio.to_thread(redis_server.restart)  # no persistence: the links are gone
+    assert await drain(b) == []  # b joined again (new epoch); nothing for it yet
+    assert await a.set_idle(True) is False  # a must re-send first
+    assert await a.set_idle(True) is True
+    assert a._epoch != before and a.stats["resent"] == len(sent)
+    assert (tmp_path / "w0" / "outbox.epoch").read_text().strip() == a._epoch
+    got = await drain(b)
+    assert urls(got) == sorted(u for u, *_ in sent)
+    status = await a.fleet_status()
+    assert (status["forwarded"], status["acked"], status["backlog"]) == (len(sent),) * 2 + (0,)
+    a.fleet_finished()
+    assert (tmp_path / "w0" / "outbox").stat().st_size == 0
+    await a.close()
+    await b.close()
+
+
+async def test_a_worker_resumed_after_its_redis_lost_data_resends_its_outbox(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    a, b = await join(redis_server.url, 2)
+    await a.attach_outbox(tmp_path)
+    sent = items_for(not_owned_by(0, 2), 2)
+    await a.forward(sent)
+    await a.close()
+    await asyncio.to_thread(redis_server.restart)
+    (b2,) = await join(redis_server.url, 2, ids=[1])
+    (a2,) = await join(redis_server.url, 2, ids=[0])
+    await a2.attach_outbox(tmp_path)  # another epoch than the outbox's: re-send
+    assert a2.stats["resent"] == len(sent)
+    assert urls(await drain(b2)) == sorted(u for u, *_ in sent)
+    await a2.close()
+    (a3,) = await join(redis_server.url, 2, ids=[0])
+    await a3.attach_outbox(tmp_path)  # same epoch: nothing to re-send
+    assert a3.stats["resent"] == 0
+    for t in (a3, b, b2):
+        await t.close()
+
+
+async def test_a_redis_that_lost_only_its_last_writes_gets_them_again(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Same epoch, but the last forward is gone (as after a crash before the AOF fsync):
+    the sender's count in Redis is short, so set_idle refuses and it re-sends."""
+    a, b = await join(redis_server.url, 2, backoff=(0.01, 0.1))
+    await a.attach_outbox(tmp_path)
+    first, last = items_for(not_owned_by(0, 2)[:2], 2), items_for(not_owned_by(0, 2)[2:4], 2)
+    await a.forward(first)
+    assert urls(await drain(b)) == sorted(u for u, *_ in first)  # committed and acked
+    await a.forward(last)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    pipe = admin.pipeline(transaction=True)  # the last MULTI never reached the disk
+    pipe.delete(b.stream)
+    pipe.xgroup_create(b.stream, "owner", id="0", mkstream=True)
+    pipe.hincrby(a.keys.counters, "sent:0", -len(last))
+    pipe.hincrby(a.keys.counters, "forwarded", -len(last))
+    await pipe.execute()
+    await admin.aclose()
+    assert await a.set_idle(True) is False
+    assert await a.set_idle(True) is False  # it joined again: a new generation
+    assert await a.set_idle(True) is True
+    got = await drain(b)  # both batches again; b's seen-test would drop the first
+    assert urls(got) == sorted(u for u, *_ in first + last)
+    await a.close()
+    await b.close()
+
+
+def test_an_outbox_cuts_a_torn_tail_and_keeps_every_whole_batch(tmp_path: Path) -> None:
+    from crawler.fleet.outbox import Outbox
+
+    box = Outbox(tmp_path)
+    first, second = items_for(HOSTS[:2]), items_for(HOSTS[2:3])
+    box.append(first)
+    box.append(second)
+    box.close()
+    whole = (tmp_path / "outbox").stat().st_size
+    with open(tmp_path / "outbox", "ab") as f:
+        f.write(b"\x10\x00\x00\x00torn")  # a crash mid-append
+    box = Outbox(tmp_path)
+    assert [list(map(tuple, b)) for b in box.batches()] == [first, second]
+    assert (tmp_path / "outbox").stat().st_size == whole and box.items == len(first) + 3
+    box.append(second)  # appends after the cut, readable
+    assert len(list(box.batches())) == 3
+    box.clear()
+    assert list(box.batches()) == [] and box.items == 0
+    box.close()
+
+
 async def test_gives_up_after_retry_for(redis_server: RedisServer) -> None:
     (a, b) = await join(redis_server.url, 2, retry_for=0.5, backoff=(0.05, 0.1))
     await asyncio.to_thread(redis_server.stop)

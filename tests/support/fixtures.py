@@ -10,6 +10,17 @@ import pytest
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 
+PROXY_ENV = tuple(n for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
+                  for n in (name, name.upper()))
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Crawls honour HTTP(S)_PROXY: a developer's proxy must not carry test traffic."""
+    for name in PROXY_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
 # -- servers ---------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -36,7 +36,7 @@ async def until(condition, *, timeout: float = 10.0, what: str = "condition") ->
 def fast_settings(**sections: dict) -> Settings:
     """Settings for crawling 127.0.0.1 quickly: no delay, small filter, short timeouts."""
     base: dict[str, dict] = {
-        "crawl": {"concurrency": 16, "retry_rounds": 1, "retry_delay": 0.1},
+        "crawl": {"concurrency": 16, "max_retries": 1, "retry_delay": 0.1},
         "politeness": {"delay": 0.0, "per_host": 4},
         "fetch": {"allow_private": True, "connect_timeout": 2.0, "read_timeout": 5.0,
                   "total_timeout": 10.0, "backoff_base": 0.05},
@@ -86,19 +86,31 @@ def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("BLOOMCRAWL_DEBUG", None)
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        env.pop(name, None)  # crawls honour them; a test sets what it means to
+        env.pop(name.upper(), None)
     return env
 
 
-async def start_cli(*args: str) -> asyncio.subprocess.Process:
-    """``python -m crawler ARGS`` as a child process (stdout/stderr piped)."""
+async def start_cli(*args: str, env: dict[str, str | None] | None = None
+                    ) -> asyncio.subprocess.Process:
+    """``python -m crawler ARGS`` as a child process (stdout/stderr piped); ``env``
+    sets (or, with None, removes) variables of its environment."""
+    child = cli_env()
+    for name, value in (env or {}).items():
+        if value is None:
+            child.pop(name, None)
+        else:
+            child[name] = value
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawler", *args, cwd=REPO, env=cli_env(),
+        sys.executable, "-m", "crawler", *args, cwd=REPO, env=child,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
 
-async def run_cli(*args: str, timeout: float = 60.0) -> CliResult:
+async def run_cli(*args: str, timeout: float = 60.0,
+                  env: dict[str, str | None] | None = None) -> CliResult:
     """Run the CLI to completion without blocking the event loop (servers keep serving)."""
-    proc = await start_cli(*args)
+    proc = await start_cli(*args, env=env)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:

@@ -130,8 +130,9 @@ def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None
         resp = writer.create_revisit_record(ex.url, ex.payload_digest(), refers_to[0],
                                             refers_to[1], http_headers=resp_headers,
                                             warc_headers_dict=dict(common))
-    req_headers = StatusAndHeaders(f"{ex.method} {ex.target}", list(ex.request_headers),
-                                   protocol=ex.version, is_http_request=True)
+    # is_http_request: warcio splits the method off and writes the line as given
+    req_headers = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}",
+                                   list(ex.request_headers), is_http_request=True)
     req = writer.create_warc_record(ex.url, "request", payload=io.BytesIO(b""), length=0,
                                     http_headers=req_headers, warc_headers_dict=dict(common))
     req.rec_headers.add_header("WARC-Concurrent-To",

@@ -21,6 +21,7 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler.output import read_pages
 from tests.support.faultserver import serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
+from tests.support.proxyserver import forward_proxy
 
 SAME = b"<html><body><p>the very same body</p></body></html>"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -131,8 +132,10 @@ async def test_warc_holds_request_response_pairs_revisits_robots_and_non_html(tm
             assert other.rec_headers.get_header("WARC-Target-URI") == uri
             assert other.rec_headers.get_header("WARC-Date") == \
                 r.rec_headers.get_header("WARC-Date")
-            assert r.http_headers.protocol == "GET" or r.http_headers.statusline.startswith(
-                "GET ")
+            assert r.http_headers.protocol == "GET"
+            # the request line whole: origin-form target and version
+            assert r.http_headers.statusline == \
+                f"{uri[uri.index('/', len('http://')):]} HTTP/1.1", r.http_headers.statusline
             assert r.http_headers.get_header("User-Agent").startswith("bloomcrawl")
             assert r.http_headers.get_header("Host").startswith("127.0.0.1:")
             pairs[uri] = (r, other)
@@ -232,3 +235,31 @@ async def test_rotation_writes_several_valid_files(tmp_path):
     fetched = {p["url"] for p in pages if p["status"] is not None}
     assert set(uris) == fetched | {base + "/robots.txt"}
     assert max(uris.values()) == 1
+
+
+async def test_warc_through_a_proxy_holds_absolute_targets_and_no_ip(tmp_path):
+    """Through an http proxy aiohttp sends ``GET http://host:port/path``: the request
+    record holds that line (what the proxy received, as its log shows), no
+    WARC-IP-Address (the connection went to the proxy, not to the site) and not
+    the proxy's credentials."""
+    async with serve(make_site()) as base, forward_proxy() as proxy:
+        with_auth = proxy.url.replace("http://", "http://user:secret@")
+        await crawl(tmp_path, base, "--warc", str(tmp_path / "out" / "crawl.warc.gz"),
+                    "--proxy", with_auth)
+    files = sorted((tmp_path / "out").iterdir())
+    warcio_check(files[0])
+    recs = [r for f in files for r in records(f)]
+    requests = [r for r in recs if r.rec_type == "request"]
+    assert requests and len(requests) == len(proxy.log)
+    targets = []
+    for r in requests:
+        uri = r.rec_headers.get_header("WARC-Target-URI")
+        target, version = r.http_headers.statusline.split(" ")
+        assert (r.http_headers.protocol, target, version) == ("GET", uri, "HTTP/1.1")
+        assert r.http_headers.get_header("Proxy-Authorization") is None
+        targets.append(target)
+    assert sorted(targets) == sorted(proxy.urls())
+    assert all(r.headers.get("Proxy-Authorization", "").startswith("Basic ")
+               for r in proxy.log)  # the proxy did get them
+    assert base + "/robots.txt" in targets and base + "/a" in targets
+    assert not [r for r in recs if r.rec_headers.get_header("WARC-IP-Address")]

@@ -43,12 +43,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from crawler.admission import Pairs
+from crawler.exchange import Exchange, payload_digest
 from crawler.frontier import Frontier, Item
 from crawler.outcome import FetchResult
 from crawler.output import PAGES_FILE, PageLog, iso_time
 from crawler.settings import OutputSettings
 from crawler.state import OUTPUTS_KEY, TOTALS_KEY
-from crawler.warc import Exchange, WarcFiles, build_records, payload_digest
+from crawler.warc import WarcFiles, build_records
 from dedup import State, UrlSeen
 
 __all__ = ["GroupCommit", "Links", "output_files"]

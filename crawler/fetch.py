@@ -38,6 +38,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from crawler.exchange import Exchange
 from crawler.headers import (
     content_length,
     looks_like_html,
@@ -47,7 +48,6 @@ from crawler.headers import (
 )
 from crawler.netguard import GuardedResolver, PrivateAddressError, check_literal_host
 from crawler.outcome import FetchResult, classify_error
-from crawler.warc import Exchange
 
 __all__ = ["FetchSettings", "Fetcher", "TextFetch", "check_env_proxies", "check_proxy_url"]
 

@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from crawler.netguard import PrivateAddressError
 
 if TYPE_CHECKING:
-    from crawler.warc import Exchange
+    from crawler.exchange import Exchange
 
 __all__ = ["Failure", "FetchResult", "classify_error"]
 

@@ -35,55 +35,23 @@ committed), so a record is in some file exactly when its page is done.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import io
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from crawler.exchange import Exchange
 from crawler.output import _AppendFile, iso_time, truncate_to
 
-__all__ = ["Exchange", "WarcFiles", "build_records", "first_warc", "payload_digest",
-           "warc_prefix", "warc_start"]
+__all__ = ["WarcFiles", "build_records", "first_warc", "warc_prefix", "warc_start"]
 
 _RENAMED = {"transfer-encoding", "content-encoding"}
 _SERIAL = "{prefix}-{serial:05d}.warc{gz}"
-
-
-def payload_digest(body: bytes) -> str:
-    """``sha1:BASE32`` of ``body``, as WARC-Payload-Digest and pages.jsonl write it."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One HTTP hop as sent and received (what a request + response record hold)."""
-
-    url: str
-    started: float  # time.time() when the request was sent: the records' WARC-Date
-    method: str
-    target: str  # the request target as sent ("/path?query")
-    request_headers: list[tuple[str, str]]
-    version: str  # "HTTP/1.1"
-    status: int
-    reason: str
-    response_headers: list[tuple[str, str]]  # as received, in order
-    ip: str | None = None
-    payload: bytes = b""
-    truncated: str | None = None  # WARC-Truncated: "length" (the body was cut or not read)
-    digest: str | None = None  # payload_digest(payload), computed once
-
-    def payload_digest(self) -> str:
-        if self.digest is None:
-            self.digest = payload_digest(self.payload)
-        return self.digest
 
 
 def _response_headers(ex: Exchange) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from dedup.errors import (
 )
 from dedup.fingerprint import fingerprint, fingerprint_many
 from dedup.geometry import Geometry
+from dedup.host import host_of
 from dedup.ledger import Ledger, QueuedRow, State
 from dedup.seen import NewUrl, UrlSeen
 from dedup.shards import ShardedBloom
@@ -42,5 +43,6 @@ __all__ = [
     "canonicalize",
     "fingerprint",
     "fingerprint_many",
+    "host_of",
     "normalize",
 ]

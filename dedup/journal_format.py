@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dedup.host import host_of
+
 FP = 16  # bytes per fingerprint
 FORMAT = 2
 ADMIT, FORGET = 0, 1
@@ -160,11 +162,6 @@ _RAW, _DEFLATED = b"\x00", b"\x01"
 
 # (first seq, host, seqs, urls) of one host's URLs in one batch
 Group = tuple[int, str, list[int], list[str]]
-
-
-def host_of(url: str) -> str:
-    """``host[:port]`` of a normalized absolute URL, without userinfo."""
-    return url.split("/", 3)[2].rpartition("@")[2]
 
 
 def groups_by_host(first: int, urls: Sequence[str | None],

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dedup.errors import StateFormatError
+from dedup.host import host_of
 from dedup.journal import Journal
-from dedup.journal_format import FORGET, FP, PortableRow, State, host_of
+from dedup.journal_format import FORGET, FP, PortableRow, State
 
 IMPORT_BATCH = 4096  # rows per log row on import: big batches keep the log compact
 

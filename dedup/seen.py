@@ -29,14 +29,14 @@ from dedup.bloom import write_snapshot
 from dedup.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.confirmed import ConfirmCache, Unknown
 from dedup.fingerprint import fingerprint, halves
+from dedup.host import host_of
 from dedup.identity import settle
-from dedup.journal_format import host_of  # the one host parser (the crawler imports it from here)
 from dedup.ledger import INDEX_BUFFER, Ledger, State
 from dedup.restore import load_shards, replay
 from dedup.shards import ShardedBloom
 from dedup.statedir import ledger_path, lock, require_state_dir, shards_dir
 
-__all__ = ["NewUrl", "UrlSeen", "host_of"]
+__all__ = ["NewUrl", "UrlSeen"]
 
 @dataclass(frozen=True, slots=True)
 class NewUrl:

@@ -30,8 +30,7 @@ import numpy as np
 
 from dedup.heap import give_back
 from dedup.merging import merge_newer, newest_unique
-from dedup.runs import SEQ_MASK
-from dedup.sortedkeys import Probe, SortedKeys, filter_add, filter_size
+from dedup.sortedkeys import SEQ_MASK, Probe, SortedKeys, filter_add, filter_size
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 

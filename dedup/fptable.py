@@ -22,8 +22,7 @@ import numpy as np
 
 from dedup import kernel as _compiled
 from dedup.merging import key_order
-from dedup.runs import SEQ_MASK
-from dedup.sortedkeys import Probe, probe_with
+from dedup.sortedkeys import SEQ_MASK, Probe, probe_with
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _FIRST_SLOTS = 1 << 8

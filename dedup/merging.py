@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from dedup.runs import SEQ_MASK, TOMBSTONE, Run
+from dedup.runs import Run
+from dedup.sortedkeys import SEQ_MASK, TOMBSTONE
 
 MERGE_CHUNK = 1 << 16  # records read per input run per step (1.5 MiB)
 

@@ -43,6 +43,7 @@ from dedup.errors import IndexDamaged
 from dedup.sortedkeys import (
     BLOCK_RECORDS,
     RECORD_SIZE,
+    SEQ_MASK,
     Probe,
     SortedKeys,
     bucket_counts,
@@ -51,12 +52,11 @@ from dedup.sortedkeys import (
     filter_add,
     filter_size,
 )
+from dedup.sortedkeys import TOMBSTONE as TOMBSTONE  # fpindex takes it from here
 
 MAGIC = b"BCFPRUN1"
 FORMAT_VERSION = 1
 MAX_BLOCK_RECORDS = 1 << 16
-TOMBSTONE = np.uint64(1 << 63)
-SEQ_MASK = np.uint64((1 << 63) - 1)
 _HEAD = struct.Struct("<8sIIQQQI")
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)

@@ -28,6 +28,8 @@ import numpy as np
 from dedup import kernel as _compiled
 
 RECORD_SIZE = 24  # bytes of one (hi, lo, seq) record
+TOMBSTONE = np.uint64(1 << 63)  # the top bit of a record's seq: the key was forgotten
+SEQ_MASK = np.uint64((1 << 63) - 1)  # the seq without that bit
 BLOCK_RECORDS = 16  # records per directory bucket: 0.25-0.5 B of RAM per key, ~4 bisect steps
 FILTER_BITS = 8  # bits per record of a probe filter: ~3% of absent keys pass it
 _FILTER_MAX = 1 << 32  # bits; keeps ``(32-bit part) * m`` within uint64

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup import fptable, kernel
-from dedup.runs import SEQ_MASK, TOMBSTONE
-from dedup.sortedkeys import SortedKeys
+from dedup.sortedkeys import SEQ_MASK, TOMBSTONE, SortedKeys
 from tests.dedup.conftest import require_kernel
 
 

@@ -12,8 +12,8 @@ STAMP       := $(VENV)/.installed
 
 .PHONY: test coverage bench bench-scale reliability demo lint clean
 
-# setup.py and the C sources: the install also builds the compiled kernels (dedup/_*.c)
-$(PKG_STAMP): pyproject.toml setup.py dedup/_kernel.c dedup/_lookup.c dedup/_buffers.h dedup/_murmur.h
+# setup.py and the C sources: the install also builds the compiled kernels (dedup/native/_*.c)
+$(PKG_STAMP): pyproject.toml setup.py dedup/native/_kernel.c dedup/native/_lookup.c dedup/native/_buffers.h dedup/native/_murmur.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -65,6 +65,7 @@ demo: $(PKG_STAMP)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state dedup/_kernel.*.so
+	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state dedup/native/_kernel.*.so dedup/native/_lookup.*.so

@@ -1,7 +1,7 @@
 """The one thing pyproject.toml cannot say: the optional compiled kernel.
 
-``dedup._kernel`` (dedup/_kernel.c) runs the Bloom filter's hot loops,
-``dedup._lookup`` (dedup/_lookup.c) the exact lookup's. They are
+``dedup.native._kernel`` (dedup/native/_kernel.c) runs the Bloom filter's hot loops,
+``dedup.native._lookup`` (dedup/native/_lookup.c) the exact lookup's. They are
 optional: where it does not build (no C compiler), the install still succeeds
 and dedup uses its numpy code, with the same bits (``dedup.bitops``).
 """
@@ -9,6 +9,6 @@ and dedup uses its numpy code, with the same bits (``dedup.bitops``).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O3"],
-                             depends=["dedup/_buffers.h", "dedup/_murmur.h"])
-                   for name, source in (("dedup._kernel", "dedup/_kernel.c"),
-                                        ("dedup._lookup", "dedup/_lookup.c"))])
+                             depends=["dedup/native/_buffers.h", "dedup/native/_murmur.h"])
+                   for name, source in (("dedup.native._kernel", "dedup/native/_kernel.c"),
+                                        ("dedup.native._lookup", "dedup/native/_lookup.c"))])

@@ -1,7 +1,7 @@
 """URL resolution: ada-url vs yarl vs urllib.parse.urljoin vs w3lib, and our cache.
 
 Why: canonicalization, not the Bloom filter, is the per-link cost of the URL-seen
-test, so `dedup.canonical` uses whichever WHATWG parser is measured fastest here,
+test, so `dedup.url.canonical` uses whichever WHATWG parser is measured fastest here,
 and caches per resolution context so repeated navigation costs a dict lookup.
 
 Links are generated deterministically (seeded) the way pages contain them: a
@@ -16,7 +16,7 @@ paths, tracking parameters and surrounding whitespace.
    - urljoin: `urllib.parse.urljoin(page, link)`
    - w3lib:   `w3lib.url.canonicalize_url(urljoin(page, link))` (w3lib needs an
      absolute URL; `canonicalize_url` alone is also shown, on pre-joined links)
-   - ours:    `dedup.canonical.canonicalize(link, page)` (ada + our rules, no cache)
+   - ours:    `dedup.url.canonical.canonicalize(link, page)` (ada + our rules, no cache)
    Each row also counts, on the WHATWG test data's 247 http(s) cases, how often the
    parser's href equals the standard's (ours: the canonical key of both sides).
 2. `Canonicalizer.resolve_many` on pages of 50 links, 80% of them navigation
@@ -61,9 +61,9 @@ import yarl
 from w3lib.url import canonicalize_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dedup.canonical import Canonicalizer, UrlRejected, canonicalize
-from dedup.fingerprint import fingerprint_many
-from dedup.urlform import join
+from dedup.url.canonical import Canonicalizer, UrlRejected, canonicalize
+from dedup.url.fingerprint import fingerprint_many
+from dedup.url.urlform import join
 
 WPT = Path(__file__).resolve().parent.parent / "tests/data/urltestdata.json"
 WORDS = ("news", "sport", "world", "tech", "science", "health", "business", "culture",
@@ -334,13 +334,13 @@ def bench_cache(n_pages: int, repeat: int) -> None:
 
 
 def load_canonical(rev: str) -> types.ModuleType:
-    """``dedup/canonical.py`` as it was at git revision ``rev``, as a module of its own."""
+    """``dedup/url/canonical.py`` as it was at git revision ``rev``, as a module of its own."""
     root = Path(__file__).resolve().parent.parent
-    src = subprocess.run(["git", "show", f"{rev}:dedup/canonical.py"], cwd=root, check=True,
+    src = subprocess.run(["git", "show", f"{rev}:dedup/url/canonical.py"], cwd=root, check=True,
                          capture_output=True, text=True).stdout
     mod = types.ModuleType(f"canonical_at_{rev}")
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
-    exec(compile(src, f"{rev}:dedup/canonical.py", "exec"), mod.__dict__)
+    exec(compile(src, f"{rev}:dedup/url/canonical.py", "exec"), mod.__dict__)
     return mod
 
 
@@ -448,7 +448,7 @@ def main() -> None:
             ("w3lib canonicalize_url(urljoin)", _w3lib, pairs, "w3lib"),
             ("w3lib canonicalize_url (absolute)",
              lambda d: [canonicalize_url(u) for u, _ in d], absolute, None),
-            ("dedup.canonical.canonicalize", _ours, pairs, "ours")]
+            ("dedup.url.canonical.canonicalize", _ours, pairs, "ours")]
     for label, fn, data, key in rows:
         us = _best_us(fn, data, args.repeat)
         print(f"{label:<34} {us:8.2f} {agree[key] if key else '':>7}")

@@ -19,7 +19,7 @@ Setup, all in one run, on one machine:
   competes too: the load average is recorded per run).
 * **bare** (the speed limit), its own subprocess: one ``aiohttp.ClientSession``,
   ``--concurrency`` worker tasks, one ``asyncio.Queue``, fetch (no redirects
-  followed: a Location is a link), ``crawler.links.extract_links``, the same
+  followed: a Location is a link), ``crawler.net.links.extract_links``, the same
   ``dedup.Canonicalizer.resolve_many``, the seed hosts as scope, a Python
   ``set`` for seen; no politeness, no robots.txt (``/private/`` links are
   skipped by a string test so both crawls fetch the same URL set), no
@@ -207,7 +207,7 @@ async def _serve(spec: SiteSpec, kind: str) -> None:
 async def _bare(seeds: list[str], concurrency: int) -> dict[str, Any]:
     import aiohttp
 
-    from crawler.links import extract_links
+    from crawler.net.links import extract_links
 
     canon = Canonicalizer()
     scope = {u.split("/", 3)[2] for u in seeds}

@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run import emit
 
 from dedup import BloomFilter, ShardedBloom
-from dedup import kernel as compiled
-from dedup.fingerprint import fingerprint_many, halves
-from dedup.shards import merge_files
+from dedup.filter.shards import merge_files
+from dedup.native import kernel as compiled
+from dedup.url.fingerprint import fingerprint_many, halves
 
 ERROR_RATE = 0.01
 BATCH = 100_000       # keys per add_many/contains_many call for ours

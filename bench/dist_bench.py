@@ -49,8 +49,8 @@ sys.path.insert(0, str(HERE))
 from run import emit  # noqa: E402
 
 from crawler.fleet.localredis import LocalRedis  # noqa: E402
-from crawler.fleet.monitor import FleetMonitor  # noqa: E402
-from crawler.fleet.owner import owner_of  # noqa: E402
+from crawler.wire.monitor import FleetMonitor  # noqa: E402
+from crawler.wire.owner import owner_of  # noqa: E402
 
 CONFIG = """
 [crawl]

@@ -1,10 +1,10 @@
 """Link extraction: selectolax (lexbor) vs lxml on realistic pages.
 
 Why: after canonicalization, HTML parsing is the biggest per-page CPU cost of a
-crawl worker, so `crawler.links` uses whichever parser is measured faster here.
+crawl worker, so `crawler.net.links` uses whichever parser is measured faster here.
 (selectolax >= 1.0 dropped its Modest backend; lexbor is the only one left.)
 
-Every variant does the whole job `crawler.links.extract_links` does — find
+Every variant does the whole job `crawler.net.links.extract_links` does — find
 `<base href>`, `<meta name=robots>`, `<a href>` and `<area href>` in document
 order — and the script checks that all variants return identical hrefs before
 timing them, so no variant wins by doing less.
@@ -33,7 +33,7 @@ from lxml import etree
 from selectolax.lexbor import LexborHTMLParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler.links import extract_links
+from crawler.net.links import extract_links
 
 Extractor = Callable[[bytes], list[str]]
 
@@ -176,7 +176,7 @@ VARIANTS: dict[str, Extractor] = {
     "lxml (iter)": lxml_iter,
     "lxml (xpath)": lxml_xpath,
     "stdlib html.parser": stdlib_html_parser,
-    "crawler.links.extract_links": lexbor_extract_links,
+    "crawler.net.links.extract_links": lexbor_extract_links,
 }
 
 

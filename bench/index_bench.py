@@ -3,7 +3,7 @@
     .venv/bin/python bench/index_bench.py --keys 10000000
 
 (1) One run of N distinct fingerprints, built from sorted input, as a
-dedup.runs file and as a SQLite ``WITHOUT ROWID`` table filled by sorted bulk
+dedup.index.runs file and as a SQLite ``WITHOUT ROWID`` table filled by sorted bulk
 inserts: bytes on disk per key, build time, bytes written (/proc/self/io
 ``write_bytes``) per key, lookup time per key for page-sized batches (15 keys,
 80% hits) and for 10k-key batches, batched (files: one vectorized call;
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import emit
 
-from dedup.fpindex import SMALL_BATCH, FingerprintIndex
-from dedup.runs import Run, write_run
+from dedup.index.fpindex import SMALL_BATCH, FingerprintIndex
+from dedup.index.runs import Run, write_run
 
 PAGE = 15
 BIG = 10_000
@@ -73,7 +73,7 @@ def probes(hi: np.ndarray, lo: np.ndarray, n: int, seed: int) -> tuple[np.ndarra
 
 
 class FileRun:
-    name = "sorted file (dedup.runs)"
+    name = "sorted file (dedup.index.runs)"
 
     def __init__(self, path: Path) -> None:
         self.path = path

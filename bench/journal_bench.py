@@ -1,4 +1,4 @@
-"""Ledger format 2 (dedup.journal) vs format 1 (dedup.ledger.Ledger) on one stream.
+"""Ledger format 2 (dedup.journal.journal) vs format 1 (dedup.store.ledger.Ledger) on one stream.
 
 A crawl-like admission stream: pages of ``--per-page`` new fingerprints (random
 16-byte keys) with their URLs (hosts drawn from a Zipf-like distribution over
@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dedup import journal as journal_mod
-from dedup.journal import Journal
-from dedup.ledger import Ledger, State
+from dedup.journal import journal as journal_mod
+from dedup.journal.journal import Journal
+from dedup.store.ledger import Ledger, State
 
 HOSTS = 10_000
 

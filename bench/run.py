@@ -110,8 +110,8 @@ def source_version() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     h = hashlib.sha256()
-    for path in sorted([*root.glob("dedup/*.py"), *root.glob("crawler/*.py")]):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted([*root.glob("dedup/**/*.py"), *root.glob("crawler/**/*.py")]):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return {"commit": commit, "sources_sha256": h.hexdigest()[:16]}
 
 

@@ -2,7 +2,7 @@
 
 Each is driven only through public APIs: ``UrlSeen(dir)`` / ``filter_new`` /
 ``snapshot`` / ``close`` for the project, ``dedup.Canonicalizer`` and
-``dedup.fingerprint`` for the peers that reuse its canonicalization. ``feed``
+``dedup.url.fingerprint`` for the peers that reuse its canonicalization. ``feed``
 takes one page and returns how many of its links were new (distinct URLs never
 counted before), which is what the benchmark asserts is equal across them.
 """

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run import emit
 
 from dedup import Canonicalizer, UrlSeen
-from dedup.confirmed import ConfirmCache
+from dedup.store.confirmed import ConfirmCache
 
 HOSTS = 10
 SECTIONS = 8

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.journal_bench import pages
-from dedup.journal import Journal
-from dedup.ledger import State
+from dedup.journal.journal import Journal
+from dedup.store.ledger import State
 
 
 def main() -> None:

@@ -3,11 +3,18 @@
 A plain synchronous library (no asyncio, no network) usable for any string keys::
 
     from dedup import BloomFilter, ShardedBloom, Ledger, UrlSeen, canonicalize, fingerprint
+
+These names are dedup's public API: the crawler imports dedup only from here
+(the ``dedup-public-api`` contract in pyproject.toml); the subpackages are its
+layers (README.md, "Architecture").
 """
 
-from dedup.bloom import BloomFilter
-from dedup.canonical import Canonicalizer, CanonRules, UrlRejected, canonicalize, normalize
-from dedup.errors import (
+from dedup.admin.diagnose import Diagnosis, diagnose, index_damage
+from dedup.admin.migrate import V1_BACKUP, migrate
+from dedup.admin.repair import RepairReport, index_keys, repair
+from dedup.admin.resize import check_compatible, merge_states, resize
+from dedup.base.atomic import atomic_write_bytes
+from dedup.base.errors import (
     GeometryMismatch,
     IndexDamaged,
     LedgerDamaged,
@@ -15,24 +22,46 @@ from dedup.errors import (
     StateFormatError,
     StateLocked,
 )
-from dedup.fingerprint import fingerprint, fingerprint_many
-from dedup.geometry import Geometry
-from dedup.host import host_of
-from dedup.ledger import Ledger, QueuedRow, State
-from dedup.seen import NewUrl, UrlSeen
-from dedup.shards import ShardedBloom
+from dedup.filter.bloom import BloomFilter
+from dedup.filter.geometry import Geometry, first_difference, layer_geometry
+from dedup.filter.shards import ShardedBloom, _capacity_of, merge_files
+from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
+from dedup.journal.format import PortableRow
+from dedup.store.ledger import Ledger, QueuedRow, State
+from dedup.store.recent import RecentKeys
+from dedup.store.seen import NewUrl, UrlSeen
+from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, ledger_path, shards_dir
+from dedup.url.canonical import (
+    DEFAULT_TRACKING_PARAMS,
+    Canonicalizer,
+    CanonRules,
+    UrlRejected,
+    canonicalize,
+    normalize,
+)
+from dedup.url.fingerprint import HASH_ALGO, fingerprint, fingerprint_many
+from dedup.url.host import host_of
 
 __all__ = [
+    "CRAWL_ID_BYTES",
+    "DEFAULT_TRACKING_PARAMS",
+    "HASH_ALGO",
+    "LEDGER_FILE",
+    "V1_BACKUP",
     "BloomFilter",
     "CanonRules",
     "Canonicalizer",
+    "Diagnosis",
     "Geometry",
     "GeometryMismatch",
     "IndexDamaged",
     "Ledger",
     "LedgerDamaged",
     "NewUrl",
+    "PortableRow",
     "QueuedRow",
+    "RecentKeys",
+    "RepairReport",
     "ShardedBloom",
     "SnapshotError",
     "State",
@@ -40,9 +69,27 @@ __all__ = [
     "StateLocked",
     "UrlRejected",
     "UrlSeen",
+    "_capacity_of",
+    "atomic_write_bytes",
     "canonicalize",
+    "check_compatible",
+    "diagnose",
     "fingerprint",
     "fingerprint_many",
+    "first_difference",
     "host_of",
+    "in_use",
+    "index_damage",
+    "index_keys",
+    "is_state_dir",
+    "layer_geometry",
+    "ledger_path",
+    "merge_files",
+    "merge_states",
+    "migrate",
     "normalize",
+    "read_header",
+    "repair",
+    "resize",
+    "shards_dir",
 ]

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from crawler.fetch import check_env_proxies, check_proxy_url
-from crawler.headers import parse_header_line
-from crawler.progress import Progress
-from crawler.scope import check_pattern, normalize_domain
-from crawler.settings import ConfigError, Settings, load_settings
-from dedup.snapshot import CRAWL_ID_BYTES
+from crawler.config.requestopts import check_proxy_url, parse_header_line
+from crawler.config.scope import check_pattern, normalize_domain
+from crawler.config.settings import ConfigError, Settings, load_settings
+from crawler.core.progress import Progress
+from crawler.net.fetch import check_env_proxies
+from dedup import CRAWL_ID_BYTES
 
 __all__ = [
     "PROG",

@@ -24,15 +24,15 @@ from crawler.cli.args import (
     resume_changes,
     warn,
 )
-from crawler.engine import run_crawl
-from crawler.exits import exit_status
-from crawler.fetch import check_env_proxies
+from crawler.config.exits import exit_status
+from crawler.config.settings import ConfigError
+from crawler.core.engine import run_crawl
+from crawler.core.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
 from crawler.fleet.resize import refuse_if_resized
-from crawler.settings import ConfigError
-from crawler.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
+from crawler.net.fetch import check_env_proxies
 
 __all__ = ["add_crawl", "add_resume"]
 

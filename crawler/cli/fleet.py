@@ -15,9 +15,9 @@ from crawler.cli.args import (
     int_at_least,
     worker_flags,
 )
+from crawler.config.settings import load_settings
+from crawler.core.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.launch import start_fleet
-from crawler.settings import load_settings
-from crawler.state import check_new_state_dir, seeds_and_scope
 
 __all__ = ["add_fleet"]
 

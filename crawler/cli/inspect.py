@@ -8,14 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crawler.admin.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.cli.args import describe, warn
+from crawler.core.progress import format_filter_stats, format_stats
+from crawler.core.state import CrawlError, require_state_dir
 from crawler.fleet.identity import is_fleet_dir
-from crawler.progress import format_filter_stats, format_stats
-from crawler.report import is_shard_dir, shard_dir_stats, state_stats
-from crawler.state import CrawlError, require_state_dir
-from dedup import IndexDamaged, StateLocked, UrlRejected, UrlSeen
-from dedup.diagnose import Diagnosis, diagnose
-from dedup.statedir import in_use
+from dedup import Diagnosis, IndexDamaged, StateLocked, UrlRejected, UrlSeen, diagnose, in_use
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
 
@@ -158,7 +156,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     """Rewrite a format-1 ledger as format 2 in place, keeping the old one as
     ledger.v1.sqlite, and rebuild the shard files. Safe to run again after an interruption.
     The crawl must be stopped."""
-    from dedup.migrate import V1_BACKUP, migrate
+    from dedup import V1_BACKUP, migrate
 
     n = migrate(args.dir)
     print(f"migrated {n} ledger row(s) in {args.dir} to format 2 "
@@ -182,7 +180,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     copy the crawl keeps (crawl-settings.json). Queued URLs whose text was lost leave
     the frontier (reported). A whole ledger is kept as it is, and only a damaged
     fingerprint index or shard file is rebuilt from it (nothing lost)."""
-    from crawler.repair import DAMAGED, UNRECORDED, repair_state_dir
+    from crawler.admin.repair import DAMAGED, UNRECORDED, repair_state_dir
 
     d = require_state_dir(args.dir)
     if in_use(d):  # checked before reading: a live writer's WAL may look torn

@@ -3,7 +3,7 @@
 Errors the user can fix (bad arguments, bad files, a directory in use) are one
 ``bloomcrawl: error: ...`` line on stderr and exit status 2 for usage and
 configuration, 1 otherwise — never a traceback (``BLOOMCRAWL_DEBUG=1`` prints it
-too). Every exit status is listed in ``crawler.exits`` and the README.
+too). Every exit status is listed in ``crawler.config.exits`` and the README.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from crawler.cli.inspect import (
     add_stats,
 )
 from crawler.cli.merge import add_merge, add_resize
-from crawler.exits import ERROR, USAGE
+from crawler.config.exits import ERROR, USAGE
+from crawler.config.scope import SeedError
+from crawler.config.settings import ConfigError
+from crawler.core.state import CrawlError
 from crawler.fleet.identity import FleetError
-from crawler.scope import SeedError
-from crawler.settings import ConfigError
-from crawler.state import CrawlError
 from dedup import IndexDamaged, LedgerDamaged, SnapshotError, StateLocked
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -84,7 +84,7 @@ _USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The error types shown as one line; the Redis ones only if Redis was used (imported)."""
-    monitor = sys.modules.get("crawler.fleet.monitor")
+    monitor = sys.modules.get("crawler.wire.monitor")
     return _USER_ERRORS + ((monitor.TransportError,) if monitor is not None else ())
 
 

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from crawler.admin.merge import merge_shard_files, merge_state_dirs
 from crawler.cli.args import describe, int_at_least, warn
 from crawler.fleet.identity import LOCAL, REDIS_ENV, read_fleet_dir
 from crawler.fleet.resize import resize_fleet
-from crawler.merge import merge_shard_files, merge_state_dirs
 
 __all__ = ["add_merge", "add_resize"]
 

@@ -17,13 +17,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from crawler.config.settings import Settings
+from crawler.core.engine import run_crawl
+from crawler.core.output import PAGES_FILE, read_pages
+from crawler.core.progress import Progress
+from crawler.core.state import create_crawl
 from crawler.demo.serve import serve_site
 from crawler.demo.site import SiteSpec
-from crawler.engine import run_crawl
-from crawler.output import PAGES_FILE, read_pages
-from crawler.progress import Progress
-from crawler.settings import Settings
-from crawler.state import create_crawl
 
 HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 

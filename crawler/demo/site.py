@@ -36,7 +36,7 @@ from functools import lru_cache
 
 from aiohttp import web
 
-from dedup.seen import host_of
+from dedup import host_of
 
 __all__ = ["OUT_OF_SCOPE", "HostLog", "Reachable", "Site", "SiteSpec"]
 

@@ -1,2 +1,2 @@
-"""Many crawl workers as one crawl: host ownership, Redis Streams between workers,
-the supervisor of ``bloomcrawl fleet`` and fleet resizing."""
+"""Many worker processes as one crawl: launch, supervise, join, resize (reshard: its Redis
+half), the local redis-server, the fleet's identity."""

@@ -21,16 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawler.fleet.redis_url import has_password, redact
-from crawler.scope import Scope
-from crawler.settings import Settings
-from crawler.state import FLEET_KEY
-from dedup import CanonRules, Ledger
-from dedup.atomic import atomic_write_bytes
-from dedup.statedir import is_state_dir, ledger_path
+from crawler.config.scope import Scope
+from crawler.config.settings import Settings
+from crawler.core.state import FLEET_KEY
+from crawler.wire.redis_url import has_password, redact
+from dedup import CanonRules, Ledger, atomic_write_bytes, is_state_dir, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
-    from crawler.fleet.transport import RedisTransport
+    from crawler.wire.transport import RedisTransport
 
 
 
@@ -77,7 +75,7 @@ def fleet_geometry(geometry: dict[str, Any], rules: CanonRules, scope: Scope) ->
 
 def settings_geometry(settings: Settings) -> dict[str, Any]:
     """The filter geometry a new state dir will record (``UrlSeen`` does the same)."""
-    from dedup.fingerprint import HASH_ALGO
+    from dedup import HASH_ALGO
 
     d = settings.dedup
     return {"capacity": d.capacity, "error_rate": d.error_rate, "shards": d.shards,
@@ -104,7 +102,7 @@ def stored_redis(meta: dict[str, Any], where: str) -> str:
 
 def transport_for(url: str, meta: dict[str, Any], settings: Settings,
                   geometry: dict[str, Any]) -> RedisTransport:
-    from crawler.fleet.transport import RedisTransport
+    from crawler.wire.transport import RedisTransport
 
     d = settings.distributed
     return RedisTransport(url, crawl_id=meta["crawl_id"], workers=int(meta["workers"]),

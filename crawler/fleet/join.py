@@ -10,7 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crawler.engine import run_crawl
+from crawler.config.scope import Scope
+from crawler.config.settings import Settings
+from crawler.core.engine import run_crawl
+from crawler.core.progress import Progress
+from crawler.core.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
 from crawler.fleet.identity import (
     derive_crawl_id,
     fleet_geometry,
@@ -18,10 +22,6 @@ from crawler.fleet.identity import (
     transport_for,
     worker_meta,
 )
-from crawler.progress import Progress
-from crawler.scope import Scope
-from crawler.settings import Settings
-from crawler.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
 from dedup import UrlSeen
 
 __all__ = ["crawl_as_worker", "resume_as_worker"]

@@ -12,6 +12,9 @@ import os
 import shutil
 from pathlib import Path
 
+from crawler.config.settings import Settings, load_settings
+from crawler.core.state import CrawlError, check_new_state_dir
+from crawler.core.statecreate import check_resources
 from crawler.fleet.identity import (
     FLEET_FILE,
     LOCAL,
@@ -22,12 +25,9 @@ from crawler.fleet.identity import (
     write_fleet_file,
 )
 from crawler.fleet.localredis import LocalRedis
-from crawler.fleet.redis_url import password_of, redact
 from crawler.fleet.resize import refuse_if_resized
 from crawler.fleet.supervisor import supervise
-from crawler.settings import Settings, load_settings
-from crawler.state import CrawlError, check_new_state_dir
-from crawler.statecreate import check_resources
+from crawler.wire.redis_url import password_of, redact
 
 __all__ = ["resume_fleet", "start_fleet"]
 
@@ -78,7 +78,7 @@ def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: 
 
 
 async def _reachable(url: str) -> None:
-    from crawler.fleet.monitor import TRANSIENT, client, reason
+    from crawler.wire.monitor import TRANSIENT, client, reason
 
     r = client(url)
     try:

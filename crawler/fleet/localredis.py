@@ -7,7 +7,7 @@ Why a persistent local Redis: a stopped fleet still has links in its streams
 the supervisor always does. A Redis that lost the fleet's data anyway gets a new
 fleet epoch, and one that lost its last second of writes counts fewer links sent
 by a running worker than it sent: either way the workers re-send their outboxes
-(``crawler.fleet.transport``).
+(``crawler.wire.transport``).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from typing import Any
 
 import msgpack
 
-from crawler.fleet.monitor import OP_TIMEOUT, TRANSIENT, TransportError, client, reason
-from crawler.fleet.owner import owner_of
-from crawler.fleet.protocol import GROUP, Item, Keys, decode
-from crawler.fleet.redis_url import password_of, redact
+from crawler.wire.monitor import OP_TIMEOUT, TRANSIENT, TransportError, client, reason
+from crawler.wire.owner import owner_of
+from crawler.wire.protocol import GROUP, Item, Keys, decode
+from crawler.wire.redis_url import password_of, redact
 
 __all__ = ["reshard"]
 
@@ -25,7 +25,7 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
     """Re-route the fleet's un-acknowledged links for a new fleet size; returns how many.
 
     Run with every worker stopped, alongside the state-dir resize
-    (``dedup.resize``). Every entry still in a stream is a link not yet in
+    (``dedup.admin.resize``). Every entry still in a stream is a link not yet in
     its owner's ledger (acked entries are deleted), so all of them are read
     and rewritten to the streams of their owners under ``workers``, in one
     MULTI/EXEC with the deletion of the old streams and the new fleet size:

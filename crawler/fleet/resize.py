@@ -1,6 +1,6 @@
 """``bloomcrawl resize``: a stopped fleet of W workers into one of W/2 or 2W.
 
-state dirs (``dedup.resize``), pages.jsonl files, per-host counts, identities,
+state dirs (``dedup.admin.resize``), pages.jsonl files, per-host counts, identities,
   and the un-acknowledged links in Redis (``crawler.fleet.reshard``).
 """
 
@@ -14,20 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawler.fleet.owner import owner_function, owner_of
-from crawler.fleet.protocol import Item
-from crawler.output import PAGES_FILE, read_json, write_json_atomic
-from crawler.state import (
+from crawler.core.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.core.state import (
     FLEET_KEY,
     HOST_COUNTS_FILE,
     TOTALS_KEY,
     committed_pages,
     set_committed_pages,
 )
-from dedup import Ledger
-from dedup.atomic import atomic_write_bytes
-from dedup.seen import host_of
-from dedup.statedir import in_use, ledger_path
+from crawler.wire.owner import owner_function, owner_of
+from crawler.wire.protocol import Item
+from dedup import Ledger, atomic_write_bytes, host_of, in_use, ledger_path
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
@@ -41,7 +38,7 @@ from crawler.fleet.identity import (
     write_fleet_file,
 )
 from crawler.fleet.localredis import LocalRedis
-from crawler.fleet.redis_url import has_password, redact
+from crawler.wire.redis_url import has_password, redact
 
 # -- resize ------------------------------------------------------------------------------------
 
@@ -66,13 +63,13 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
 
     Order, so that a failure is safe to repeat: everything cheap is checked;
     then Redis is resharded (idempotent: it only re-routes entries by owner); then
-    ``dedup.resize.resize`` builds ``out`` atomically; then the pages.jsonl
+    ``dedup.admin.resize.resize`` builds ``out`` atomically; then the pages.jsonl
     files, per-host counts and identities of the new workers are written, and
     ``fleet.json`` last. A local Redis is resharded in a copy of its data
     (``out/redis``), so the source fleet stays whole and resumable.
     """
     from crawler.fleet.reshard import reshard
-    from dedup.resize import check_compatible, resize
+    from dedup import check_compatible, resize
 
     refuse_if_resized(src.root)
     w = src.workers
@@ -149,7 +146,7 @@ def _carry_outboxes(dirs: list[Path], out: Path, to: int) -> None:
     and a Redis that lost its data later must still get them back. The new outboxes
     keep the old ones' epoch (resharding keeps the fleet's); if those disagree, they
     get none, and each is re-sent once when its worker first joins."""
-    from crawler.fleet.outbox import OUTBOX_FILE, Outbox
+    from crawler.wire.outbox import OUTBOX_FILE, Outbox
 
     if to < 2:
         return  # one worker owns every host: nothing is forwarded any more
@@ -181,7 +178,7 @@ def _carry_outboxes(dirs: list[Path], out: Path, to: int) -> None:
 
 
 def _refuse_if_running(state_dir: Path) -> None:
-    """A worker holds its state dir's lock (``dedup.seen``) while it runs."""
+    """A worker holds its state dir's lock (``dedup.store.seen``) while it runs."""
     if in_use(state_dir):
         raise FleetError(f"{state_dir} is in use by a running worker; stop the fleet "
                          "before resizing it")

@@ -7,7 +7,7 @@ shows one combined progress line, and passes a Ctrl-C on to every worker.
 Why it restarts a dead worker: the fleet cannot finish without every owner
 (links for a dead worker's hosts wait in its stream), so one kill -9 or crash
 used to stop the whole fleet. A worker that exits with anything but a normal
-status (``crawler.exits.normal_exit``) is resumed in its own state dir — its
+status (``crawler.config.exits.normal_exit``) is resumed in its own state dir — its
 ledger and its un-acked stream entries lose nothing — at most
 ``distributed.max_restarts`` times, with a growing pause; then the fleet stops
 with that worker's status, resumable.
@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler.exits import GAVE_UP, normal_exit
+from crawler.config.exits import GAVE_UP, normal_exit
+from crawler.config.settings import Settings
+from crawler.core.progress import Progress, si
 from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
-from crawler.progress import Progress, si
-from crawler.settings import Settings
-from dedup.statedir import is_state_dir
+from dedup import is_state_dir
 
 # -- the supervisor ----------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], worke
 async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_id: str,
                     state: Path, settings: Settings, quiet: bool) -> int:
     """Run W worker processes (``python -m crawler ARGS``) to their end; returns the
-    fleet's exit status (``crawler.exits``: 3 if a worker gave URLs up, 130 after a stop).
+    fleet's exit status (``crawler.config.exits``: 3 if a worker gave URLs up, 130 after a stop).
 
     Workers run in their own sessions, so a terminal's Ctrl-C reaches only this
     process, which passes exactly one SIGINT on to each worker and asks the
@@ -63,7 +63,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     because a worker ignores stop requests made before it joined (those are
     for the previous run of a resumed fleet).
     """
-    from crawler.fleet.monitor import FleetMonitor
+    from crawler.wire.monitor import FleetMonitor
 
     w = len(children)
     line = Progress(interval=settings.output.progress_interval,

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from crawler.cli.main import main
-from crawler.engine import run_crawl
-from crawler.progress import Progress
-from crawler.state import create_crawl
+from crawler.core.engine import run_crawl
+from crawler.core.progress import Progress
+from crawler.core.state import create_crawl
 from dedup import UrlSeen
-from dedup.shards import ShardedBloom
+from dedup.filter.shards import ShardedBloom
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 
 

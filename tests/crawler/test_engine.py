@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
+from crawler.core.engine import Engine, run_crawl
+from crawler.core.output import read_pages
+from crawler.core.state import create_crawl
 from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
-from crawler.engine import Engine, run_crawl
-from crawler.output import read_pages
-from crawler.state import create_crawl
 from dedup import State
 from tests.support.faultserver import fault_server
 from tests.support.helpers import fast_settings, write_seeds
@@ -267,7 +267,7 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
 
 @pytest.mark.parametrize("bad", ["", "# only a comment\n\n", "ftp://x\nnot a url\n"])
 async def test_seeds_file_without_a_valid_url_is_an_error(tmp_path, bad):
-    from crawler.scope import SeedError
+    from crawler.config.scope import SeedError
     (tmp_path / "seeds.txt").write_text(bad)
     with pytest.raises(SeedError, match="no valid URL"):
         create_crawl(tmp_path / "state", fast_settings(), tmp_path / "seeds.txt")

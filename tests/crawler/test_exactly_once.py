@@ -17,10 +17,10 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.exchange import Exchange
-from crawler.output import PageLog, read_pages
-from crawler.state import TOTALS_KEY
-from crawler.warc import WarcFiles, build_records
+from crawler.core.output import PageLog, read_pages
+from crawler.core.state import TOTALS_KEY
+from crawler.core.warc import WarcFiles, build_records
+from crawler.net.exchange import Exchange
 from dedup import UrlSeen
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli

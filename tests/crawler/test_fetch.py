@@ -12,10 +12,11 @@ from email.utils import format_datetime
 import pytest
 import pytest_asyncio
 
-from crawler.fetch import Fetcher, FetchSettings, TextFetch
-from crawler.headers import looks_like_html, parse_content_type, parse_retry_after
-from crawler.links import extract_links
-from crawler.netguard import GuardedResolver, PrivateAddressError, is_public_address
+from crawler.config.settings import FetchSettings
+from crawler.net.fetch import Fetcher, TextFetch
+from crawler.net.headers import looks_like_html, parse_content_type, parse_retry_after
+from crawler.net.links import extract_links
+from crawler.net.netguard import GuardedResolver, PrivateAddressError, is_public_address
 from tests.support.faultserver import MB, FaultServer, HostMap, fault_server
 from tests.support.helpers import until
 

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from crawler.frontier import Frontier
-from crawler.politeness import Politeness
+from crawler.core.frontier import Frontier
+from crawler.core.politeness import Politeness
 from dedup import State, UrlSeen
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from crawler.cli.main import main
+from crawler.core.output import read_pages
 from crawler.demo.site import SiteSpec
-from crawler.output import read_pages
 from dedup import UrlSeen
 from tests.crawler.test_resume import setup_crawl
 from tests.support.helpers import CliResult, run_cli

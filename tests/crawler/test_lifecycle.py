@@ -11,10 +11,10 @@ from collections import Counter
 import pytest
 
 from crawler.cli.main import main
-from crawler.output import read_pages
-from crawler.state import CONFIG_KEY
+from crawler.core.output import read_pages
+from crawler.core.state import CONFIG_KEY
 from dedup import UrlSeen
-from dedup.statedir import is_state_dir
+from dedup.store.statedir import is_state_dir
 from tests.crawler.test_cli import one_error_line
 from tests.crawler.test_resume import setup_crawl
 from tests.support.helpers import run_cli, start_cli, write_seeds

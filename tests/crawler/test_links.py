@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler.links import extract_links, page_meta_robots
+from crawler.net.links import extract_links, page_meta_robots
 
 PAGE = "http://example.com/dir/page.html"
 

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
+from crawler.core.engine import run_crawl
+from crawler.core.output import read_pages
+from crawler.core.politeness import Politeness
+from crawler.core.state import create_crawl
 from crawler.demo.site import SiteSpec
-from crawler.engine import run_crawl
-from crawler.output import read_pages
-from crawler.politeness import Politeness
-from crawler.state import create_crawl
 from tests.support.helpers import fast_settings, write_seeds
 
 # -- the budget, with explicit clocks ----------------------------------------------------

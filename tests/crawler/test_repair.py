@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from crawler.core.output import read_pages
 from crawler.demo.site import SiteSpec
-from crawler.output import read_pages
 from dedup import UrlSeen
-from dedup.walcheck import FRAME_HEADER, WAL_HEADER
+from dedup.journal.walcheck import FRAME_HEADER, WAL_HEADER
 from tests.crawler.test_resume import run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
 

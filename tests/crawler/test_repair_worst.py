@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from crawler.core.output import read_pages
 from crawler.demo.site import SiteSpec
-from crawler.output import read_pages
 from dedup import UrlSeen
 from tests.crawler.test_resume import setup_crawl
 from tests.support.helpers import run_cli

@@ -10,10 +10,11 @@ import pytest
 from aiohttp import web
 
 from crawler.cli.main import main
-from crawler.engine import run_crawl
-from crawler.fetch import Fetcher, FetchSettings
-from crawler.output import read_pages
-from crawler.state import create_crawl, open_crawl
+from crawler.config.settings import FetchSettings
+from crawler.core.engine import run_crawl
+from crawler.core.output import read_pages
+from crawler.core.state import create_crawl, open_crawl
+from crawler.net.fetch import Fetcher
 from tests.support.faultserver import HostMap, serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 from tests.support.proxyserver import forward_proxy

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from crawler.fetch import Fetcher, FetchSettings
-from crawler.robots import RobotsCache, origin_of
+from crawler.config.settings import FetchSettings
+from crawler.net.fetch import Fetcher
+from crawler.net.robots import RobotsCache, origin_of
 from tests.support.faultserver import RequestLog, add_request_log, serve
 
 SETTINGS = FetchSettings(
@@ -250,11 +251,11 @@ async def test_non_http_urls_are_not_allowed() -> None:
 
 
 async def test_each_origin_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import crawler.robots
+    import crawler.net.robots
 
     parsed: list[str] = []
-    real = crawler.robots.origin_of
-    monkeypatch.setattr(crawler.robots, "origin_of", lambda u: parsed.append(u) or real(u))
+    real = crawler.net.robots.origin_of
+    monkeypatch.setattr(crawler.net.robots, "origin_of", lambda u: parsed.append(u) or real(u))
     body = "User-agent: *\nDisallow: /private\n"
     async with robots_site(body) as site, cache() as robots:
         for i in range(20):

@@ -9,11 +9,11 @@ import pytest
 from aiohttp import web
 
 from crawler.cli.main import main
-from crawler.engine import run_crawl
-from crawler.output import read_pages
-from crawler.scope import Scope, SeedError, UrlPatterns
-from crawler.settings import ConfigError
-from crawler.state import create_crawl
+from crawler.config.scope import Scope, SeedError, UrlPatterns
+from crawler.config.settings import ConfigError
+from crawler.core.engine import run_crawl
+from crawler.core.output import read_pages
+from crawler.core.state import create_crawl
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 

@@ -10,7 +10,7 @@ import pytest
 
 from crawler.cli.args import crawl_settings
 from crawler.cli.main import build_parser
-from crawler.settings import ConfigError, Settings, load_settings, settings_from_dict
+from crawler.config.settings import ConfigError, Settings, load_settings, settings_from_dict
 from tests.support.helpers import REPO
 
 DEFAULT_TOML = REPO / "config" / "default.toml"

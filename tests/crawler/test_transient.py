@@ -8,11 +8,11 @@ import socket
 
 from aiohttp import web
 
-from crawler.engine import Engine
-from crawler.output import read_pages
-from crawler.progress import format_stats
-from crawler.report import state_stats
-from crawler.state import create_crawl
+from crawler.admin.report import state_stats
+from crawler.core.engine import Engine
+from crawler.core.output import read_pages
+from crawler.core.progress import format_stats
+from crawler.core.state import create_crawl
 from tests.crawler.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve
 from tests.support.helpers import fast_settings, write_seeds

@@ -6,14 +6,14 @@ import os
 
 import pytest
 
-from dedup import kernel as compiled
+from dedup.native import kernel as compiled
 
 
 def require_kernel() -> None:
     """Skip a test of the compiled kernels where they did not build; CI
     (``BLOOMCRAWL_REQUIRE_KERNEL=1``) fails instead, so a broken build is seen."""
-    missing = [name for name, mod in (("dedup._kernel", compiled.kernel),
-                                      ("dedup._lookup", compiled.lookup)) if mod is None]
+    missing = [name for name, mod in (("dedup.native._kernel", compiled.kernel),
+                                      ("dedup.native._lookup", compiled.lookup)) if mod is None]
     if not missing:
         return
     msg = f"the compiled kernel {', '.join(missing)} is not built"
@@ -35,7 +35,7 @@ def bit_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.fixture(params=["compiled", "python"])
 def lookup_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test once with the compiled lookup loops (``dedup._lookup``) and once
+    """Run a test once with the compiled lookup loops (``dedup.native._lookup``) and once
     with the Python code they replace: both must give the same answers."""
     if request.param == "python":
         monkeypatch.setattr(compiled, "lookup", None)

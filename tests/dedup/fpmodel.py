@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dedup import fpindex
-from dedup.fpindex import SMALL_BATCH, FingerprintIndex
+from dedup.index import fpindex
+from dedup.index.fpindex import SMALL_BATCH, FingerprintIndex
 
 Row = tuple[int, int, int, bool]
 

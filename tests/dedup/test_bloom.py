@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dedup.bloom as bloom_mod
-import dedup.layers as layers_mod
-from dedup.bloom import BloomFilter
-from dedup.fingerprint import fingerprint, fingerprint_many, halves
-from dedup.geometry import layer_geometry
-from dedup.snapshot import GeometryMismatch
+import dedup.filter.bloom as bloom_mod
+import dedup.filter.layers as layers_mod
+from dedup.filter.bloom import BloomFilter
+from dedup.filter.geometry import layer_geometry
+from dedup.filter.snapshot import GeometryMismatch
+from dedup.url.fingerprint import fingerprint, fingerprint_many, halves
 
 pytestmark = pytest.mark.usefixtures("bit_impl")  # compiled kernel and numpy alike
 
@@ -289,7 +289,7 @@ def test_a_filter_that_cannot_grow_keeps_filling(monkeypatch, caplog):
     monkeypatch.setattr(layers_mod, "MAX_LAYERS", 2)
     bf = BloomFilter(100, 0.01)
     keys = [f"k{i}" for i in range(1000)]
-    with caplog.at_level(logging.ERROR, logger="dedup.bloom"):
+    with caplog.at_level(logging.ERROR, logger="dedup.filter.bloom"):
         bf.add_many(keys[:500])
         bf.add_many(keys[500:])
     assert bf.layers == 2 and bf.layer_table()[1][2] > 200
@@ -299,7 +299,7 @@ def test_a_filter_that_cannot_grow_keeps_filling(monkeypatch, caplog):
 
 def test_warns_once_at_80_percent(caplog):
     bf = BloomFilter(1000, 0.01)
-    with caplog.at_level(logging.WARNING, logger="dedup.bloom"):
+    with caplog.at_level(logging.WARNING, logger="dedup.filter.bloom"):
         bf.add_many([f"k{i}" for i in range(790)])
         assert not caplog.records
         bf.add_many([f"k{i}" for i in range(790, 820)])

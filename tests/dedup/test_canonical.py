@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedup.canonical import (
+from dedup.url.canonical import (
     DEFAULT_RULES,
     DEFAULT_TRACKING_PARAMS,
     Canonicalizer,
@@ -731,7 +731,7 @@ def test_resolve_page_resolves_each_distinct_link_once():
 
 
 def test_resolve_page_dedupes_keys_and_carries_their_fingerprints():
-    from dedup.fingerprint import fingerprint_many, halves
+    from dedup.url.fingerprint import fingerprint_many, halves
     canon = Canonicalizer(seed=7)
     links = ["/b?utm_source=x", "/b", "a.html#f", "mailto:x", "HTTP://H.test/b", 5, "/a.html"]
     for _ in range(2):  # cold, then every link cached
@@ -774,7 +774,7 @@ def test_property_cached_random_relative_links_equal_uncached(page, links, cache
 
 
 def test_parser_free_join_takes_only_links_it_can_prove():
-    from dedup.urlform import simple_join
+    from dedup.url.urlform import simple_join
     d = "http://h.test/d/"
     assert simple_join("story-1.html", d) == "http://h.test/d/story-1.html"
     assert simple_join("a//b;c=1?x=1:2/?#f g", d) == "http://h.test/d/a//b;c=1?x=1:2/?"
@@ -788,7 +788,7 @@ def test_parser_free_join_takes_only_links_it_can_prove():
 def test_direct_ada_join_agrees_with_ada_url_on_the_wpt_data():
     from ada_url import join_url, parse_url
 
-    from dedup.urlform import join
+    from dedup.url.urlform import join
     for _, case in _WPT:
         base, inp = case["base"], case["input"]
         try:

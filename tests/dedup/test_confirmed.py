@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup.confirmed import ConfirmCache, Unknown
-from dedup.fingerprint import fingerprint_many, halves
+from dedup.store.confirmed import ConfirmCache, Unknown
+from dedup.url.fingerprint import fingerprint_many, halves
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled pass and Python alike
 SEED = 7

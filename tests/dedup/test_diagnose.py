@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dedup import IndexDamaged, UrlSeen
-from dedup.diagnose import diagnose, index_damage
+from dedup.admin.diagnose import diagnose, index_damage
 
 URLS = [f"http://a.test/p/{i}" for i in range(3000)]
 

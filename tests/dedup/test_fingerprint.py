@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedup.fingerprint import fingerprint, fingerprint_many, halves, shard_of
+from dedup.url.fingerprint import fingerprint, fingerprint_many, halves, shard_of
 
 keys_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40)), max_size=50)
 
@@ -98,7 +98,7 @@ def test_shard_of_rejects_bad_shard_counts(shards):
 def test_a_lone_surrogate_is_an_error_not_a_crash(env):
     """mmh3 5.3 ends the process (SIGSEGV) on a str holding a lone surrogate, as a
     command-line URL with undecodable bytes becomes; both paths raise instead."""
-    code = ("from dedup.fingerprint import fingerprint as f, fingerprint_many as fm\n"
+    code = ("from dedup.url.fingerprint import fingerprint as f, fingerprint_many as fm\n"
             "for call in (lambda: f('\\udcff'), lambda: fm(['a', '\\ud800'])):\n"
             "    try:\n        call()\n    except UnicodeEncodeError:\n"
             "        print('refused')\n")

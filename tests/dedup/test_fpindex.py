@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedup.errors import IndexDamaged
-from dedup.fpindex import FingerprintIndex, ManifestError, verify_index
-from dedup.runs import RunFileError
+from dedup.base.errors import IndexDamaged
+from dedup.index.fpindex import FingerprintIndex, ManifestError, verify_index
+from dedup.index.runs import RunFileError
 from tests.dedup.fpmodel import add_rows, assert_answers, model_of, replay
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled lookups and Python alike
@@ -150,7 +150,7 @@ def test_orphans_are_deleted_and_damage_is_refused(tmp_path: Path) -> None:
 
 CHILD = r"""
 import random, sys, numpy as np
-from dedup.fpindex import FingerprintIndex
+from dedup.index.fpindex import FingerprintIndex
 d, ledger_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(seed)
 from tests.dedup.fpmodel import replay

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup import fptable, kernel
-from dedup.sortedkeys import SEQ_MASK, TOMBSTONE, SortedKeys
+from dedup.index import fptable
+from dedup.index.sortedkeys import SEQ_MASK, TOMBSTONE, SortedKeys
+from dedup.native import kernel
 from tests.dedup.conftest import require_kernel
 
 

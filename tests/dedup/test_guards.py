@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from crawler.fleet.owner import owner_function
-from crawler.merge import merge_shard_files
-from crawler.state import CrawlError
+from crawler.admin.merge import merge_shard_files
+from crawler.core.state import CrawlError
+from crawler.wire.owner import owner_function
 from dedup import GeometryMismatch, UrlSeen
-from dedup.canonical import CanonRules
-from dedup.resize import merge_states, resize
-from dedup.shards import ShardedBloom
+from dedup.admin.resize import merge_states, resize
+from dedup.filter.shards import ShardedBloom
+from dedup.url.canonical import CanonRules
 
 CRAWL = "guards"
 GEOM = {"capacity": 20_000, "error_rate": 0.01, "shards": 4, "seed": 3}

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 # cannot shrink) leaves ~48 MB resident until give_back().
 _PROBE = """
 import numpy as np
-from dedup.heap import give_back
+from dedup.base.heap import give_back
 
 def anon_mb():
     for line in open("/proc/self/status"):

@@ -1,4 +1,4 @@
-"""Ledger format 2 (dedup.journal): append-only batches, kept counters, the frontier,
+"""Ledger format 2 (dedup.journal.journal): append-only batches, kept counters, the frontier,
 crash safety, format-1 refusal and migration."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedup.errors import LedgerDamaged, StateFormatError
-from dedup.journal import Journal
-from dedup.journal_format import ADMIT, FORGET, PortableRow, QueuedRow, State
-from dedup.journal_transfer import import_rows, migrate_v1, rows
+from dedup.base.errors import LedgerDamaged, StateFormatError
+from dedup.journal.format import ADMIT, FORGET, PortableRow, QueuedRow, State
+from dedup.journal.journal import Journal
+from dedup.journal.transfer import import_rows, migrate_v1, rows
 from tests.support.ledger_v1 import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -389,8 +389,8 @@ def _check(jr: Journal, model: dict) -> None:
 
 CHILD = r"""
 import hashlib, sys
-from dedup.journal import Journal
-from dedup.journal_format import State
+from dedup.journal.journal import Journal
+from dedup.journal.format import State
 N = 7
 jr = Journal(sys.argv[1], autocommit=False)
 b = jr.hwm() // N

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dedup.layers as layers_mod
-from dedup import kernel as compiled
-from dedup.arena import Arena
-from dedup.bloom import BloomFilter
-from dedup.fingerprint import fingerprint, fingerprint_many, halves
-from dedup.geometry import layer_geometry
-from dedup.shards import ShardedBloom
+import dedup.filter.layers as layers_mod
+from dedup.filter.arena import Arena
+from dedup.filter.bloom import BloomFilter
+from dedup.filter.geometry import layer_geometry
+from dedup.filter.shards import ShardedBloom
+from dedup.native import kernel as compiled
+from dedup.url.fingerprint import fingerprint, fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
 
 text = st.text(st.characters(exclude_categories=["Cs"]), max_size=70)  # no lone surrogates
@@ -62,7 +62,7 @@ def test_layer_test_and_set_match_the_numpy_code(k, monkeypatch):
     h = halves(fingerprint_many([f"u{i}" for i in range(500)]))
     rows = (np.arange(500) % 3).astype(np.intp)
     sel = np.arange(0, 500, 2, dtype=np.intp)
-    from dedup import arena as arena_mod
+    from dedup.filter import arena as arena_mod
     got = {}
     for impl in ("compiled", "numpy"):
         if impl == "numpy":

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from dedup.errors import StateFormatError
-from dedup.fingerprint import halves
-from dedup.ledger import Ledger, QueuedRow, State
+from dedup.base.errors import StateFormatError
+from dedup.store.ledger import Ledger, QueuedRow, State
+from dedup.url.fingerprint import halves
 
 
 def fp(i: int) -> bytes:

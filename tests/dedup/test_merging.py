@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup.merging import merge_newer, newest_unique
+from dedup.index.merging import merge_newer, newest_unique
 
 _KEYS = st.sets(st.tuples(st.integers(0, 6), st.integers(0, 4)), max_size=30)
 

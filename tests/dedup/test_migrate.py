@@ -10,8 +10,8 @@ from dataclasses import asdict
 import pytest
 
 from dedup import CanonRules, Geometry, StateFormatError, UrlSeen, canonicalize, fingerprint
-from dedup.ledger import State
-from dedup.migrate import V1_BACKUP, migrate
+from dedup.admin.migrate import V1_BACKUP, migrate
+from dedup.store.ledger import State
 from tests.support.ledger_v1 import Ledger as LedgerV1
 
 URLS = [f"http://h{i % 3}.test/p/{i}" for i in range(300)]

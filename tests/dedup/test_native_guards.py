@@ -1,4 +1,5 @@
-"""The compiled kernels' guards (dedup/_kernel.c, dedup/_lookup.c, dedup/_buffers.h):
+"""The compiled kernels' guards (dedup/native/_kernel.c, dedup/native/_lookup.c,
+dedup/native/_buffers.h):
 they are called from Python, so each refuses what would otherwise corrupt memory,
 spin forever holding the GIL or read the wrong numbers -- aliased lists, full
 tables, wrong dtypes, strided or read-only buffers -- and an error leaves a
@@ -18,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup import confirmed
-from dedup import kernel as compiled
-from dedup.fingerprint import fingerprint_many, halves
+from dedup.native import kernel as compiled
+from dedup.store import confirmed
+from dedup.url.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def split(items: list, young: np.ndarray, held: int, old: np.ndarray, half: int,
 
 def run_as_caller(items: list, young: np.ndarray, old: np.ndarray, batch: np.ndarray,
                   keys: list, values: list, out: bytearray) -> tuple[int, int, Exception]:
-    """Call confirm_split as dedup/confirmed.py does, from each returned stop on,
+    """Call confirm_split as dedup/store/confirmed.py does, from each returned stop on,
     until it raises; the counts are those of the last call that returned."""
     i = held = bheld = 0
     while True:
@@ -107,8 +108,8 @@ def test_confirm_split_refuses_tables_sharing_memory() -> None:
 
 PRELUDE = """
 import numpy as np
-from dedup import kernel
-from dedup.fingerprint import fingerprint_many, halves
+from dedup.native import kernel
+from dedup.url.fingerprint import fingerprint_many, halves
 lk = kernel.lookup
 def show(call):
     try:
@@ -194,7 +195,7 @@ def test_pages_that_fail_one_after_another_never_fill_the_batch_table() -> None:
     fingerprint in the batch table that the count did not hold, until the table
     was full and the next pass spun."""
     out = in_child("""
-        from dedup.confirmed import ConfirmCache, Unknown
+        from dedup.store.confirmed import ConfirmCache, Unknown
         cache, out = ConfirmCache(1000, 3), Unknown()
         errors = 0
         for p in range(5000):  # the batch table starts at 4,096 slots

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dedup.recent import RecentKeys
+from dedup.store.recent import RecentKeys
 
 
 def test_keys_in_steady_use_survive_a_swap():

@@ -1,4 +1,4 @@
-"""``dedup.repair`` on a ledger SQLite cannot read: bounded in reads, nothing half-made.
+"""``dedup.admin.repair`` on a ledger SQLite cannot read: bounded in reads, nothing half-made.
 
 A ledger truncated to half or without its SQLite header made the old salvage split
 the rowid range +-2**62 down to single rowids (minutes, then a scratch file left
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dedup import LedgerDamaged, UrlSeen
-from dedup.journal import Journal
-from dedup.repair import classify, repair
-from dedup.statedir import ledger_path
+from dedup.admin.repair import classify, repair
+from dedup.journal.journal import Journal
+from dedup.store.statedir import ledger_path
 
 
 def make_state(d: Path, n: int = 3000) -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from crawler.fleet.owner import owner_function, owner_of
+from crawler.wire.owner import owner_function, owner_of
 from dedup import GeometryMismatch, Ledger, State, StateLocked, UrlSeen
-from dedup.bloom import read_snapshot
-from dedup.resize import merge_states, resize, split_state
-from dedup.shards import ShardedBloom
+from dedup.admin.resize import merge_states, resize, split_state
+from dedup.filter.bloom import read_snapshot
+from dedup.filter.shards import ShardedBloom
 
 CRAWL = "fleet-test"
 GEOM = {"capacity": 20_000, "error_rate": 0.01, "shards": 8, "seed": 7}
@@ -152,7 +152,7 @@ def test_resize_4_to_2_to_4_keeps_every_url_with_exactly_its_owner(tmp_path: Pat
 
 def test_split_gives_each_output_the_whole_filter_and_its_rows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dedup.resize.IMPORT_CHUNK", 7)  # imports in bounded chunks
+    monkeypatch.setattr("dedup.admin.resize.IMPORT_CHUNK", 7)  # imports in bounded chunks
     src = tmp_path / "src"
     build_worker(src, URLS)
     outs = [tmp_path / f"o{k}" for k in range(3)]

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup import runs
-from dedup.errors import IndexDamaged
-from dedup.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, verify_run, write_run
-from dedup.sortedkeys import filter_add, filter_passes
+from dedup.base.errors import IndexDamaged
+from dedup.index import runs
+from dedup.index.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, verify_run, write_run
+from dedup.index.sortedkeys import filter_add, filter_passes
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled loops and Python alike
 
@@ -222,7 +222,7 @@ def test_file_lookups_answer_alike_with_and_without_read_ahead(tmp_path: Path,
 def test_filter_bits_are_those_of_the_numpy_positions(keys: list, nbytes: int) -> None:
     """The filter's bits, set and tested by either implementation, are exactly the
     three positions :func:`filter_positions` names (the format of every run file)."""
-    from dedup.sortedkeys import filter_positions
+    from dedup.index.sortedkeys import filter_positions
     hi = np.array([k[0] for k in keys], np.uint64)
     lo = np.array([k[1] for k in keys], np.uint64)
     bloom = np.zeros(nbytes, np.uint8)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from dedup import UrlSeen, canonicalize, fingerprint
-from dedup.fingerprint import halves
+from dedup.url.fingerprint import halves
 
 UNIVERSE = 3000
 CHILD = r'''

@@ -1,7 +1,7 @@
 """UrlSeen answers exactly like a set, through the whole stack (canonicalizer, Bloom
 filter, journal, fingerprint index with a tiny buffer so flushes and merges happen),
 under random admit / forget / snapshot / reopen sequences on two state dirs, and
-their fleet-style union (``dedup.resize.merge_states``) answers like the union."""
+their fleet-style union (``dedup.admin.resize.merge_states``) answers like the union."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup import UrlSeen
-from dedup.resize import merge_states
+from dedup.admin.resize import merge_states
 
 UNIVERSE = [f"http://h{i % 4}.test/p/{i}" for i in range(40)]
 URLS = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=6)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup import UrlSeen
-from dedup.fingerprint import fingerprint
+from dedup.url.fingerprint import fingerprint
 
 BASES = ["http://a.test/x/p.html", "https://B.test/", "http://a.test/y/", "not a url", None]
 LINKS = ["q", "../q", "/q?utm_source=z&b=1", "/q?b=1", "#top", "http://a.test/x/q",

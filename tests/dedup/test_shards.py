@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dedup.bloom as bloom_mod
-import dedup.layers as layers_mod
-from dedup.bloom import BloomFilter
-from dedup.fingerprint import fingerprint_many, halves, shard_of
-from dedup.shards import ShardedBloom, shard_capacity
-from dedup.snapshot import GeometryMismatch, SnapshotError
+import dedup.filter.bloom as bloom_mod
+import dedup.filter.layers as layers_mod
+from dedup.filter.bloom import BloomFilter
+from dedup.filter.shards import ShardedBloom, shard_capacity
+from dedup.filter.snapshot import GeometryMismatch, SnapshotError
+from dedup.url.fingerprint import fingerprint_many, halves, shard_of
 
 pytestmark = pytest.mark.usefixtures("bit_impl")  # compiled kernel and numpy alike
 
@@ -140,7 +140,7 @@ def test_growth_per_shard_keeps_every_key_and_the_fpr(monkeypatch):
 
 def test_warns_once_for_the_whole_filter(caplog):
     sb = ShardedBloom(32, 1000)
-    with caplog.at_level(logging.WARNING, logger="dedup.bloom"):
+    with caplog.at_level(logging.WARNING, logger="dedup.filter.bloom"):
         sb.add_many(urls(700))
         assert not caplog.records
         sb.add_many(urls(3000))

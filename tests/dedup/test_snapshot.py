@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dedup.atomic as atomic
-import dedup.snapshot as snap
-from dedup.bloom import BloomFilter, read_snapshot, write_snapshot
-from dedup.geometry import layer_geometry
-from dedup.shards import ShardedBloom, merge_files
-from dedup.snapshot import HEADER_SIZE, GeometryMismatch, SnapshotError, read_header
+import dedup.base.atomic as atomic
+import dedup.filter.snapshot as snap
+from dedup.filter.bloom import BloomFilter, read_snapshot, write_snapshot
+from dedup.filter.geometry import layer_geometry
+from dedup.filter.shards import ShardedBloom, merge_files
+from dedup.filter.snapshot import HEADER_SIZE, GeometryMismatch, SnapshotError, read_header
 
 fast = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,5 @@
-"""dedup.walcheck: a torn WAL tail is normal, committed frames after a damaged one are not."""
+"""dedup.journal.walcheck: a torn WAL tail is normal, committed frames after a damaged one are
+not."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dedup.errors import LedgerDamaged
-from dedup.walcheck import FRAME_HEADER, WAL_HEADER, _checksum, check_wal
+from dedup.base.errors import LedgerDamaged
+from dedup.journal.walcheck import FRAME_HEADER, WAL_HEADER, _checksum, check_wal
 
 
 def reference_checksum(data: bytes, s0: int, s1: int, big: bool) -> tuple[int, int]:

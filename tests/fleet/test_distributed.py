@@ -20,21 +20,21 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawler.cli.main import main
+from crawler.config.scope import Scope
+from crawler.core.output import read_pages
+from crawler.core.state import FLEET_KEY, create_crawl
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
-from crawler.fleet.monitor import FleetMonitor
-from crawler.fleet.outbox import Outbox
-from crawler.fleet.owner import owner_of
-from crawler.fleet.transport import RedisTransport
-from crawler.output import read_pages
-from crawler.scope import Scope
-from crawler.state import FLEET_KEY, create_crawl
+from crawler.wire.monitor import FleetMonitor
+from crawler.wire.outbox import Outbox
+from crawler.wire.owner import owner_of
+from crawler.wire.transport import RedisTransport
 from dedup import Ledger, UrlSeen
-from dedup.bloom import read_snapshot
-from dedup.seen import host_of
-from dedup.shards import ShardedBloom
-from dedup.snapshot import read_header
+from dedup.filter.bloom import read_snapshot
+from dedup.filter.shards import ShardedBloom
+from dedup.filter.snapshot import read_header
+from dedup.store.seen import host_of
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.fleet.owner import owner_function, owner_of
+from crawler.wire.owner import owner_function, owner_of
 
 
 def murmur3_x86_32(data: bytes, seed: int = 0) -> int:
@@ -72,7 +72,7 @@ def test_owner_ignores_case() -> None:
 
 def test_owner_is_the_same_in_another_process_with_another_hash_seed() -> None:
     hosts = [f"host{i}.example:{8000 + i}" for i in range(50)]
-    code = ("import sys; from crawler.fleet.owner import owner_of; "
+    code = ("import sys; from crawler.wire.owner import owner_of; "
             "print(','.join(str(owner_of(h, 7)) for h in sys.argv[1:]))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code, *hosts], capture_output=True, text=True,
@@ -90,7 +90,8 @@ def test_owners_are_balanced() -> None:
 
 
 def test_halving_and_doubling_move_hosts_pairwise() -> None:
-    """The property dedup.resize relies on: W/2 merges i with i + W/2; 2W splits i into i, i+W."""
+    """The property dedup.admin.resize relies on: W/2 merges i with i + W/2; 2W splits i into i,
+    i+W."""
     for i in range(2_000):
         host = f"h{i}.example"
         o4 = owner_of(host, 4)
@@ -109,7 +110,7 @@ def test_owner_function_and_bad_worker_counts() -> None:
 
 def test_a_host_with_a_lone_surrogate_gets_an_owner_not_a_crash() -> None:
     """mmh3 5.3 ends the process (SIGSEGV) when handed such a str itself."""
-    code = ("from crawler.fleet.owner import owner_of\n"
+    code = ("from crawler.wire.owner import owner_of\n"
             "print(owner_of('\\udcffa.example', 3), owner_of('\\udcffa.example', 3))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)

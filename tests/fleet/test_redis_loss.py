@@ -20,9 +20,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from crawler.fleet.owner import owner_of
-from crawler.output import read_pages
-from dedup.seen import host_of
+from crawler.core.output import read_pages
+from crawler.wire.owner import owner_of
+from dedup.store.seen import host_of
 from tests.fleet.test_distributed import worker_settings
 from tests.fleet.test_supervisor import worker_pid
 from tests.support.faultserver import RequestLog, add_request_log, serve

@@ -16,12 +16,12 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 
-from crawler.fleet import transport as transport_mod
-from crawler.fleet.monitor import FleetMismatch, FleetMonitor, TransportError
-from crawler.fleet.owner import owner_of
-from crawler.fleet.redis_url import redact
 from crawler.fleet.reshard import reshard
-from crawler.fleet.transport import RedisTransport
+from crawler.wire import transport as transport_mod
+from crawler.wire.monitor import FleetMismatch, FleetMonitor, TransportError
+from crawler.wire.owner import owner_of
+from crawler.wire.redis_url import redact
+from crawler.wire.transport import RedisTransport
 from tests.support import redisserver
 from tests.support.helpers import until
 from tests.support.redisserver import RedisServer, free_port
@@ -462,7 +462,7 @@ async def test_a_redis_that_lost_only_its_last_writes_gets_them_again(
 
 
 def test_an_outbox_cuts_a_torn_tail_and_keeps_every_whole_batch(tmp_path: Path) -> None:
-    from crawler.fleet.outbox import Outbox
+    from crawler.wire.outbox import Outbox
 
     box = Outbox(tmp_path)
     first, second = items_for(HOSTS[:2]), items_for(HOSTS[2:3])

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

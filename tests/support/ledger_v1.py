@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dedup.journal_format import QueuedRow, State  # the same values as format 1's
+from dedup.journal.format import QueuedRow, State  # the same values as format 1's
 
 # SQLite >= 3.32 allows 32766 host parameters; stay well below it.
 _CHUNK = 30_000

@@ -1,0 +1,148 @@
+"""``bloomcrawl merge``: OR the shard files of several crawls or fleet workers, or
+unite their whole state directories into one that resumes as a single process.
+
+Why inputs are grouped and checked before anything is written: shard files of
+different counts, or a directory lacking shards the others have, would give a
+filter that silently answers "new" for URLs some input has seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawler.core.output import PAGES_FILE, write_json_atomic
+from crawler.core.state import (
+    FLEET_KEY,
+    CrawlError,
+    committed_pages,
+    require_state_dir,
+    set_committed_pages,
+)
+from dedup import (
+    GeometryMismatch,
+    Ledger,
+    ShardedBloom,
+    StateLocked,
+    UrlSeen,
+    atomic_write_bytes,
+    is_state_dir,
+    ledger_path,
+    merge_files,
+    read_header,
+    shards_dir,
+)
+
+__all__ = ["MERGE_MARK", "MergedFiles", "check_merge_output", "merge_shard_files",
+           "merge_state_dirs"]
+
+MERGE_MARK = "MERGED.json"  # in a merge's output: what it is, so a later merge may replace it
+
+
+@dataclass(frozen=True, slots=True)
+class MergedFiles:
+    files: int  # shard files read
+    shards: int  # shard files written
+    output: Path  # the directory they are in
+
+
+def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
+    """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
+    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+        hwm = ledger.hwm()
+    files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
+    if files and all(read_header(f).hwm >= hwm for f in files):
+        return
+    try:
+        with UrlSeen(state_dir, create=False) as seen:
+            seen.snapshot()
+    except StateLocked:
+        warn(f"{state_dir} is in use: its shard files may lack its newest URLs")
+
+
+def check_merge_output(output: Path) -> None:
+    """Refuse an output that is not new, empty or an earlier merge's output: writing shard
+    files into a crawl's state directory (stopped or live) would replace its filter, and
+    into an unrelated directory would mix them with whatever is there."""
+    if not output.exists():
+        return
+    if not output.is_dir():
+        raise CrawlError(f"merge output {output}: exists and is not a directory")
+    if is_state_dir(output):
+        raise CrawlError(f"merge output {output}: is a crawl's state directory; merging into "
+                         "it would replace its filter. Choose a new directory (or use "
+                         "'merge --state -o NEW' to unite crawls)")
+    if any(output.iterdir()) and not (output / MERGE_MARK).is_file():
+        raise CrawlError(f"merge output {output}: not empty and not an earlier merge's "
+                         "output; choose a new or empty directory")
+
+
+def _shard_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise CrawlError(f"merge input {path}: not found")
+    folder = shards_dir(path) if shards_dir(path).is_dir() else path
+    files = sorted(folder.glob("shard-*.bloom"))
+    if not files:
+        raise CrawlError(f"merge input {path}: no shard files (shard-*.bloom)")
+    return files
+
+
+def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
+                      warn: Callable[[str], None]) -> MergedFiles:
+    """OR every input's shard files, shard by shard, into ``output`` (its shards/ if it is
+    a state directory). An input is a shard file, a directory of them or a state dir."""
+    check_merge_output(Path(output))
+    for raw in inputs:
+        if is_state_dir(raw):
+            catch_up(Path(raw), warn)
+    groups: dict[int, list[Path]] = {}
+    counts: dict[int, Path] = {}
+    dir_sets: dict[Path, set[int]] = {}
+    for raw in inputs:
+        path = Path(raw)
+        for f in _shard_files(path):
+            h = read_header(f)
+            counts.setdefault(h.shard_count, f)
+            groups.setdefault(h.shard_index, []).append(f)
+            if path.is_dir():
+                dir_sets.setdefault(path, set()).add(h.shard_index)
+    if len(counts) > 1:
+        (c1, f1), (c2, f2) = list(counts.items())[:2]
+        raise GeometryMismatch(f"shard count differs: {f1} is one of {c1} shards, {f2} one of "
+                               f"{c2}")
+    if len({frozenset(s) for s in dir_sets.values()}) > 1:
+        want = set().union(*dir_sets.values())
+        for d, have in dir_sets.items():
+            if have != want:
+                raise CrawlError(f"merge input {d}: lacks shard(s) "
+                                 f"{sorted(want - have)[:10]} that other inputs have")
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CrawlError(f"output directory {out}: {exc.strerror or exc}") from None
+    write_json_atomic(out / MERGE_MARK, {"merged_from": [str(Path(p).resolve())
+                                                         for p in inputs]})
+    for index in sorted(groups):
+        merge_files(ShardedBloom.shard_path(out, index), groups[index])
+    return MergedFiles(sum(len(g) for g in groups.values()), len(groups), out)
+
+
+def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[int, int]:
+    """A new state dir ``output``: the OR of the filters, the union of the ledgers and of
+    the pages.jsonl files; no fleet identity (it resumes as one process).
+    Returns (URLs, URLs present in several inputs)."""
+    from dedup import merge_states
+
+    ins = [require_state_dir(raw) for raw in inputs]
+    out = Path(output)
+    result = merge_states(out, ins)
+    with Ledger(ledger_path(out)) as ledger:
+        ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
+    pages = b"".join(b"".join(committed_pages(d)) for d in ins)
+    atomic_write_bytes(out / PAGES_FILE, pages)
+    set_committed_pages(out, new_warc=True)
+    return result.rows, result.duplicates

@@ -1,0 +1,52 @@
+"""The figures of a stopped (or running) crawl's state dir, or of a directory of shard
+files alone, for ``bloomcrawl stats``: read-only, so safe next to a running crawl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from crawler.core.retry import ERRORS_KEY
+from crawler.core.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
+from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
+
+__all__ = ["is_shard_dir", "shard_dir_stats", "state_stats"]
+
+
+def state_stats(state_dir: str | Path) -> dict[str, Any]:
+    """Figures of a state directory, read-only (safe next to a running crawl)."""
+    d = require_state_dir(state_dir)
+    with UrlSeen(d, readonly=True) as seen:
+        st = seen.stats()
+        totals = seen.ledger.meta_get(TOTALS_KEY) or {}
+        # hosts with frontier text kept (an upper bound: done rows are compacted
+        # lazily); none when nothing is queued
+        hosts = len(seen.ledger.queued_hosts()) if st.get("queued") else 0
+        config = seen.ledger.meta_get(CONFIG_KEY)
+        errors = seen.ledger.meta_get(ERRORS_KEY) or {}
+    out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
+    out.update(st)
+    out.update({k: v for k, v in totals.items() if isinstance(v, int)})
+    out["fetched_with_errors"] = int(errors.get("fetched_with_errors", 0))
+    # every run read whole (0.3 s at 5M URLs from the page cache): the figures
+    # come from the journal, but a crawl could not resume on a damaged index
+    out["index_damage"] = index_damage(d)
+    if config is not None:
+        out["config"] = config
+    return out
+
+
+def is_shard_dir(path: str | Path) -> bool:
+    """A directory of shard files with no ledger (what ``merge -o OUT`` writes)."""
+    d = Path(path)
+    return (d.is_dir() and not is_state_dir(d)
+            and ShardedBloom.shard_path(d, 0).exists())
+
+
+def shard_dir_stats(directory: str | Path) -> dict[str, Any]:
+    """Figures of a directory of shard files alone (what ``merge -o OUT`` writes from
+    several workers: the fleet's seen-set), so that it can be inspected too."""
+    d = Path(directory)
+    bloom = ShardedBloom.load(d)
+    head = read_header(ShardedBloom.shard_path(d, 0))
+    return {"shard_dir": str(d), "crawl_id": head.crawl_id, "hwm": head.hwm, **bloom.info()}

@@ -1,0 +1,126 @@
+"""Which links of a page become queued URLs: scope (hosts, then the include/
+exclude patterns over the canonical URL), the per-host cap, the URL-seen test,
+then the frontier.
+
+Why apart from the engine: it is the one step every link goes through, from a
+page, a redirect or another fleet worker (``crawler.wire.relay``), and it is
+pure bookkeeping over the state dir, with no network.
+
+Why two steps: ``route`` runs in the worker as soon as a page's links are
+resolved (a fleet worker must forward other owners' links before the page counts
+as done); ``admit_pages`` runs in the group commit for every page of the group
+at once, so the seen-test pays its fixed costs (a fingerprint batch, a Bloom
+probe, an index lookup, a journal row) once per group instead of once per page,
+and a page's new URLs become durable in the same transaction as its record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from crawler.config.scope import Scope
+from crawler.core.frontier import Frontier
+from dedup import State, UrlSeen, host_of
+
+__all__ = ["Admission", "Pairs", "Remote"]
+
+Remote = tuple[str, str, str, int]  # a link for another worker: (url, key, host, depth)
+Pairs = list[tuple[str, str]]  # resolved links: (fetch url, dedup key)
+
+
+class Admission:
+    """Admits links into one crawl; ``host_counts`` (URLs admitted per host) is
+    kept here and saved by the checkpoint."""
+
+    def __init__(self, seen: UrlSeen, scope: Scope, frontier: Frontier, cap: int,
+                 host_counts: dict[str, int]) -> None:
+        self.seen = seen
+        self.scope = scope
+        self.frontier = frontier
+        self.cap = cap
+        self.host_counts = host_counts
+        self.queued = 0  # URLs this process queued
+
+    def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
+              local: Callable[[str], bool] | None = None
+              ) -> tuple[tuple[Pairs, int] | None, list[Remote]]:
+        """``((links to admit here, depth) or None, in-scope links of hosts another
+        worker owns as (url, key, host, depth))``: scope, ownership and the per-host
+        cap as it stands. ``local(host)`` says which hosts this worker owns (None:
+        all). The frontier expects the links to admit until ``admit_pages`` (the
+        page's group commit) has taken them."""
+        keep, remote = self._split(pairs, depth, local)
+        if not keep:
+            return None, remote
+        self.frontier.expect()
+        return (keep, depth), remote
+
+    def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
+               local: Callable[[str], bool] | None) -> tuple[Pairs, list[Remote]]:
+        allows = self.scope.allows_host
+        url_ok = self.scope.url_filter()
+        cap = self.cap
+        counts = self.host_counts
+        keep: Pairs = []
+        remote: list[Remote] = []
+        for pair in pairs:
+            if pair is None:
+                continue
+            host = host_of(pair[0])
+            if not allows(host):
+                continue
+            if url_ok is not None and not url_ok(pair[1]):
+                continue
+            if local is not None and not local(host):
+                remote.append((pair[0], pair[1], host, depth))
+                continue
+            if cap and counts.get(host, 0) >= cap:
+                continue
+            keep.append(pair)
+        return keep, remote
+
+    def admit_pages(self, pages: Sequence[tuple[Pairs, int]],
+                    sources: Sequence[str | None] | None = None) -> list[int]:
+        """The seen-test of routed ``(pairs, depth)`` pages in one batch, then the
+        cap in page order, then the frontier: the number of URLs each page queued.
+        ``sources``: the URL each page's links were found on (None: not known, as
+        for a fleet delivery), noted in the ledger per run of new seqs so that a
+        page's record can name its referrer whenever it is fetched.
+
+        The same URLs are queued as page by page in order, except that a host's
+        links past its cap on two pages of one group are both recorded (skipped)
+        where page by page the second would not be asked about: neither is fetched.
+        """
+        per_page = self.seen.admit_resolved_pages(pages)
+        if sources is not None:
+            # a page's new seqs are one run: seqs ascend by depth, then page order
+            self.seen.ledger.journal.note_runs(
+                (page[0].seq, page[-1].seq, source)
+                for page, source in zip(per_page, sources, strict=True) if page)
+        cap = self.cap
+        counts = self.host_counts
+        queued = []
+        new = []
+        over = []
+        for page in per_page:
+            if cap:
+                ok = 0
+                for n in page:
+                    c = counts.get(n.host, 0)
+                    if c >= cap:
+                        over.append((n.seq, State.SKIPPED, None, "host page cap"))
+                    else:
+                        counts[n.host] = c + 1
+                        new.append(n)
+                        ok += 1
+                queued.append(ok)
+            else:
+                new.extend(page)
+                queued.append(len(page))
+        if over:  # several links of a group went past the cap together
+            self.seen.ledger.mark_many(over)
+        if new:
+            new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
+            self.frontier.add(new)
+            self.queued += len(new)
+        return queued

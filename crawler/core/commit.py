@@ -1,0 +1,318 @@
+"""Group commit: a group's links admitted, its output records, then its ledger marks.
+
+Durability, in this order, so a crash (even kill -9) never loses a URL:
+
+1. a page's links are admitted at its group commit, not when it is processed:
+   the group's pages go through the seen-test together (``Admission.admit_pages``:
+   one fingerprint batch, one Bloom probe, one index lookup), their new URLs go
+   into the ledger's open transaction and to the frontier, and each page's
+   ``links_new`` is known before its record is written;
+2. the group's pages.jsonl lines and WARC records are written and fsynced, then
+   the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
+   size, ``crawler.core.warc``), the dedup totals (``TOTALS_KEY``), the first capture
+   of each new body digest and the page each run of new URLs was found on (the
+   ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
+   ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
+   into ONE ledger transaction with the new URLs (a committer task batches
+   whatever finished meanwhile; nothing else commits the ledger during a crawl).
+   Reopening cuts each file back to its committed size, so a record is in the
+   output exactly when its page is marked done and its new URLs are in the
+   ledger: nothing is duplicated or lost across kill -9, ``links_new`` adds up
+   to the URLs the crawl admitted, and the totals count exactly the committed
+   rows;
+3. a worker takes its next URL only after its previous page is committed, so
+   at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
+   the ones fetched again after a kill -9, which also rediscover their links.
+
+pages.jsonl holds one record per URL taken from the frontier: fetched pages
+(any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
+robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
+skipped). Links over the per-host cap are marked skipped in the ledger without
+a record; out-of-scope and too-deep links are never admitted at all. A
+transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
+record yet: the URL goes back to the frontier for a later round (``crawler.core.retry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from crawler.config.settings import OutputSettings
+from crawler.core.admission import Pairs
+from crawler.core.frontier import Frontier, Item
+from crawler.core.output import PAGES_FILE, PageLog, iso_time
+from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
+from crawler.core.warc import WarcFiles, build_records
+from crawler.net.exchange import Exchange, payload_digest
+from crawler.net.outcome import FetchResult
+from dedup import State, UrlSeen
+
+__all__ = ["GroupCommit", "Links", "output_files"]
+
+Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
+Links = tuple[Pairs, int]  # routed links to admit, and their depth
+Content = tuple[str, str, str]  # (payload digest, url, date) of a page's 2xx body
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One page (or a fleet delivery, or robots.txt exchanges: no record, no mark)
+    handed to the committer."""
+
+    record: dict[str, Any] | None
+    mark: Mark | None
+    links: Sequence[Links]
+    fut: asyncio.Future[None] | None = field(repr=False)
+    exchanges: Sequence[Exchange] = ()  # for the WARC, in the order they happened
+    content: Content | None = None  # the page's body, for revisits and duplicate_of
+    page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
+
+
+def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
+    """The crawl's pages.jsonl and WARC files (``output.warc`` = "" for none), to be
+    cut back on opening to the sizes the ledger has committed."""
+    committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
+    warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
+            if output.warc else None)
+    return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
+
+
+def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool
+               ) -> list[bytes]:
+    return [build_records(ex, gzip=gz, refers_to=ref) for ex, ref in records]
+
+
+def _dedupable(ex: Exchange) -> bool:
+    """A whole, non-empty 2xx body: what a later identical body is a revisit of."""
+    return 200 <= ex.status < 300 and ex.truncated is None and bool(ex.payload)
+
+
+class Syncable(Protocol):
+    """A file a group commit makes durable before its ledger marks (``sync``)."""
+
+    async def sync(self) -> None: ...
+
+
+class GroupCommit:
+    """Group commit: pages.jsonl lines (and WARC records), then ledger marks.
+
+    Workers hand in one page each and wait; whatever accumulated while the
+    previous group was being written goes out as the next group.
+    """
+
+    def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: UrlSeen,
+                 frontier: Frontier,
+                 admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
+                 totals: Callable[[], dict[str, int]] | None = None,
+                 before_commit: Callable[[list[int]], None] | None = None,
+                 also_sync: Sequence[Syncable] = ()) -> None:
+        """``before_commit(seqs)`` runs in every group commit just before the marks
+        of ``seqs`` go into the transaction, so what it writes commits with them;
+        ``also_sync`` files are synced with pages.jsonl before the marks commit."""
+        self._pagelog = pagelog
+        self._before_commit = before_commit
+        self._also_sync = list(also_sync)
+        self._totals = totals
+        self._warc = warc
+        self._seen = seen
+        self._frontier = frontier
+        self._admit = admit
+        self._pending: list[_Entry] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="bloomcrawl-committer")
+
+    async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
+                     links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
+                     content: Content | None = None, page_exchange: Exchange | None = None
+                     ) -> None:
+        """Hand in a page and wait for its group's commit. ``links`` come from
+        ``Admission.route`` (which has the frontier expect each one);
+        ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
+        if self.error is not None:
+            raise self.error
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
+                                    page_exchange))
+        self._wake.set()
+        await fut
+
+    def add_exchanges(self, exchanges: Sequence[Exchange]) -> None:
+        """Exchanges of no page (robots.txt) for the WARC, written with the next
+        group; nobody waits for them. A crash before that commit loses them with
+        the cached rules, so robots.txt is fetched (and recorded) again."""
+        if self._warc is None or not exchanges or self.error is not None:
+            return
+        self._pending.append(_Entry(None, None, (), None, exchanges))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._flush()
+            except Exception as exc:  # disk full, I/O error: fatal for the crawl
+                self.error = exc
+                for e in self._pending:
+                    if e.fut is not None and not e.fut.done():
+                        e.fut.set_exception(exc)
+                self._pending.clear()
+                return
+            if self._closing and not self._pending:
+                return
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                self._admit_links(batch)
+                records = self._contents(batch)
+                await self._pagelog.append([e.record for e in batch if e.record is not None])
+                if self._warc is not None and records:
+                    # warcio and gzip take ms per MB: off the loop
+                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip)
+                    await self._warc.write(blobs)
+                await self._sync()
+                # from here to the commit: no await, so no other commit sneaks in
+                marks = [e.mark for e in batch if e.mark is not None]
+                ledger = self._seen.ledger
+                ledger.meta_set(OUTPUTS_KEY, self.offsets())
+                if self._totals is not None:
+                    ledger.meta_set(TOTALS_KEY, self._totals())
+                if self._before_commit is not None:
+                    self._before_commit([m[0] for m in marks])
+                ledger.mark_many(marks)
+                self._seen.commit()
+            except BaseException as exc:
+                for e in batch:
+                    if e.fut is not None and not e.fut.done():
+                        e.fut.set_exception(exc)
+                raise
+            self._frontier.settled(m[0] for m in marks)
+            for e in batch:
+                if e.fut is not None and not e.fut.done():
+                    e.fut.set_result(None)
+
+    def _contents(self, batch: list[_Entry]
+                  ) -> list[tuple[Exchange, tuple[str, str] | None]]:
+        """Each record's ``duplicate_of`` and each exchange's WARC form: a body seen
+        before (same payload digest, earlier in the crawl or in this group) is a
+        revisit of its first capture ``(uri, date)``. New digests go into the ledger's
+        ``contents`` in this group's transaction: exact across kill -9."""
+        journal = self._seen.ledger.journal
+        group: dict[str, tuple[str, str]] = {}
+        added: list[tuple[str, str, str]] = []
+
+        def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
+            ref = group.get(digest) or journal.content_first(digest)
+            if ref is None:
+                group[digest] = (url, date)
+                added.append((digest, url, date))
+            return ref
+
+        out: list[tuple[Exchange, tuple[str, str] | None]] = []
+        for e in batch:
+            page_ref = first(*e.content) if e.content is not None else None
+            if e.record is not None:
+                e.record["duplicate_of"] = page_ref[0] if page_ref is not None else None
+            for ex in e.exchanges:
+                if ex is e.page_exchange:
+                    ref = page_ref
+                elif _dedupable(ex):
+                    ref = first(ex.payload_digest(), ex.url, iso_time(ex.started))
+                else:
+                    ref = None
+                out.append((ex, ref))
+        journal.content_add(added)
+        return out
+
+    def _admit_links(self, batch: list[_Entry]) -> None:
+        """Every page's links through the seen-test at once; each record's ``links_new``;
+        the page each run of new URLs was found on (their ``referrer``)."""
+        waiting = [e for e in batch if e.links]
+        if not waiting:
+            return
+        pages = [links for e in waiting for links in e.links]
+        sources = [e.record["url"] if e.record is not None else None
+                   for e in waiting for _ in e.links]
+        queued = iter(self._admit(pages, sources))
+        for e in waiting:
+            n = sum(next(queued) for _ in e.links)
+            if e.record is not None:
+                e.record["links_new"] = n
+        self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
+
+    async def _sync(self) -> None:
+        files: list[Syncable] = [self._pagelog, *self._also_sync]
+        if self._warc is not None:
+            files.append(self._warc)
+        await asyncio.gather(*(f.sync() for f in files))
+
+    def offsets(self) -> dict[str, int]:
+        """The output files' sizes as written: what a commit records as committed."""
+        out: dict[str, Any] = {"pages": self._pagelog.size}
+        if self._warc is not None:
+            out["warc"] = self._warc.committed()
+        return out
+
+    async def close(self) -> None:
+        """Write everything handed in so far, then stop."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        if self.error is not None:
+            raise self.error
+
+    async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
+                          links_found: int, links: Links | None, state: State,
+                          error: str | None, *, warc: bool,
+                          attempts: int | None = None) -> None:
+        """One page's links (``links``, from ``Admission.route``: admitted at the
+        commit), its pages.jsonl record (and WARC records with ``warc``), then its
+        mark. ``attempts``: the requests sent for the URL over every round and run
+        (default: this fetch's)."""
+        now = time.time()
+        status = res.status if res is not None else None
+        ex = res.exchange if warc and res is not None else None
+        payload = ex.payload if ex is not None and ex.truncated is None else (
+            res.body if res is not None else None)
+        digest = payload_digest(payload) if payload is not None else None
+        if ex is not None and payload is ex.payload:
+            ex.digest = digest
+        content = None
+        if digest is not None and payload and status is not None and 200 <= status < 300:
+            content = (digest, ex.url if ex is not None else item.url,
+                       iso_time(ex.started if ex is not None else now))
+        record = {
+            "url": item.url,
+            "final_url": final_url,
+            "referrer": self._seen.ledger.journal.note_of(item.seq) if item.depth else None,
+            "status": status,
+            "content_type": res.content_type if res is not None else None,
+            "bytes": res.nbytes if res is not None else 0,
+            "payload_digest": digest,
+            "duplicate_of": None,
+            "depth": item.depth,
+            "links_found": links_found,
+            "links_new": 0,
+            "fetched_at": iso_time(now),
+            "error": error,
+            "attempts": (attempts if attempts is not None
+                         else res.attempts if res is not None else 0),
+            "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
+        }
+        await self.commit(record, (item.seq, state, status, error),
+                          (links,) if links is not None else (),
+                          exchanges=(ex,) if ex is not None else (), content=content,
+                          page_exchange=ex)

@@ -1,0 +1,441 @@
+"""The crawl loop: N worker coroutines pull URLs from the frontier, no callbacks.
+
+Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
+HTML page's links, resolved in one batch, filtered by scope, depth and the
+per-host cap -> the group commit, where the pages of a group go through
+``UrlSeen.admit_resolved_pages`` together (one call per group) -> frontier.
+
+Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
+holds for each URL are ``crawler.core.commit``'s; snapshots (``crawler.core.checkpoint``)
+only make a restart faster.
+
+When the crawl ends is decided in one place, ``Engine.end``: the frontier
+closes, every worker returns after its current page, and ``run`` snapshots.
+Three things call it: the frontier running dry (a single process), the fleet
+being done (``crawler.wire.relay``), and ``stop`` (a signal, a fleet-wide stop
+request, an error).
+
+As a fleet worker (``transport`` given: ``crawl --redis``), the engine fetches
+only the hosts it owns (``hash(host) mod W``); a page's in-scope links for
+other owners are forwarded *before* the page is marked, and locally idle is not
+the end (``crawler.wire.relay`` says how).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crawler.config.scope import Scope, hostname_of
+from crawler.config.settings import Settings
+from crawler.core.admission import Admission, Remote
+from crawler.core.checkpoint import Checkpoint
+from crawler.core.commit import GroupCommit, Links, output_files
+from crawler.core.frontier import Frontier, Item
+from crawler.core.output import read_json
+from crawler.core.politeness import Politeness
+from crawler.core.progress import Progress, SessionCounts, crawl_status
+from crawler.core.retry import ErrorCounts, Retries
+from crawler.core.signals import stop_on_signals
+from crawler.core.state import HOST_COUNTS_FILE
+from crawler.net.fetch import Fetcher
+from crawler.net.links import extract_links
+from crawler.net.netguard import check_literal_host
+from crawler.net.robots import RobotsCache
+from dedup import State, UrlSeen
+
+if TYPE_CHECKING:
+    from crawler.wire.relay import Relay
+    from crawler.wire.transport import RedisTransport
+
+__all__ = ["Engine", "run_crawl"]
+
+log = logging.getLogger("crawler.core.engine")
+
+
+class Engine:
+    """One crawl process over an open ``UrlSeen`` state directory.
+
+    The caller owns ``seen`` (opens and closes it); the engine owns the
+    fetcher, the page log and the background tasks, and leaves the state
+    directory snapshotted and consistent when ``run`` returns.
+    """
+
+    def __init__(self, seen: UrlSeen, settings: Settings, scope: Scope, *,
+                 progress: Progress | None = None,
+                 transport: RedisTransport | None = None) -> None:
+        self.seen = seen
+        self.settings = settings
+        self.scope = scope
+        self.state_dir = Path(seen.state_dir)
+        self.progress = progress or Progress(enabled=False)
+        c = settings.crawl
+        self.politeness = Politeness(per_host=settings.politeness.per_host,
+                                     delay=settings.politeness.delay,
+                                     max_crawl_delay=settings.politeness.max_crawl_delay,
+                                     max_backoff=settings.fetch.max_retry_after)
+        self._base = seen.ledger.counts()
+        done_before = self._base["fetched"] + self._base["failed"]
+        max_take = max(0, c.max_pages - done_before) if c.max_pages else None
+        self.frontier = Frontier(seen.ledger, self.politeness, memory=c.frontier_memory,
+                                 max_take=max_take, on_idle=self.end)
+        self._canon = seen.canonicalizer
+        cap = c.max_pages_per_host
+        host_counts: dict[str, int] = (
+            read_json(self.state_dir / HOST_COUNTS_FILE, {}) if cap else {})
+        self.admission = Admission(seen, scope, self.frontier, cap, host_counts)
+        self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
+                                     host_counts if cap else None)
+        out = settings.output
+        self.fetcher = Fetcher(settings.fetch, record=bool(out.warc),
+                               record_types=out.warc_content_types)
+        # robots.txt that had no answer is asked again when its URL's next round comes
+        self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
+                                   max_crawl_delay=settings.politeness.max_crawl_delay,
+                                   error_ttl=c.retry_delay)
+                       if settings.politeness.obey_robots else None)
+        self.pagelog, self.warc = output_files(seen, settings.output)
+        self.retries = Retries(settings, self.frontier, seen.ledger)
+        # a fleet worker's outbox (links it forwarded) is synced with each group, before
+        # the group marks the pages that found them
+        outbox = transport.outbox if transport is not None else None
+        self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
+                                     self.admission.admit_pages,
+                                     totals=self.checkpoint.totals,
+                                     before_commit=self.retries.before_commit,
+                                     also_sync=[outbox] if outbox is not None else [])
+        self._warc_pages = self.warc is not None
+        if self.robots is not None and self.warc is not None:
+            self.robots.on_fetch = self.committer.add_exchanges
+        self.session = SessionCounts()
+        self.stopping = False
+        self.outcome = "finished"
+        self._fatal: BaseException | None = None
+        self._ended = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._started = 0.0
+        self._info: dict[str, Any] | None = None
+        self._processing = 0  # pages between frontier.get() and their commit
+        self.errors = ErrorCounts(seen.ledger)
+        self.relay: Relay | None = None
+        self._local = None  # which hosts this worker fetches: all, unless in a fleet
+        if transport is not None:
+            from crawler.wire.relay import Relay  # imports the Redis client
+
+            self.relay = Relay(transport, settings.distributed, self)
+            self._local = self.relay.is_local
+            # Locally idle is not the end: the fleet decides (see crawler.wire.relay).
+            self.frontier.on_idle = self.relay.wake
+
+    # -- control ---------------------------------------------------------------------
+
+    def end(self) -> None:
+        """The one place a crawl ends: take no new URL; each worker returns after its page."""
+        if not self.stopping:
+            f = self.frontier
+            if f.max_take is not None and f.taken >= f.max_take:
+                self.outcome = "max pages reached"
+        self.frontier.close()
+        self._ended.set()
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Graceful stop: take no new URL, let in-flight fetches finish (with a deadline)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.outcome = reason
+        self.end()
+
+    def abort(self, exc: BaseException) -> bool:
+        """Stop the crawl with an error that ``run`` raises; True for the first one."""
+        first = self._fatal is None
+        if first:
+            self._fatal = exc
+        self.stop("aborted")
+        return first
+
+    def message(self, text: str) -> None:
+        self.progress.message(text)
+
+    def _on_signal(self, name: str) -> None:
+        self.stop(f"stopped by {name}")
+        if self.relay is not None:  # every worker of the fleet stops too
+            self.relay.request_stop()
+
+    def locally_idle(self) -> bool:
+        """Nothing to fetch, nothing in flight or being forwarded, no delivery un-acked."""
+        return (self.frontier.finished() and not self._processing
+                and not (self.relay is not None and self.relay.receiving) and not self.stopping)
+
+    async def admit_received(self, by_depth: Sequence[Links]) -> None:
+        """Admit links another fleet worker forwarded, with the next group commit,
+        and return once they are durable (only then may the relay ack them)."""
+        links = [x for pairs, depth in by_depth
+                 if (x := self.admission.route(pairs, depth)[0]) is not None]
+        if links:
+            await self.committer.commit(None, None, links)
+
+    # -- running ---------------------------------------------------------------------
+
+    async def run(self, *, install_signals: bool = False) -> dict[str, Any]:
+        """Crawl until the frontier is exhausted, max pages is reached, or ``stop()``."""
+        self._started = time.monotonic()
+        with stop_on_signals(self._on_signal, lambda: self.stopping, self.progress.message,
+                             grace=self.settings.crawl.stop_grace, install=install_signals):
+            await self._crawl()
+            await self.checkpoint.snapshot()
+        if self._fatal is not None:
+            raise self._fatal
+        summary = self.status(final=True)
+        if self.relay is not None:
+            await self.relay.publish(summary)
+        self.progress.summary(summary)
+        return summary
+
+    async def _crawl(self) -> None:
+        s = self.settings
+        await self.pagelog.open()
+        if self.warc is not None:
+            await self.warc.open()
+        self.committer.start()
+        snapshots = asyncio.create_task(self.checkpoint.run(self._closing),
+                                        name="bloomcrawl-snapshots")
+        progress = asyncio.create_task(self._progress_loop(), name="bloomcrawl-progress")
+        workers: list[asyncio.Task[None]] = []
+        fleet: list[asyncio.Task[None]] = []
+        try:
+            async with self.fetcher:
+                self.frontier.load()
+                workers = [asyncio.create_task(self._worker(), name=f"bloomcrawl-worker-{i}")
+                           for i in range(s.crawl.concurrency)]
+                if self.relay is not None:
+                    fleet = self.relay.tasks()
+                all_done = asyncio.gather(*workers, return_exceptions=True)
+                ended = asyncio.create_task(self._ended.wait())
+                await asyncio.wait([ended, all_done], return_when=asyncio.FIRST_COMPLETED)
+                ended.cancel()
+                if self.stopping and not all_done.done():  # in-flight fetches get a deadline
+                    _, pending = await asyncio.wait(workers, timeout=s.crawl.stop_grace)
+                    for t in pending:
+                        t.cancel()
+                await all_done
+                # A delivery being committed when cancelled stays un-acked: re-read on resume.
+                for t in fleet:
+                    t.cancel()
+                await asyncio.gather(*fleet, return_exceptions=True)
+            await self.committer.close()
+        finally:
+            for t in workers + fleet:
+                t.cancel()
+            if self.relay is not None:  # the other workers must hear of our stop
+                await self.relay.stop_request_sent(timeout=s.crawl.stop_grace)
+            progress.cancel()
+            # not cancelled: a shard being written in a thread is let finish
+            self._closing.set()
+            await asyncio.gather(snapshots, progress, return_exceptions=True)
+            await self.pagelog.close()
+            if self.warc is not None:
+                await self.warc.close()
+
+    async def _worker(self) -> None:
+        frontier = self.frontier
+        while True:
+            item = await frontier.get()
+            if item is None:
+                return
+            self._processing += 1
+            try:
+                await self._process(item)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.abort(exc):
+                    log.error("crawl aborted on %s: %r", item.url, exc)
+                return
+            finally:
+                self._processing -= 1
+                if not self._processing and self.relay is not None:
+                    self.relay.wake()
+
+    async def _process(self, item: Item) -> None:
+        url = item.url
+        frontier = self.frontier
+        robots = self.robots
+        if robots is not None and not self.settings.fetch.allow_private and \
+                check_literal_host(hostname_of(item.host)) is not None:
+            robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
+        if robots is not None:
+            try:
+                answer = await robots.check(url)
+            except BaseException:
+                frontier.done(item, requested=False, counted=False)
+                raise
+            self.politeness.set_crawl_delay(item.host, robots.crawl_delay(url))
+            if not answer.allowed:
+                await self._not_allowed(item, answer.unavailable, answer.retryable)
+                return
+        retries = self.retries
+        seq = item.seq
+        allowed = retries.allowance(seq)
+        if allowed == 0:  # spent before a restart (its last round counted in advance)
+            frontier.done(item, requested=False)
+            await self._give_up(item, retries.tried(seq).error or "retries exhausted")
+            return
+        reserved = allowed if retries.reserve(seq, allowed) else 0
+        try:
+            if reserved:  # a retry round: its requests are durable before they are sent
+                await self.committer.commit(None, None)
+            wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
+            if wait > 0:
+                await asyncio.sleep(wait)
+            res = await self.fetcher.fetch(url, attempts=allowed)
+        except BaseException:
+            frontier.done(item)
+            raise
+        tried = retries.spent(seq, reserved, res.attempts, res.error)
+        if res.failed and res.retryable and await self._retry_later(
+                item, hold_host=res.status is None or res.interrupted,
+                at_least=res.retry_after or 0.0):
+            return
+        links_found = 0
+        links: Links | None = None
+        remote: list[Remote] = []
+        final_url: str | None = url
+        try:
+            status = res.status
+            if status is not None and 300 <= status < 400 and res.location is not None:
+                links_found = 1
+                target = self._canon.resolve_many((res.location,), url)[0]
+                final_url = target[0] if target is not None else None
+                # A redirect target is a level deeper: an endless chain of unique
+                # redirects ends at max_depth like an endless chain of links.
+                if target is not None and item.depth < self.settings.crawl.max_depth:
+                    links, remote = self.admission.route((target,), item.depth + 1,
+                                                         self._local)
+            elif res.body is not None:
+                base, hrefs = extract_links(res.body, url, charset=res.charset,
+                                            nofollow=self.settings.crawl.honor_nofollow)
+                links_found = len(hrefs)
+                if item.depth < self.settings.crawl.max_depth and hrefs:
+                    links, remote = self.admission.route(
+                        self._canon.resolve_many(hrefs, base), item.depth + 1, self._local)
+        finally:
+            frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
+                          else None)
+        if remote:  # with their owners before this page counts as done
+            assert self.relay is not None  # only a fleet worker has remote links
+            await self.relay.forward(remote)
+        failed = res.failed
+        self.session.pages += 1
+        if failed:
+            self.session.failed += 1
+        error = res.error
+        retries.forget(seq)
+        self.errors.count(error, failed=failed)
+        await self.committer.commit_page(item, res, final_url, links_found, links,
+                                         State.FAILED if failed else State.FETCHED, error,
+                                         warc=self._warc_pages, attempts=tried.requests)
+
+    async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
+        """robots.txt says no: skipped for good, retried later, or given up (failed)."""
+        frontier = self.frontier
+        if unavailable is None:  # a real Disallow
+            frontier.done(item, requested=False, counted=False)
+            self.session.skipped += 1
+            tried = self.retries.tried(item.seq)
+            self.retries.forget(item.seq)
+            await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
+                                             "robots.txt", warc=self._warc_pages,
+                                             attempts=tried.requests)
+            return
+        if retryable:
+            error = f"robots.txt unavailable: {unavailable}"
+            self.retries.lost_round(item.seq, error)
+            if await self._retry_later(item, hold_host=True, requested=False):
+                return
+        else:  # refused for good (an SSRF refusal names itself, not robots.txt:
+            error = unavailable  # the page would be refused just the same)
+        frontier.done(item, requested=False)
+        await self._give_up(item, error)
+
+    async def _give_up(self, item: Item, error: str) -> None:
+        """Record ``item`` failed without a fetch this round (its frontier slot released)."""
+        tried = self.retries.tried(item.seq)
+        self.retries.forget(item.seq)
+        self.session.pages += 1
+        self.session.failed += 1
+        self.errors.count(error, failed=True)
+        await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
+                                         warc=self._warc_pages, attempts=tried.requests)
+
+    async def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
+                           at_least: float = 0.0) -> bool:
+        """Put ``item`` back for a later round; False: its budget is spent, give it up.
+
+        Its tries so far are committed first, so a restart goes on from them.
+        While stopping, nothing is retried: the URL just stays QUEUED for resume.
+        """
+        retries = self.retries
+        if not self.stopping and not retries.can_retry(item.seq):
+            return False
+        retries.keep(item.seq)
+        try:
+            await self.committer.commit(None, None)
+        except BaseException:
+            self.frontier.done(item, requested=requested, counted=False)
+            raise
+        if self.stopping:
+            self.frontier.done(item, requested=requested, counted=False)
+            return True
+        return retries.later(item, hold_host=hold_host, requested=requested,
+                             at_least=at_least)
+
+    async def _progress_loop(self) -> None:
+        interval = self.settings.output.progress_interval
+        last_pages, last_t = 0, time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            # Fill counts bits over the whole filter: off the loop (it only reads).
+            self._info = await asyncio.to_thread(self.seen.bloom.info)
+            now = time.monotonic()
+            status = self.status()
+            pages = self.session.pages
+            status["rate"] = (pages - last_pages) / max(1e-9, now - last_t)
+            last_pages, last_t = pages, now
+            self.progress.update(status, now=now)
+            if self.relay is not None:
+                await self.relay.publish(status)
+
+    def status(self, *, final: bool = False) -> dict[str, Any]:
+        """Live figures (cheap: no ledger scan) for the status line and the summary."""
+        info = self._info
+        if final or info is None:
+            info = self._info = self.seen.bloom.info()
+        out = crawl_status(
+            outcome=self.outcome,
+            elapsed=time.monotonic() - self._started if self._started else 0.0,
+            base=self._base, session=self.session, queued_new=self.admission.queued,
+            in_flight=self.frontier.in_flight,
+            hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
+            shards=self.seen.nshards, state_dir=str(self.state_dir), errors=self.errors.counts)
+        if self.relay is not None:
+            out.update(self.relay.status())
+        if final:
+            out["totals"] = self.checkpoint.totals()
+        return out
+
+
+async def run_crawl(seen: UrlSeen, settings: Settings, scope: Scope, *,
+                    progress: Progress | None = None, install_signals: bool = False,
+                    transport: RedisTransport | None = None) -> dict[str, Any]:
+    """Run an engine over an open state directory; returns the summary figures.
+
+    With a connected ``transport`` the engine is one worker of a fleet: it
+    fetches only the hosts it owns and ends when the whole fleet is done.
+    """
+    engine = Engine(seen, settings, scope, progress=progress, transport=transport)
+    return await engine.run(install_signals=install_signals)

@@ -1,0 +1,212 @@
+"""The live status line and the final summary (stderr), and their data.
+
+Why a plain dict of numbers in between: the same figures are shown live, in
+the summary, by ``bloomcrawl stats DIR`` for a stopped crawl, and as JSON, so
+the formatting functions take a dict and never reach into the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from crawler.core.state import COUNTER_KEYS
+
+__all__ = [
+    "Progress",
+    "SessionCounts",
+    "crawl_status",
+    "format_filter_stats",
+    "format_stats",
+    "format_status",
+    "format_summary",
+    "si",
+]
+
+
+def si(n: float) -> str:
+    """A count in at most five characters: 950, 12.3k, 4.5M."""
+    n = float(n)
+    for unit in ("", "k", "M", "G"):
+        if abs(n) < 1000 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+        n /= 1000
+    return f"{n:.1f}G"  # pragma: no cover
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def format_status(s: dict[str, Any]) -> str:
+    """One line of at most 80 columns: rate, pages, failures, new URLs, filter fill.
+
+    Every count is at most five characters (``si``), so the line never grows past
+    80 columns whatever the crawl's size; the rest is in the summary and ``stats``.
+    """
+    rate = s.get("rate", 0.0)
+    rate_text = f"{rate:5.1f}" if rate < 1000 else f"{si(rate):>5}"
+    return (
+        f"{rate_text}/s | fetched {si(s['fetched'])} failed "
+        f"{si(s.get('failed', s.get('errors', 0)))} queued {si(s['queued'])} | "
+        f"new {si(s['new'])} fill {_pct(s['fill'])}"
+    )
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """Multi-line end-of-run report."""
+    elapsed = s.get("elapsed", 0.0)
+    lines = [
+        f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
+        f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
+        f" pages/s)",
+        f"  pages:  {s['fetched']} fetched ({s['fetched_with_errors']} with errors: 4xx, too "
+        f"large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
+        f"{s['queued']} still queued",
+        f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
+        f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
+        f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, expected FPR "
+        f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
+    ]
+    if s.get("state_dir"):
+        lines.append(f"  state:  {s['state_dir']}"
+                     + (f"  (continue with: bloomcrawl resume {s['state_dir']})"
+                        if s["queued"] else ""))
+    return "\n".join(lines)
+
+
+def format_stats(s: dict[str, Any]) -> str:
+    """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
+    lines = [
+        f"crawl {s['crawl_id']} in {s['state_dir']}",
+        f"  pages:  {s['fetched']} fetched ({s.get('fetched_with_errors', 0)} with errors: "
+        f"4xx, too large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
+        f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
+        f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
+        f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
+        f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
+        f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",
+    ]
+    if s.get("damaged_shards"):
+        lines.append(f"  damaged shard files (rebuilt from the ledger in memory): "
+                     f"{s['damaged_shards']}")
+    return "\n".join(lines)
+
+
+def format_filter_stats(s: dict[str, Any]) -> str:
+    """``bloomcrawl stats DIR`` for a directory of shard files only (no ledger)."""
+    crawl = f"crawl {s['crawl_id']}" if s["crawl_id"] else "no crawl id"
+    return "\n".join([
+        f"shard files of {crawl} in {s['shard_dir']} (no ledger: the filter alone)",
+        f"  filter: fill {_pct(s['fill'])} (shards {_pct(s['fill_min'])} to "
+        f"{_pct(s['fill_max'])}), ~{s['estimated_count']} URLs (capacity {s['capacity']}), "
+        f"expected FPR {s['expected_fpr']:.2e} (target {s['error_rate']}), "
+        f"{s['layers']} layer(s), {s['shards']} shards, {s['bytes']} bytes",
+    ])
+
+
+class Progress:
+    """Writes the status line: redrawn in place on a TTY, periodic plain lines otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, *, interval: float = 1.0,
+                 plain_interval: float = 10.0, enabled: bool = True) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.interval = interval if self.tty else plain_interval
+        self._last = 0.0
+        self._width = 0
+
+    def update(self, status: dict[str, Any], *, now: float | None = None) -> None:
+        """The crawl's status line, at most once per interval."""
+        self.show(format_status(status), now=now)
+
+    def show(self, line: str, *, now: float | None = None) -> None:
+        """Any status line (a fleet's, say), at most once per interval."""
+        if not self.enabled:
+            return
+        now = time.monotonic() if now is None else now
+        if now - self._last < self.interval * 0.95:
+            return
+        self._last = now
+        self._draw(line)
+
+    def _draw(self, line: str) -> None:
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line that must not be overwritten by the status line (always shown)."""
+        self.clear()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+            self.stream.flush()
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.clear()
+        self.stream.write(format_summary(summary) + "\n")
+        self.stream.flush()
+
+
+@dataclass(slots=True)
+class SessionCounts:
+    """What this run of a crawl did (the ledger's counts cover every run)."""
+
+    pages: int = 0  # fetched this run (successes and failures)
+    failed: int = 0  # given up this run
+    skipped: int = 0
+
+
+def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
+                 queued_new: int, in_flight: int, hosts: int, counters: dict[str, int],
+                 info: dict[str, Any], shards: int, state_dir: str,
+                 errors: dict[str, int] | None = None) -> dict[str, Any]:
+    """Live figures (cheap: no ledger scan) for the status line and the summary.
+
+    ``base`` is the ledger's counts when the run started; ``queued_new`` the URLs
+    this run queued; ``counters`` the
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``errors`` the
+    pages recorded with an error over every run (``crawler.core.retry.ErrorCounts``).
+    """
+    marked = session.pages + session.skipped
+    out: dict[str, Any] = {
+        "outcome": outcome,
+        "elapsed": elapsed,
+        "session_pages": session.pages,
+        "rate": session.pages / elapsed if elapsed else 0.0,
+        "fetched": base["fetched"] + base["failed"] + session.pages,
+        "errors": base["failed"] + session.failed,
+        "failed": base["failed"] + session.failed,
+        "fetched_with_errors": (errors or {}).get("fetched_with_errors", 0),
+        "skipped": base["skipped"] + session.skipped,
+        "queued": max(0, base["queued"] + queued_new - marked),
+        "in_flight": in_flight,
+        "hosts": hosts,
+        "fill": info["fill"],
+        "estimated_count": info["estimated_count"],
+        "expected_fpr": info["expected_fpr"],
+        "layers": info["layers"],
+        "shards": shards,
+        "state_dir": state_dir,
+    }
+    out.update({k: counters.get(k, 0) for k in COUNTER_KEYS})
+    return out

@@ -1,0 +1,287 @@
+"""WARC output the standard way: request, response and revisit records written
+with warcio, gzip per record, rotated by size, exactly once across kill -9.
+
+Why request + response records: replay and indexing tools (warcio, pywb, Common
+Crawl pipelines) read the HTTP status line and headers from a ``response``
+record and pair it with its ``request`` through ``WARC-Concurrent-To``; a bare
+``resource`` record of the body is not replayable. ``Exchange`` holds what one
+HTTP hop sent and received, as aiohttp exposes it: the request line and headers
+actually sent (``request_info`` after ``send``), the response's version, status,
+reason and raw header lines, and the payload.
+
+The payload is the body as aiohttp hands it over: de-chunked and, when the
+server compressed it, decompressed. The stored headers say so instead of
+lying about the bytes that follow them: ``Transfer-Encoding``/``Content-Encoding``
+are kept as ``X-Crawler-Transfer-Encoding``/``X-Crawler-Content-Encoding`` and
+``Content-Length`` is the stored payload's (the original as
+``X-Crawler-Content-Length``), the convention wget and pywb's recorder use.
+
+Why revisits: a body identical to one archived earlier (same SHA-1 payload
+digest) is written as a ``revisit`` record with the identical-payload-digest
+profile, naming the earlier capture — content dedup as Heritrix does it. The
+digest -> (URI, date) map lives in the ledger (``digests`` table), written in
+the same transaction as the pages, so it is exact across kill -9.
+
+Why serials and committed offsets: ``--warc FILE`` names a prefix (``FILE``
+without ``.gz`` and ``.warc``); files are ``PREFIX-00000.warc.gz``,
+``PREFIX-00001.warc.gz``, ... (no ``.gz``: uncompressed). A file is closed for
+a new one when the next record would take it past ``max_size``. Each group
+commit stores ``{"serial": n, "size": bytes}`` of the open file in the ledger
+transaction that marks the group's pages; reopening cuts file ``n`` back to
+that size and deletes every later serial (a rotation whose group never
+committed), so a record is in some file exactly when its page is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from crawler.core.output import _AppendFile, iso_time, truncate_to
+from crawler.net.exchange import Exchange
+
+__all__ = ["WarcFiles", "build_records", "first_warc", "warc_prefix", "warc_start"]
+
+_RENAMED = {"transfer-encoding", "content-encoding"}
+_SERIAL = "{prefix}-{serial:05d}.warc{gz}"
+
+
+def _response_headers(ex: Exchange) -> list[tuple[str, str]]:
+    """The received header lines, with the transfer and content codings aiohttp
+    undid (and the length they change) renamed: see the module docstring."""
+    out: list[tuple[str, str]] = []
+    length = None
+    for name, value in ex.response_headers:
+        low = name.lower()
+        if low in _RENAMED:
+            out.append(("X-Crawler-" + name, value))
+        elif low == "content-length":
+            length = value
+        else:
+            out.append((name, value))
+    real = str(len(ex.payload))
+    if length is not None and length != real:
+        out.append(("X-Crawler-Content-Length", length))
+    out.append(("Content-Length", real))
+    return out
+
+
+def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None = None
+                  ) -> bytes:
+    """The request and response (or revisit, with ``refers_to`` = the earlier
+    capture's (URI, WARC-Date)) records of one exchange, each its own gzip member
+    with ``gzip``: request first, pointing at the response by WARC-Concurrent-To."""
+    out = io.BytesIO()
+    writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
+    date = iso_time(ex.started)
+    common = {"WARC-Date": date}
+    if ex.ip:
+        common["WARC-IP-Address"] = ex.ip
+    resp_headers = StatusAndHeaders(f"{ex.status} {ex.reason}".rstrip(), _response_headers(ex),
+                                    protocol=ex.version)
+    if refers_to is None:
+        extra = dict(common)
+        if ex.truncated:
+            extra["WARC-Truncated"] = ex.truncated
+        resp = writer.create_warc_record(ex.url, "response", payload=io.BytesIO(ex.payload),
+                                         length=len(ex.payload), http_headers=resp_headers,
+                                         warc_headers_dict=extra)
+    else:
+        resp = writer.create_revisit_record(ex.url, ex.payload_digest(), refers_to[0],
+                                            refers_to[1], http_headers=resp_headers,
+                                            warc_headers_dict=dict(common))
+    # is_http_request: warcio splits the method off and writes the line as given
+    req_headers = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}",
+                                   list(ex.request_headers), is_http_request=True)
+    req = writer.create_warc_record(ex.url, "request", payload=io.BytesIO(b""), length=0,
+                                    http_headers=req_headers, warc_headers_dict=dict(common))
+    req.rec_headers.add_header("WARC-Concurrent-To",
+                               resp.rec_headers.get_header("WARC-Record-ID"))
+    writer.write_record(req)
+    writer.write_record(resp)
+    return out.getvalue()
+
+
+def warcinfo(filename: str, *, gzip: bool) -> bytes:
+    out = io.BytesIO()
+    writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
+    writer.write_record(writer.create_warcinfo_record(filename, {
+        "software": "bloomcrawl", "format": "WARC File Format 1.1",
+        "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
+                      "warc-format/warc-1.1/"}))
+    return out.getvalue()
+
+
+def warc_prefix(path: str | Path) -> tuple[Path, bool]:
+    """``(prefix, gzip)`` of a ``--warc`` name: ``out/crawl.warc.gz`` ->
+    (``out/crawl``, True), so its files are ``out/crawl-00000.warc.gz``, ..."""
+    p = Path(path)
+    name = p.name
+    gz = name.endswith(".gz")
+    if gz:
+        name = name[:-3]
+    if name.endswith(".warc"):
+        name = name[:-5]
+    return p.with_name(name or "crawl"), gz
+
+
+def warc_path(prefix: Path, serial: int, gz: bool) -> Path:
+    return prefix.with_name(_SERIAL.format(prefix=prefix.name, serial=serial,
+                                           gz=".gz" if gz else ""))
+
+
+def serials(prefix: Path, gz: bool) -> list[int]:
+    """The serials of the files of ``prefix`` on disk, ascending."""
+    pat = re.compile(re.escape(prefix.name) + r"-(\d{5,})\.warc" + (r"\.gz" if gz else "") + "$")
+    found = []
+    if prefix.parent.is_dir():
+        for entry in os.scandir(prefix.parent):
+            m = pat.match(entry.name)
+            if m:
+                found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def _next_serial(prefix: Path, gz: bool) -> int:
+    found = serials(prefix, gz)
+    return found[-1] + 1 if found else 0
+
+
+def warc_start(path: str | Path) -> dict[str, int]:
+    """The offsets a new crawl commits first: a serial past every file of the prefix
+    already on disk (another crawl's files are never cut), size 0."""
+    prefix, gz = warc_prefix(path)
+    return {"serial": _next_serial(prefix, gz), "size": 0}
+
+
+def first_warc(path: str | Path) -> Path:
+    """The file a new crawl with ``--warc path`` writes first."""
+    prefix, gz = warc_prefix(path)
+    return warc_path(prefix, _next_serial(prefix, gz), gz)
+
+
+class _File(_AppendFile):
+    info_end = 0  # where its warcinfo record ends, when this process wrote it
+
+    async def open(self) -> _File:
+        await self._open_append()
+        return self
+
+
+class WarcFiles:
+    """The crawl's WARC files: appends record blobs, rotates by size, and says
+    what a commit records (``committed()``); see the module docstring."""
+
+    def __init__(self, path: str | Path, committed: Any = None, *, max_size: int = 0) -> None:
+        self.prefix, self.gzip = warc_prefix(path)
+        self.max_size = max_size
+        self.records = 0
+        self._committed = committed
+        self._serial = 0
+        self._file: _File | None = None
+        self._dirty: list[_File] = []  # written since the last sync, oldest first
+
+    @property
+    def path(self) -> Path:
+        return warc_path(self.prefix, self._serial, self.gzip)
+
+    @property
+    def size(self) -> int:
+        return self._file.size if self._file is not None else 0
+
+    def files(self) -> list[Path]:
+        return [warc_path(self.prefix, s, self.gzip) for s in serials(self.prefix, self.gzip)]
+
+    async def open(self) -> WarcFiles:
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        c = self._committed
+        if isinstance(c, dict):
+            serial, size = int(c["serial"]), int(c["size"])
+            removed = False
+            for s in serials(self.prefix, self.gzip):
+                if s > serial:  # opened by a rotation whose group never committed
+                    warc_path(self.prefix, s, self.gzip).unlink()
+                    removed = True
+            if removed:
+                _fsync_dir(self.prefix.parent)
+        else:  # no offsets (a state dir from before them, or repaired): a new file
+            serial, size = _next_serial(self.prefix, self.gzip), 0
+        self._serial = serial
+        truncate_to(self.path, size)
+        await self._open_file()
+        return self
+
+    async def _open_file(self) -> None:
+        f = _File(self.path)
+        await f.open()
+        self._file = f
+        if f.size == 0:
+            await f._write(warcinfo(self.path.name, gzip=self.gzip))
+            f.info_end = f.size
+            _fsync_dir(self.prefix.parent)  # the new name survives a crash once committed
+        self._dirty.append(f)
+
+    async def write(self, records: Sequence[bytes]) -> None:
+        """Append each record blob (a request + response pair), rotating first when
+        it would take the open file past ``max_size`` (never leaving one empty);
+        the blobs bound for one file go out in one write."""
+        assert self._file is not None
+        if self._file not in self._dirty:
+            self._dirty.append(self._file)
+        batch: list[bytes] = []
+        size = self._file.size
+        for blob in records:
+            if self.max_size and size + len(blob) > self.max_size and size > self._file.info_end:
+                await self._file._write(b"".join(batch))
+                batch = []
+                self._serial += 1
+                await self._open_file()
+                size = self._file.size
+            batch.append(blob)
+            size += len(blob)
+        if batch:
+            await self._file._write(b"".join(batch))
+        self.records += len(records)
+
+    async def sync(self) -> None:
+        """Make every written byte durable; files left for a newer one are closed."""
+        dirty, self._dirty = self._dirty, []
+        await asyncio.gather(*(f.sync() for f in dirty))
+        for f in dirty:
+            if f is not self._file:
+                await f.close()
+
+    def committed(self) -> dict[str, int]:
+        """What a commit records: the open file's serial and size."""
+        return {"serial": self._serial, "size": self.size}
+
+    async def __aenter__(self) -> WarcFiles:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for f in self._dirty:
+            if f is not self._file:
+                await f.close()
+        self._dirty = []
+        if self._file is not None:
+            f, self._file = self._file, None
+            await f.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,103 @@
+"""What one fetch came to: the result the engine reads, and failures classified by type.
+
+Why a result object instead of exceptions: on the open web failures are the
+normal case, and a crawl loop that has to catch a dozen aiohttp exception types
+per page is how workers die. Why classified here, by exception type: whether a
+failure is retried, and whether the page counts as fetched or failed, must not
+depend on the wording of an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
+
+from crawler.net.netguard import PrivateAddressError
+
+if TYPE_CHECKING:
+    from crawler.net.exchange import Exchange
+
+__all__ = ["Failure", "FetchResult", "classify_error"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    url: str
+    status: int | None  # None when no HTTP response (error)
+    content_type: str | None  # media type only, lowercased ("text/html")
+    charset: str | None
+    body: bytes | None  # only for HTML responses within the cap; None otherwise
+    nbytes: int  # body bytes received, or the declared Content-Length when not read
+    location: str | None  # raw Location header for 3xx (engine resolves it)
+    retry_after: float | None
+    error: str | None  # None on success; short reason ("timeout", "http 500", ...)
+    attempts: int
+    elapsed: float
+    # The transfer broke (a timeout, a refused or reset connection), whatever the
+    # status line said: set from the exception's type, never read off ``error``.
+    interrupted: bool = False
+    # The last attempt failed in a way that may pass (a timeout, a refused
+    # connection, a 5xx, a 429): the crawl tries the URL again later, with backoff.
+    retryable: bool = False
+    # What was sent and received, for the WARC (only when the fetcher records).
+    exchange: Exchange | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def failed(self) -> bool:
+        """No usable answer: nothing came back, the server failed, or the transfer did.
+
+        A 4xx, a non-HTML type and an over-cap body are answers (the page counts
+        as fetched, with the reason in ``error``); a 5xx, a 429, a timeout or a
+        reset are not.
+        """
+        status = self.status
+        return status is None or status >= 500 or status == 429 or self.interrupted
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A request that raised instead of answering."""
+
+    reason: str  # short text for pages.jsonl's ``error`` ("timeout", "dns error", ...)
+    retryable: bool  # worth another attempt (with backoff)
+    interrupted: bool  # the transfer itself broke: timeout, refused or reset connection
+
+
+def classify_error(exc: BaseException) -> Failure:
+    """What a request that raised ``exc`` came to, decided by the exception's type."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return Failure("timeout", True, True)
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        cause = exc.os_error
+        if isinstance(cause, PrivateAddressError):
+            return Failure(str(cause), False, False)
+        return Failure("dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN, False)
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return Failure("tls error", False, False)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if exc.os_error.errno == errno.ECONNREFUSED:
+            return Failure("connection refused", True, True)
+        return Failure(f"connect error: {exc.os_error.strerror or exc.os_error}", True, False)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError | BrokenPipeError):
+        return Failure("connection reset", True, True)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return Failure("connection reset (incomplete body)", True, True)
+    if isinstance(exc, aiohttp.InvalidURL | ValueError):
+        return Failure("invalid url", False, False)
+    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
+        return Failure("bad http response", False, False)
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+            return Failure("connection reset", True, True)
+        return Failure(f"os error: {exc.strerror or type(exc).__name__}", True, False)
+    return Failure(f"client error: {type(exc).__name__}", False, False)

@@ -1,0 +1,360 @@
+"""Immutable sorted run files of the fingerprint index: codec, atomic write, open, read.
+
+A run is one file of 24-byte records ``(hi, lo, seq)`` (little-endian uint64),
+sorted by ``(hi, lo)``, one record per fingerprint; ``seq`` is the ledger
+sequence number, top bit set for a tombstone. Layout::
+
+    header   64 bytes  magic b"BCFPRUN1", format version, records per block,
+                       record count, min and max seq (tombstone bit masked),
+                       CRC32 of the records, CRC32 of the header before it
+    records  24 bytes each
+
+Why a file and not a SQLite table: the records are written once, in order, in
+large sequential writes; lookups go through the radix directory and probe
+filter of :mod:`dedup.index.sortedkeys`, kept in RAM, and read a key's bucket (~16
+records) with ``pread``. The file is also mapped, for the vectorized search of
+large batches (replays, rebuilds), which :meth:`Run.release` lets go of; opening
+and merging stream the records with plain reads, so no path maps a whole run.
+bench/index_bench.py measures this against SQLite ``WITHOUT ROWID`` runs.
+
+Opening validates every header field against the file size before mapping
+anything, then streams the records once (bounded memory) to check the CRC, the
+order and the seq range and to count the directory: a truncated, corrupted or
+hostile file raises :class:`RunFileError` (an :class:`~dedup.base.errors.IndexDamaged`),
+never a huge allocation and never a wrong answer. :func:`verify_run` makes the
+same checks without building the directory, for a reader that only asks "is it
+whole?" (``bloomcrawl stats``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from dedup.base.atomic import atomic_write
+from dedup.base.errors import IndexDamaged
+from dedup.index.sortedkeys import (
+    BLOCK_RECORDS,
+    RECORD_SIZE,
+    SEQ_MASK,
+    Probe,
+    SortedKeys,
+    bucket_counts,
+    columns,
+    directory_bits,
+    filter_add,
+    filter_size,
+)
+from dedup.index.sortedkeys import TOMBSTONE as TOMBSTONE  # fpindex takes it from here
+
+MAGIC = b"BCFPRUN1"
+FORMAT_VERSION = 1
+MAX_BLOCK_RECORDS = 1 << 16
+_HEAD = struct.Struct("<8sIIQQQI")
+HEADER_SIZE = 64
+_CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
+
+
+class RunFileError(IndexDamaged):
+    """A run file is missing, truncated, corrupted, of another format or not a run file
+    at all."""
+
+
+def records_dtype() -> np.dtype:
+    """The on-disk record: three little-endian uint64 columns."""
+    return np.dtype([("hi", "<u8"), ("lo", "<u8"), ("seq", "<u8")])
+
+
+def is_sorted_unique(hi: np.ndarray, lo: np.ndarray) -> bool:
+    """True when ``(hi, lo)`` pairs strictly increase (sorted, no duplicates)."""
+    if len(hi) < 2:
+        return True
+    dh = hi[1:] > hi[:-1]
+    eq = hi[1:] == hi[:-1]
+    return bool(np.all(dh | (eq & (lo[1:] > lo[:-1]))))
+
+
+def _pack_header(block: int, count: int, min_seq: int, max_seq: int, crc: int) -> bytes:
+    body = _HEAD.pack(MAGIC, FORMAT_VERSION, block, count, min_seq, max_seq, crc)
+    head = body + struct.pack("<I", zlib.crc32(body))
+    return head.ljust(HEADER_SIZE, b"\0")
+
+
+def write_run(path: str | os.PathLike[str],
+              chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+              *, block_records: int = BLOCK_RECORDS,
+              should_stop: Callable[[], bool] | None = None) -> int:
+    """Write the records of ``chunks`` (each ``(hi, lo, seq)``, together strictly
+    increasing by ``(hi, lo)``) as a run file at ``path``, atomically; return the count.
+
+    Streams: memory is one chunk, whatever the run's size. ``should_stop`` is polled
+    between chunks; when it answers True the write is abandoned (``InterruptedError``)
+    and no file is left behind.
+    """
+    if not 1 <= block_records <= MAX_BLOCK_RECORDS:
+        raise ValueError(f"block_records must be 1..{MAX_BLOCK_RECORDS}, not {block_records}")
+    dtype = records_dtype()
+    written = 0
+
+    def body(f: BinaryIO) -> None:
+        nonlocal written
+        f.write(b"\0" * HEADER_SIZE)
+        count, crc, lo_seq, hi_seq = 0, 0, None, None
+        last: tuple[int, int] | None = None
+        for hi, lo, seq in _sliced(chunks):
+            if should_stop is not None and should_stop():
+                raise InterruptedError("run write abandoned")
+            n = len(hi)
+            if not n:
+                continue
+            if not is_sorted_unique(hi, lo) or (
+                    last is not None and (int(hi[0]), int(lo[0])) <= last):
+                raise ValueError("run records must strictly increase by (hi, lo)")
+            last = (int(hi[-1]), int(lo[-1]))
+            rec = np.empty(n, dtype=dtype)
+            rec["hi"], rec["lo"], rec["seq"] = hi, lo, seq
+            data = rec.tobytes()
+            crc = zlib.crc32(data, crc)
+            f.write(data)
+            masked = rec["seq"] & SEQ_MASK
+            mn, mx = int(masked.min()), int(masked.max())
+            lo_seq = mn if lo_seq is None else min(lo_seq, mn)
+            hi_seq = mx if hi_seq is None else max(hi_seq, mx)
+            count += n
+        f.seek(0)
+        f.write(_pack_header(block_records, count, lo_seq or 0, hi_seq or 0, crc))
+        written = count
+
+    atomic_write(path, body)
+    return written
+
+
+def _sliced(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The chunks cut into slices of at most ``_CHUNK`` records: a flush hands
+    over its whole buffer at once, and each slice is copied twice on its way out."""
+    for hi, lo, seq in chunks:
+        for a in range(0, len(hi), _CHUNK):
+            yield hi[a:a + _CHUNK], lo[a:a + _CHUNK], seq[a:a + _CHUNK]
+
+
+class Run:
+    """One open run file: the records mapped read-only, the radix directory in RAM."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        size, head = _read_head(self.path)
+        self.block, self.count, self.min_seq, self.max_seq, crc = _parse_header(
+            self.path, head, size)
+        self.nbytes = size
+        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        if self.count:  # a plain ndarray over our own map (numpy.memmap taxes every index)
+            self._fd = os.open(self.path, os.O_RDONLY)
+            try:
+                if hasattr(os, "posix_fadvise"):  # lookups read a bucket: no readahead
+                    os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            except BaseException:
+                os.close(self._fd)
+                raise
+            self._rec = np.frombuffer(self._map, dtype="<u8", count=self.count * 3,
+                                      offset=HEADER_SIZE).reshape(self.count, 3)
+        else:
+            self._rec = np.zeros((0, 3), dtype="<u8")
+        try:
+            self.keys = self._verify(crc)
+        except BaseException:
+            self.close()
+            raise
+
+    def release(self) -> None:
+        """Let go of the mapped pages this process has touched (they stay in the page
+        cache): a vectorized search of a large batch (replay, rebuild) touches
+        pages all over the run, and without this they would stay in RSS. Page- and
+        group-sized lookups read with ``pread`` and map nothing."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def _verify(self, crc: int) -> SortedKeys:
+        """Stream the records once: CRC, strict order, seq range; count the buckets."""
+        check = _RecordCheck(self.path, self.min_seq, self.max_seq)
+        bits = directory_bits(self.count, self.block)
+        counts = np.zeros(1 << bits, dtype=np.int64)
+        m = filter_size(self.count)
+        bloom = np.zeros(m // 8, dtype=np.uint8)
+        for start in range(0, self.count, _CHUNK):
+            chunk = self.records(start, start + _CHUNK)
+            check.feed(chunk)
+            hi, lo = chunk[:, 0], chunk[:, 1]
+            counts += bucket_counts(hi, bits)
+            filter_add(bloom, hi, lo)
+        check.finish(crc)
+        rec = self._rec
+        return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, columns(rec, 3),
+                          bloom, (self._fd, HEADER_SIZE) if self._fd is not None else None)
+
+    def records(self, start: int, stop: int) -> np.ndarray:
+        """Records ``[start, stop)`` as an ``(n, 3)`` uint64 array, read into memory.
+
+        Read, not mapped: streaming a whole run (opening it, merging it) through
+        the map would map every page of it into this process (RSS of the whole
+        index at a billion URLs); the map is for the lookups' scattered reads."""
+        start, stop = max(0, start), min(stop, self.count)
+        out = np.empty((max(0, stop - start), 3), dtype="<u8")
+        if out.size:
+            assert self._fd is not None
+            got = os.preadv(self._fd, [out], HEADER_SIZE + start * RECORD_SIZE)
+            if got != out.nbytes:
+                raise RunFileError(f"run file {self.path}: short read ({got} of "
+                                   f"{out.nbytes} bytes): changed under us")
+        return out
+
+    def contains(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each key: (found in this run, raw seq incl. tombstone bit, 0 if not found).
+
+        Any order works; a batch sorted by ``(hi, lo)`` reads the map front to back.
+        """
+        hi = np.asarray(hi, dtype=np.uint64)
+        lo = np.asarray(lo, dtype=np.uint64)
+        found = np.zeros(len(hi), dtype=bool)
+        seq = np.zeros(len(hi), dtype=np.uint64)
+        for start in range(0, len(hi), 1 << 16):  # bounds the temporaries
+            sl = slice(start, start + (1 << 16))
+            found[sl], seq[sl] = self.keys.contains(hi[sl], lo[sl])
+        return found, seq
+
+    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
+        """Key by key (see :meth:`SortedKeys.probe`): for page-sized batches."""
+        return self.keys.probe(todo)
+
+    def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
+                  raw: np.ndarray, *, mapped: bool = False) -> None:
+        """The keys ``todo`` marks (see :meth:`SortedKeys.find_into`); ``mapped``:
+        searched through the map, as :meth:`contains` does."""
+        if mapped:
+            at = np.flatnonzero(todo)
+            found, seq = self.contains(hi[at], lo[at])
+            raw[at[found]] = seq[found]
+            todo[at[found]] = 0
+        else:
+            self.keys.find_into(hi, lo, todo, raw)
+
+    def close(self) -> None:
+        """Drop this object's references to the map (numpy unmaps it once no view is left)."""
+        self._rec = np.zeros((0, 3), dtype="<u8")
+        self._map = None  # unmapped once the last view of it is gone
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        empty = np.zeros(0, dtype=np.uint64)
+        self.keys = SortedKeys(empty, empty, empty, np.zeros(2, dtype=np.int64), 1)
+        self.count = 0
+
+
+class _RecordCheck:
+    """The checks of a run's records as they stream by, in file order: the CRC over
+    all of them, strict ``(hi, lo)`` order, seqs within the header's range.
+
+    All records are read before anything is concluded, so that damage (the CRC
+    fails) is told apart from records that are whole but wrong (the CRC passes,
+    the order does not: a file written by something other than :func:`write_run`)."""
+
+    def __init__(self, path: Path, min_seq: int, max_seq: int) -> None:
+        self.path, self.min_seq, self.max_seq = path, min_seq, max_seq
+        self.crc, self.seen = 0, 0
+        self.prev: tuple[int, int] | None = None
+        self.bad_at: int | None = None  # the first chunk found out of order or range
+
+    def feed(self, chunk: np.ndarray) -> None:
+        """The next records, an ``(n, 3)`` C-contiguous uint64 array."""
+        self.crc = zlib.crc32(chunk.data, self.crc)
+        if self.bad_at is None and len(chunk):
+            hi, lo = chunk[:, 0], chunk[:, 1]
+            seq = chunk[:, 2] & SEQ_MASK
+            bad = not is_sorted_unique(hi, lo) or (
+                self.prev is not None and (int(hi[0]), int(lo[0])) <= self.prev)
+            if bad or int(seq.min()) < self.min_seq or int(seq.max()) > self.max_seq:
+                self.bad_at = self.seen
+            self.prev = (int(hi[-1]), int(lo[-1]))
+        self.seen += len(chunk)
+
+    def finish(self, crc: int) -> None:
+        """Raise :class:`RunFileError` if anything fed was wrong."""
+        if self.crc != crc:
+            raise RunFileError(f"run file {self.path}: record checksum mismatch: the "
+                               "records are damaged")
+        if self.bad_at is not None:
+            raise RunFileError(f"run file {self.path}: records out of order or out of the "
+                               f"header's seq range (from record {self.bad_at} on) although "
+                               "their checksum matches: not written by this program")
+
+
+def verify_run(path: str | os.PathLike[str]) -> int:
+    """Check a run file whole (header, size, records' CRC, order, seq range) without
+    building its directory or mapping it: bounded memory, one sequential read.
+    Returns its record count; raises :class:`RunFileError`."""
+    path = Path(path)
+    size, head = _read_head(path)
+    _, count, min_seq, max_seq, crc = _parse_header(path, head, size)
+    check = _RecordCheck(path, min_seq, max_seq)
+    buf = np.empty((min(count, _CHUNK), 3), dtype="<u8")
+    try:
+        with open(path, "rb") as f:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            f.seek(HEADER_SIZE)
+            for start in range(0, count, _CHUNK):
+                part = buf[:min(_CHUNK, count - start)]
+                got = f.readinto(memoryview(part).cast("B"))
+                if got != part.nbytes:
+                    raise RunFileError(f"run file {path}: short read ({got} of {part.nbytes} "
+                                       "bytes): changed under us")
+                check.feed(part)
+    except OSError as exc:
+        raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
+    check.finish(crc)
+    return count
+
+
+def _read_head(path: Path) -> tuple[int, bytes]:
+    """``(file size, its first HEADER_SIZE bytes)``; a missing file is damage too
+    (the MANIFEST names it)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            return size, f.read(HEADER_SIZE)
+    except FileNotFoundError:
+        raise RunFileError(f"run file {path}: missing (the index MANIFEST names it)") from None
+    except OSError as exc:
+        raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
+
+
+def _parse_header(path: Path, head: bytes, size: int) -> tuple[int, int, int, int, int]:
+    """Validate every header field against the file size; no allocation before."""
+    if len(head) < HEADER_SIZE:
+        raise RunFileError(f"run file {path}: truncated header ({len(head)} bytes)")
+    magic, version, block, count, min_seq, max_seq, crc = _HEAD.unpack_from(head)
+    if magic != MAGIC:
+        raise RunFileError(f"run file {path}: not a fingerprint run (bad magic)")
+    (hcrc,) = struct.unpack_from("<I", head, _HEAD.size)
+    if zlib.crc32(head[:_HEAD.size]) != hcrc or any(head[_HEAD.size + 4:HEADER_SIZE]):
+        raise RunFileError(f"run file {path}: header checksum mismatch")
+    if version != FORMAT_VERSION:
+        raise RunFileError(f"run file {path}: format version {version}, "
+                           f"this build reads {FORMAT_VERSION}")
+    if not 1 <= block <= MAX_BLOCK_RECORDS:
+        raise RunFileError(f"run file {path}: bad block size {block}")
+    if size != HEADER_SIZE + count * RECORD_SIZE:
+        raise RunFileError(f"run file {path}: {size} bytes, header says {count} records "
+                           f"({HEADER_SIZE + count * RECORD_SIZE} bytes): truncated or damaged")
+    if min_seq > max_seq or max_seq >= 1 << 63:
+        raise RunFileError(f"run file {path}: bad seq range {min_seq}..{max_seq}")
+    return block, count, min_seq, max_seq, crc

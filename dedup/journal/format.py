@@ -1,0 +1,218 @@
+"""The journal's on-disk format (ledger format 2): schema, row types, and how a
+batch's frontier text is packed, one compressed row per host.
+
+A page's new URLs are split by host (the frontier pages in per host). A group's
+row id is its smallest seq; its seqs are stored as offsets from that id, one byte
+each when the batch is small (the usual case: ~10 new URLs a page), else four;
+its URLs are newline-joined (canonical URLs never hold a raw newline: it is
+percent-encoded) and zlib-compressed when that is smaller, behind one tag byte.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+
+from dedup.url.host import host_of
+
+FP = 16  # bytes per fingerprint
+FORMAT = 2
+ADMIT, FORGET = 0, 1
+# Tables:
+# - meta: geometry, rules, crawl id, format = 2 and the kept counters ("counters"),
+#   written in the same transaction as the rows they count.
+# - log(seq, n, kind, depth, fps): seqs seq .. seq+n-1; kind 0 admits, kind 1
+#   forgets (tombstones for the fingerprints).
+# - queue(id, host, depth, seqs, urls): the durable frontier text, one row per
+#   (batch, host); id is the group's smallest seq (unique, since a batch's groups
+#   partition its seqs), seqs the offsets from id, urls the packed text (below).
+# - outcomes(seq, state, status, error, at): fetch results; no row = queued.
+# Every log, queue and outcomes row carries ``crc``, a CRC-32 of its other columns
+# (``row_crc``): SQLite checks its pages' structure, never their contents, so a
+# flipped byte inside a fingerprint blob would otherwise be read as a different
+# fingerprint (a page fetched twice). A NULL crc (a ledger written before the
+# column: ``CRC_COLUMNS`` adds it) is not checked.
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, kind INTEGER NOT NULL,
+                  depth INTEGER NOT NULL, fps BLOB NOT NULL, crc INTEGER);
+CREATE TABLE queue (id INTEGER PRIMARY KEY, host TEXT NOT NULL, depth INTEGER NOT NULL,
+                    seqs BLOB NOT NULL, urls BLOB NOT NULL, crc INTEGER);
+CREATE INDEX queue_host ON queue(host, id);
+CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status INTEGER,
+                       error TEXT, at REAL NOT NULL, crc INTEGER);
+"""
+# Notes a caller keeps beside the keys, in the same transactions: ``notes``, a
+# text per run of seqs (the crawler: the page a run of URLs was found on);
+# ``contents``, the first (name, date) seen with each content digest (the
+# crawler: WARC revisits and pages.jsonl's duplicate_of). Added to older
+# format-2 ledgers on open; their rows carry a crc too, checked on read and by
+# verify() (so classify and repair judge them), but repair, resize and merge do
+# not carry them (repair salvages CRC_TABLES only).
+NOTES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT,
+                                  crc INTEGER);
+CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL,
+                                     at TEXT NOT NULL, crc INTEGER) WITHOUT ROWID;
+"""
+NOTES_TABLES = ("notes", "contents")
+SCHEMA += NOTES_SCHEMA
+CRC_TABLES = ("log", "queue", "outcomes")
+# the columns a row's crc covers, in order (the crc is the last column of each table)
+ROW_COLUMNS = {"log": ("seq", "n", "kind", "depth", "fps"),
+               "queue": ("id", "host", "depth", "seqs", "urls"),
+               "outcomes": ("seq", "state", "status", "error", "at"),
+               "notes": ("first", "last", "text"),
+               "contents": ("digest", "name", "at")}
+CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES)  # every table whose rows carry a crc
+
+
+def row_crc(values: Sequence[object]) -> int:
+    """CRC-32 of one row's columns: the repr of the row with each blob replaced by its
+    length (so types and column boundaries count), then the blobs' bytes."""
+    crc = zlib.crc32(repr([len(v) if v.__class__ is bytes else v for v in values]).encode())
+    for v in values:
+        if v.__class__ is bytes:
+            crc = zlib.crc32(v, crc)
+    return crc
+
+
+def with_crc(row: Sequence[object]) -> tuple[object, ...]:
+    """``row`` followed by its crc: what the journal inserts."""
+    return (*row, row_crc(row))
+
+
+def crc_ok(row: Sequence[object]) -> bool:
+    """Whether a row read as ``(*columns, crc)`` matches its crc (NULL: unchecked)."""
+    crc = row[-1]
+    return crc is None or crc == row_crc(row[:-1])
+
+
+class State(IntEnum):
+    """Life cycle of an admitted URL; QUEUED ones are the durable frontier."""
+
+    QUEUED = 0
+    FETCHED = 1
+    FAILED = 2
+    SKIPPED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRow:
+    """A frontier entry paged in from the ledger."""
+
+    seq: int
+    url: str
+    host: str
+    depth: int
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One ``log`` row: seqs ``seq .. seq+n-1`` with their fingerprints in order."""
+
+    seq: int
+    n: int
+    kind: int
+    depth: int
+    fps: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    """Everything the journal knows about one seq (for ``check``)."""
+
+    seq: int
+    fp: bytes
+    kind: int
+    depth: int
+    url: str | None  # only while its queue row is kept
+    host: str | None
+    state: State | None  # None for a tombstone
+    status: int | None
+    error: str | None
+    at: float | None
+
+
+class PortableRow(NamedTuple):
+    """One seq in the form fleet merge/resize move between journals, in seq order.
+
+    ``state`` None marks a tombstone (a forget); ``url``/``host`` are None once the
+    URL left the frontier (its text lives in the crawl output by then).
+    """
+
+    fp: bytes
+    url: str | None
+    host: str | None
+    depth: int
+    state: State | None
+    status: int | None
+    error: str | None
+
+
+ZLIB_LEVEL = 6
+_RAW, _DEFLATED = b"\x00", b"\x01"
+
+# (first seq, host, seqs, urls) of one host's URLs in one batch
+Group = tuple[int, str, list[int], list[str]]
+
+
+def groups_by_host(first: int, urls: Sequence[str | None],
+                   hosts: Sequence[str] | None) -> list[Group]:
+    """Split a batch starting at seq ``first`` by host; None urls keep no text."""
+    if hosts is not None and len(hosts) != len(urls):
+        raise ValueError(f"{len(hosts)} hosts for {len(urls)} urls")
+    by_host: dict[str, tuple[list[int], list[str]]] = {}
+    for i, url in enumerate(urls):
+        if url is None:
+            continue
+        if "\n" in url:
+            raise ValueError(f"a URL holds a raw newline: {url!r}")
+        host = hosts[i] if hosts is not None else host_of(url)
+        seqs, texts = by_host.setdefault(host, ([], []))
+        seqs.append(first + i)
+        texts.append(url)
+    return [(seqs[0], host, seqs, texts) for host, (seqs, texts) in by_host.items()]
+
+
+def encode_group(group: Group, depth: int) -> tuple[int, str, int, bytes, bytes]:
+    """The ``queue`` row ``(id, host, depth, seqs, urls)`` of one group.
+
+    The text is deflated only when that makes it smaller (a lone URL grows by
+    the zlib header); its first byte says which. Plain ``bytes`` for small
+    offsets: numpy's per-call cost dominated a group of a few URLs."""
+    first, host, seqs, urls = group
+    offsets = [s - first for s in seqs]
+    packed = (bytes(offsets) if offsets[-1] < 256
+              else np.asarray(offsets, dtype="<u4").tobytes())
+    raw = "\n".join(urls).encode()
+    if len(urls) > 1:
+        deflated = zlib.compress(raw, ZLIB_LEVEL)
+        if len(deflated) < len(raw):
+            return first, host, depth, packed, _DEFLATED + deflated
+    return first, host, depth, packed, _RAW + raw
+
+
+def decode_group(first: int, seqs: bytes, urls: bytes) -> tuple[np.ndarray, list[str]]:
+    """Inverse of ``encode_group``: (seqs int64, urls) of one queue row."""
+    body = zlib.decompress(urls[1:]) if urls[:1] == _DEFLATED else urls[1:]
+    texts = body.decode().split("\n")
+    dtype = np.uint8 if len(seqs) == len(texts) else np.dtype("<u4")
+    return np.frombuffer(seqs, dtype=dtype).astype(np.int64) + first, texts
+
+
+def flatten_log_rows(rows: list[tuple]) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """Log rows ``(seq, n, kind, fps)`` as one run of per-seq arrays."""
+    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+    ns = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    kinds = np.repeat(np.fromiter((r[2] for r in rows), np.uint8, len(rows)), ns)
+    before = np.cumsum(ns) - ns
+    seqs = np.arange(int(ns.sum()), dtype=np.int64) + np.repeat(starts - before, ns)
+    return seqs, b"".join(r[3] for r in rows), kinds

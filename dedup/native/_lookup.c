@@ -1,0 +1,679 @@
+/* The exact seen-test's hot loops, compiled: the confirm cache's pass over a
+page's links, a lookup in one part of the fingerprint index (its probe filter,
+directory and bucket search, from RAM or with one pread per key), and the
+index's in-RAM buffer as a hash table (dedup/index/fptable.py, which has no Python
+twin: without this module the index buffers in dedup/index/fpbuffer.py).
+
+Why C: each was a Python loop per link or per key (a tuple unpack and two set
+lookups; a pread, a bytes.find and an int.from_bytes) or some thirty numpy
+calls per index part and group of pages, whose fixed cost outweighed the work:
+at 10M URLs they were a third of UrlSeen's time beyond canonicalization. The
+results are exactly those of the Python code they replace (dedup/store/confirmed.py,
+dedup/index/sortedkeys.py), which runs when this module did not build; the tests
+compare the two.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "_buffers.h"
+#include "_murmur.h"
+
+/* The confirm cache's two generations (dedup/store/confirmed.py): each 2**k slots of a
+   fingerprint's two uint64 halves, (0, 0) empty, probed linearly from hi's low
+   bits (a fingerprint is uniformly random); the two may differ in size. The
+   fingerprint (0, 0) is never held: caching is only speed. The caller keeps
+   every table at most half full (`half`: what the young one may hold), so a
+   probe ends at an empty slot; it is bounded by the table's size all the same,
+   so a table filled behind the caller's count raises instead of spinning. */
+typedef struct { Py_buffer b; uint64_t *s; uint64_t mask; } fpset;
+
+static int fpset_open(fpset *t, PyObject *o, const char *what, int writable) {
+    if (get_items(o, &t->b, what, &U64, writable) < 0) return -1;
+    Py_ssize_t n = t->b.len / 16;
+    if (t->b.len % 16 || n < 2 || (n & (n - 1))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: need 2 * 2**k uint64 slots");
+        return -1;
+    }
+    t->s = t->b.buf;
+    t->mask = (uint64_t)n - 1;
+    return 0;
+}
+
+/* The slot holding (hi, lo), or the empty slot where it would go; NULL if the
+   table is full without it. */
+static inline uint64_t *fpset_slot(const fpset *t, uint64_t hi, uint64_t lo) {
+    uint64_t j = hi & t->mask;
+    for (uint64_t left = t->mask + 1; left; left--, j = (j + 1) & t->mask) {
+        uint64_t *s = t->s + 2 * j;
+        if ((s[0] == hi && s[1] == lo) || !(s[0] | s[1])) return s;
+    }
+    return NULL;
+}
+
+static void fpset_full(const char *which) {
+    PyErr_Format(PyExc_ValueError,
+                 "confirm cache: the %s table is full (it holds more than its count says)", which);
+}
+
+static int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
+                      Py_ssize_t held, Py_ssize_t half) {
+    if (fpset_open(young, yo, "young", 1) < 0 || (oo && fpset_open(old, oo, "old", 0) < 0))
+        return -1;
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether two tables share memory (a view of the other): each is written or
+   read on the assumption that no other write changes it. */
+static int fpset_overlap(const fpset *a, const fpset *b) {
+    const char *x = a->b.buf, *y = b->b.buf;
+    return x < y + b->b.len && y < x + a->b.len;
+}
+
+/* Append the pair's key and value to `keys` and `values` and its fingerprint to
+   `fps`: all three or none (-1 with an error set, the three as they were). */
+static int append_new(PyObject *keys, PyObject *values, PyObject *fps, PyObject *pair,
+                      const uint64_t f[2]) {
+    Py_ssize_t len = PyByteArray_GET_SIZE(fps);
+    if (PyByteArray_Resize(fps, len + 16) < 0) return -1;  /* e.g. a view of it is held */
+    if (PyList_Append(keys, PyTuple_GET_ITEM(pair, 1)) == 0) {
+        if (PyList_Append(values, PyTuple_GET_ITEM(pair, 0)) == 0) {
+            memcpy(PyByteArray_AS_STRING(fps) + len, f, 16);
+            return 0;
+        }
+        /* take the key back: the pair still holds it, so nothing is freed */
+        Py_ssize_t k = PyList_GET_SIZE(keys) - 1;
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        Py_SET_SIZE(keys, k);
+        Py_DECREF(key);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    /* back to its size: it grew a moment ago, so no view of it is held */
+    if (PyByteArray_Resize(fps, len) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return -1;
+}
+
+/* confirm_split(items, start, seed, young, held, old, half, batch, bheld,
+                 keys, values, fps) -> (stop, hits, held, bheld)
+
+   For items[start:] -- each None (a rejected link, skipped) or a (value, key)
+   tuple with a str key -- the fingerprint of the key (seed `seed`): held in
+   `young` (which holds `held` keys), a hit; held in `old`, a hit that is added
+   to `young`; else, unless `batch` (the fingerprints this pass already let
+   through, `bheld` of them) holds it, it is added to `batch` and the key, its
+   value and its fingerprint are appended to the lists `keys` and `values` and
+   the bytearray `fps`. Stops right after an addition that brings `young` to
+   `half` keys (the caller swaps the generations or grows the young table) or
+   `batch` to half its slots (the caller grows it), and is called again from
+   `stop`; stop == len(items) when done. No key is hashed as a str: the fingerprint is the only lookup.
+
+   The counts returned are always those of the tables. An item is done whole
+   (its slot, its three appends) or not at all, and an error met after some
+   items were done (an item that is not a pair, a key that is not UTF-8, a
+   table fuller than its count, no memory) is not raised by this call: it
+   returns the items done, stop at the failing one (or at its chunk's first),
+   and the next call, from stop, raises it before it changes anything. Were
+   the error raised at once, the caller would keep counts below what the tables
+   hold, and a few such errors could fill a table. `items` must not be `keys`
+   or `values`: an append would move the list's items under the loop. */
+#define CHUNK 16
+
+static PyObject *confirm_split(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *items, *yo, *oo, *bo, *keys, *values, *fps, *ret = NULL;
+    Py_ssize_t start, held, half, bheld, hits = 0, i;
+    long long seed;
+    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL};
+    if (!PyArg_ParseTuple(args, "O!nLOnOnOnO!O!O!", &PyList_Type, &items, &start, &seed,
+                          &yo, &held, &oo, &half, &bo, &bheld, &PyList_Type, &keys,
+                          &PyList_Type, &values, &PyByteArray_Type, &fps))
+        return NULL;
+    if (items == keys || items == values || keys == values) {
+        PyErr_SetString(PyExc_ValueError,
+                        "confirm_split: items, keys and values must be three different lists");
+        return NULL;
+    }
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return NULL;
+    }
+    if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
+    if (fpset_open(&batch, bo, "batch", 1) < 0) goto done;
+    if (fpset_overlap(&young, &old) || fpset_overlap(&young, &batch)
+            || fpset_overlap(&old, &batch)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "confirm cache: the young, old and batch tables must not share memory");
+        goto done;
+    }
+    Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
+    if (bheld < 0 || bheld >= bhalf) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
+        goto done;
+    }
+    /* In chunks: every link's tuple, key and table slots are cache misses, so a
+       chunk's are asked for (prefetched) before the first is waited on. `it`
+       stays valid: nothing below runs Python code or changes `items`. */
+    Py_ssize_t n = PyList_GET_SIZE(items), begin;
+    PyObject **it = ((PyListObject *)items)->ob_item;
+    uint64_t f[CHUNK][2];
+    i = begin = start < 0 ? 0 : start;
+    for (Py_ssize_t c = i; c < n; c = i) {  /* i == c: the items before c are done */
+        Py_ssize_t m = n - c < CHUNK ? n - c : CHUNK;
+        for (Py_ssize_t j = c + CHUNK; j < c + 2 * CHUNK && j < n; j++)
+            __builtin_prefetch(it[j]);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            if (item == Py_None) continue;
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
+                    || !PyUnicode_Check(PyTuple_GET_ITEM(item, 1))) {
+                PyErr_SetString(PyExc_TypeError, "items must be (value, str key) pairs or None");
+                goto fail;
+            }
+            PyObject *key = PyTuple_GET_ITEM(item, 1);
+            __builtin_prefetch(key);  /* an ASCII str's text follows its header */
+            __builtin_prefetch((const char *)key + 64);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            if (item == Py_None) continue;
+            if (fingerprint_str(PyTuple_GET_ITEM(item, 1), (uint32_t)seed, f[j]) < 0) goto fail;
+            __builtin_prefetch(young.s + 2 * (f[j][0] & young.mask));
+            __builtin_prefetch(old.s + 2 * (f[j][0] & old.mask));
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *item = it[c + j];
+            i = c + j + 1;
+            if (item == Py_None) continue;
+            uint64_t hi = f[j][0], lo = f[j][1], *b = NULL;
+            if (hi | lo) {  /* (0, 0) cannot be held: let through each time */
+                uint64_t *y = fpset_slot(&young, hi, lo);
+                if (y && (y[0] | y[1])) { hits++; continue; }
+                const uint64_t *o = fpset_slot(&old, hi, lo);
+                if (o && (o[0] | o[1])) {
+                    if (!y) { i = c + j; fpset_full("young"); goto fail; }
+                    hits++;
+                    y[0] = hi;
+                    y[1] = lo;
+                    if (++held >= half) goto stop;
+                    continue;
+                }
+                b = fpset_slot(&batch, hi, lo);
+                if (!b) { i = c + j; fpset_full("batch"); goto fail; }
+                if (b[0] | b[1]) continue;  /* let through earlier in this pass */
+            }
+            if (append_new(keys, values, fps, item, f[j]) < 0) { i = c + j; goto fail; }
+            if (b) {
+                b[0] = hi;
+                b[1] = lo;
+                if (++bheld >= bhalf) goto stop;
+            }
+        }
+    }
+stop:
+    ret = Py_BuildValue("nnnn", i, hits, held, bheld);
+    goto done;
+fail:
+    if (i > begin) {  /* the items before i are done: return them (see above) */
+        PyErr_Clear();
+        goto stop;
+    }
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (old.b.obj) PyBuffer_Release(&old.b);
+    if (batch.b.obj) PyBuffer_Release(&batch.b);
+    return ret;
+}
+
+/* confirm_add(young, held, half, h, start) -> (stop, held)
+
+   Add the fingerprints h[start:] (an (n, 2) uint64 buffer) to `young`, which
+   holds `held` keys; stops right after an addition that brings it to `half`
+   keys (the caller swaps the generations or grows the table, and calls again
+   from `stop`). A table found full (fuller than `held` says) is raised by the
+   call that would add first to it; a call that added already returns its
+   additions, stop at the fingerprint it could not place, as confirm_split. */
+static PyObject *confirm_add(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *yo, *ho, *ret = NULL;
+    Py_ssize_t held, half, start, i, begin;
+    fpset young = {.s = NULL};
+    Py_buffer h = {0};
+    if (!PyArg_ParseTuple(args, "OnnOn", &yo, &held, &half, &ho, &start)) return NULL;
+    if (fpset_args(&young, yo, NULL, NULL, held, half) < 0) goto done;
+    if (get_items(ho, &h, "confirm_add: the fingerprints", &U64, 0) < 0) goto done;
+    if (h.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "confirm_add: need (n, 2) uint64 fingerprints");
+        goto done;
+    }
+    const uint64_t *f = h.buf;
+    Py_ssize_t n = h.len / 16;
+    for (i = begin = start < 0 ? 0 : start; i < n && half > 0; i++) {
+        uint64_t hi = f[2 * i], lo = f[2 * i + 1];
+        if (!(hi | lo)) continue;
+        uint64_t *y = fpset_slot(&young, hi, lo);
+        if (!y) {
+            if (i > begin) break;
+            fpset_full("young");
+            goto done;
+        }
+        if (y[0] | y[1]) continue;
+        y[0] = hi;
+        y[1] = lo;
+        if (++held >= half) { i++; break; }
+    }
+    ret = Py_BuildValue("nn", i, held);
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (h.obj) PyBuffer_Release(&h);
+    return ret;
+}
+
+#define RECORD 24  /* bytes of one run record: hi, lo, seq (uint64, little-endian) */
+
+/* A run's three-probe filter (see dedup/index/sortedkeys.py, filter_positions): key i's
+   bits are the two 32-bit halves of lo[i] and the low half of hi[i], each scaled
+   to [0, m) for a filter of m = 8 * len(bloom) bits (m <= 2**32). */
+static inline uint64_t filter_bit(uint64_t x, uint64_t m) { return ((x & 0xFFFFFFFFu) * m) >> 32; }
+
+static inline int filter_has(const uint8_t *b, uint64_t m, uint64_t hi, uint64_t lo) {
+    uint64_t x = filter_bit(lo >> 32, m), y = filter_bit(lo, m), z = filter_bit(hi, m);
+    return (b[x >> 3] >> (x & 7)) & (b[y >> 3] >> (y & 7)) & (b[z >> 3] >> (z & 7)) & 1;
+}
+
+/* filter_set(bloom, hi, lo): set the three bits of every key. */
+static PyObject *filter_set(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *bo, *ho, *lo_;
+    Py_buffer bl = {0}, h = {0}, l = {0};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOO", &bo, &ho, &lo_)) return NULL;
+    if (get_items(bo, &bl, "filter_set: the filter", &U8, 1) < 0
+            || get_items(ho, &h, "filter_set: hi", &U64, 0) < 0
+            || get_items(lo_, &l, "filter_set: lo", &U64, 0) < 0)
+        goto done;
+    uint64_t m = (uint64_t)bl.len * 8;
+    if (h.len % 8 || l.len != h.len || !m || m > ((uint64_t)1 << 32)) {
+        PyErr_SetString(PyExc_ValueError, "need n uint64 hi and lo, a filter of 1 to 2**29 bytes");
+        goto done;
+    }
+    uint8_t *b = bl.buf;
+    const uint64_t *hi = h.buf, *lo = l.buf;
+    for (Py_ssize_t i = 0; i < h.len / 8; i++) {
+        uint64_t x = filter_bit(lo[i] >> 32, m), y = filter_bit(lo[i], m), z = filter_bit(hi[i], m);
+        b[x >> 3] |= (uint8_t)(1u << (x & 7));
+        b[y >> 3] |= (uint8_t)(1u << (y & 7));
+        b[z >> 3] |= (uint8_t)(1u << (z & 7));
+    }
+    ret = Py_None; Py_INCREF(ret);
+done:
+    if (bl.obj) PyBuffer_Release(&bl);
+    if (h.obj) PyBuffer_Release(&h);
+    if (l.obj) PyBuffer_Release(&l);
+    return ret;
+}
+
+/* sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads
+
+   One part of the fingerprint index (a run file or the buffer's sorted columns;
+   see dedup/index/sortedkeys.py) asked about every key i with todo[i] set: the probe
+   filter (`bloom`, a uint8 buffer, or None), then the key's directory bucket
+   (`start`: int32 or int64 bucket starts, bucket j = hi >> shift), searched
+   - from the run file `fd` (>= 0) with one pread of the bucket at `off` +
+     24 * start[j] (the file is never mapped), or
+   - in RAM (fd < 0), in `cols`: a tuple of contiguous uint64 hi, lo, seq columns.
+   Where found: raw[i] = the record's seq, todo[i] = 0. `readahead`: every file
+   bucket is first asked for (POSIX_FADV_WILLNEED). The GIL is released while
+   the loops touch only the buffers (held, so no array can be freed or resized)
+   and their own memory; each bucket's bounds are checked against the row count
+   before any read. */
+static PyObject *sorted_find(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *so, *bo, *co, *ho, *lo_, *to, *ro;
+    int shift, fd, readahead;
+    long long off;
+    Py_buffer st = {0}, bl = {0}, h = {0}, l = {0}, t = {0}, r = {0};
+    Py_buffer col[3] = {{0}, {0}, {0}};
+    Py_ssize_t reads = -1;
+    int64_t (*spans)[2] = NULL;
+    uint8_t *buf = NULL;
+    if (!PyArg_ParseTuple(args, "OiOiLOOOOOp", &so, &shift, &bo, &fd, &off, &co, &ho, &lo_,
+                          &to, &ro, &readahead))
+        return NULL;
+    if (get_items(so, &st, "sorted_find: the directory", &INT32_OR_64, 0) < 0
+            || (bo != Py_None && get_items(bo, &bl, "sorted_find: the filter", &U8, 0) < 0)
+            || get_items(ho, &h, "sorted_find: hi", &U64, 0) < 0
+            || get_items(lo_, &l, "sorted_find: lo", &U64, 0) < 0
+            || get_items(to, &t, "sorted_find: todo", &FLAGS, 1) < 0
+            || get_items(ro, &r, "sorted_find: raw", &U64, 1) < 0)
+        goto done;
+    Py_ssize_t n = h.len / 8, nb = 0, count = 0;
+    int wide = st.itemsize == 8;
+    if (h.len % 8 || l.len != h.len || t.len != n || r.len != h.len
+            || st.len / st.itemsize < 2 || shift < 1 || shift > 63 || off < 0) {
+        PyErr_SetString(PyExc_ValueError, "sorted_find: bad arguments");
+        goto done;
+    }
+    nb = st.len / st.itemsize - 1;  /* buckets */
+    int64_t rows = wide ? ((const int64_t *)st.buf)[nb] : ((const int32_t *)st.buf)[nb];
+    /* every bucket's bytes, offset and end then fit in an int64 */
+    if (rows < 0 || rows > (INT64_MAX - off) / RECORD) {
+        PyErr_SetString(PyExc_ValueError, "sorted_find: the directory's row count is out of range");
+        goto done;
+    }
+    if (fd < 0) {
+        if (!PyTuple_Check(co) || PyTuple_GET_SIZE(co) != 3) {
+            PyErr_SetString(PyExc_ValueError, "sorted_find: cols must be (hi, lo, seq)");
+            goto done;
+        }
+        for (int c = 0; c < 3; c++)
+            if (get_items(PyTuple_GET_ITEM(co, c), &col[c], "sorted_find: a column", &U64, 0) < 0)
+                goto done;
+        for (int c = 0; c < 3; c++)
+            if (col[c].len != 8 * rows) {
+                PyErr_SetString(PyExc_ValueError, "sorted_find: columns and directory differ");
+                goto done;
+            }
+    }
+    const uint64_t *hi = h.buf, *lo = l.buf;
+    const uint8_t *bloom = bl.obj ? bl.buf : NULL;
+    uint64_t m = (uint64_t)bl.len * 8;
+    if (bloom && (!m || m > ((uint64_t)1 << 32))) {
+        PyErr_SetString(PyExc_ValueError, "sorted_find: a filter of 1 to 2**29 bytes");
+        goto done;
+    }
+    uint8_t *todo = t.buf;
+    uint64_t *raw = r.buf;
+    spans = PyMem_RawMalloc((n ? n : 1) * sizeof *spans);
+    if (!spans) { PyErr_NoMemory(); goto done; }
+    int64_t most = 0;
+    Py_ssize_t bad = 0, failed = -1;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* pass 1: filter and directory, all in RAM */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        spans[i][0] = spans[i][1] = 0;
+        if (!todo[i]) continue;
+        if (bloom && !filter_has(bloom, m, hi[i], lo[i])) continue;
+        uint64_t j = hi[i] >> shift;
+        if ((Py_ssize_t)j >= nb) { bad = 1; break; }
+        int64_t a = wide ? ((const int64_t *)st.buf)[j] : ((const int32_t *)st.buf)[j];
+        int64_t b = wide ? ((const int64_t *)st.buf)[j + 1] : ((const int32_t *)st.buf)[j + 1];
+        if (a < 0 || b < a || b > rows) { bad = 1; break; }
+        spans[i][0] = a; spans[i][1] = b;
+        if ((b - a) * RECORD > most) most = (b - a) * RECORD;
+    }
+    if (!bad && fd >= 0) {
+#ifdef POSIX_FADV_WILLNEED
+        if (readahead && n > 1)
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (spans[i][1] > spans[i][0])
+                    posix_fadvise(fd, off + spans[i][0] * RECORD,
+                                  (spans[i][1] - spans[i][0]) * RECORD, POSIX_FADV_WILLNEED);
+#endif
+        buf = malloc(most ? (size_t)most : 1);
+        if (!buf) bad = 2;
+        for (Py_ssize_t i = 0; i < n && !bad && failed < 0; i++) {
+            int64_t size = (spans[i][1] - spans[i][0]) * RECORD, got = 0;
+            if (!size) continue;
+            int64_t at = off + spans[i][0] * RECORD;
+            while (got < size) {
+                ssize_t k = pread(fd, buf + got, (size_t)(size - got), at + got);
+                if (k < 0 && errno == EINTR) continue;
+                if (k <= 0) { failed = i; err = k < 0 ? errno : 0; break; }
+                got += k;
+            }
+            if (failed >= 0) break;
+            count++;
+            for (int64_t p = 0; p < size; p += RECORD) {
+                uint64_t rh, rl;
+                memcpy(&rh, buf + p, 8); memcpy(&rl, buf + p + 8, 8);
+                if (rh == hi[i] && rl == lo[i]) {
+                    memcpy(&raw[i], buf + p + 16, 8);
+                    todo[i] = 0;
+                    break;
+                }
+                if (rh > hi[i]) break;  /* a bucket is sorted by (hi, lo) */
+            }
+        }
+    } else if (!bad) {
+        const uint64_t *H = col[0].buf, *L = col[1].buf, *S = col[2].buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t a = spans[i][0], b = spans[i][1];
+            while (a < b) {  /* first record >= (hi, lo) */
+                int64_t mid = a + (b - a) / 2;
+                if (H[mid] < hi[i] || (H[mid] == hi[i] && L[mid] < lo[i])) a = mid + 1;
+                else b = mid;
+            }
+            if (a < spans[i][1] && H[a] == hi[i] && L[a] == lo[i]) {
+                raw[i] = S[a];
+                todo[i] = 0;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(buf);
+    if (bad == 1) {
+        PyErr_SetString(PyExc_ValueError, "sorted_find: directory out of range");
+        goto done;
+    }
+    if (bad == 2) { PyErr_NoMemory(); goto done; }
+    if (failed >= 0) {
+        if (err) { errno = err; PyErr_SetFromErrno(PyExc_OSError); }
+        else PyErr_Format(PyExc_ValueError,
+                          "run file (fd %d): short read: changed under us", fd);
+        goto done;
+    }
+    reads = count;
+done:
+    PyMem_RawFree(spans);
+    for (int c = 0; c < 3; c++) if (col[c].obj) PyBuffer_Release(&col[c]);
+    if (st.obj) PyBuffer_Release(&st);
+    if (bl.obj) PyBuffer_Release(&bl);
+    if (h.obj) PyBuffer_Release(&h);
+    if (l.obj) PyBuffer_Release(&l);
+    if (t.obj) PyBuffer_Release(&t);
+    if (r.obj) PyBuffer_Release(&r);
+    return reads < 0 ? NULL : PyLong_FromSsize_t(reads);
+}
+
+/* The fingerprint index's buffer as one open-addressing table (dedup/index/fptable.py):
+   `slots` holds cap records (hi, lo, raw seq) as 3 * cap uint64, `tags` one byte
+   per slot, 0 where empty, else 0x80 | 7 bits of the key's hash. A probe walks
+   the tags (a byte a slot, so a miss rarely touches a record) from the key's
+   home slot to the first empty one, and at most once round the table (a full
+   one, which a caller's wrong count could make, raises instead of spinning);
+   cap is a power of two. */
+#define SEQ_BITS 0x7FFFFFFFFFFFFFFFull  /* a raw seq without its tombstone bit */
+
+typedef struct { Py_buffer s, g; uint64_t *slot; uint8_t *tag; uint64_t mask; int bits; } table;
+
+static void table_release(table *tb) {
+    if (tb->s.obj) PyBuffer_Release(&tb->s);
+    if (tb->g.obj) PyBuffer_Release(&tb->g);
+}
+
+static int table_open(table *tb, PyObject *so, PyObject *go, int writable) {
+    if (get_items(so, &tb->s, "table: slots", &U64, writable) < 0
+            || get_items(go, &tb->g, "table: tags", &U8, writable) < 0)
+        return -1;
+    Py_ssize_t cap = tb->g.len;
+    if (cap < 2 || (cap & (cap - 1)) || tb->s.len / 24 != cap || tb->s.len % 24) {
+        PyErr_SetString(PyExc_ValueError, "table: need 2**k tags and 3 * 2**k uint64 slots");
+        return -1;
+    }
+    tb->slot = tb->s.buf;
+    tb->tag = tb->g.buf;
+    tb->mask = (uint64_t)cap - 1;
+    tb->bits = 0;
+    while (((uint64_t)1 << tb->bits) < (uint64_t)cap) tb->bits++;
+    return 0;
+}
+
+/* The key's home slot (the top bits of a multiplicative hash: keys may be
+   small or skewed, not only fingerprints) and its tag (the low 7 bits). */
+static inline uint64_t table_home(const table *tb, uint64_t hi, uint64_t lo, uint8_t *tag) {
+    uint64_t h = (hi ^ (lo << 32 | lo >> 32)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    *tag = (uint8_t)(0x80 | (h & 0x7F));
+    return h >> (64 - tb->bits);
+}
+
+#define TABLE_FULL UINT64_MAX
+
+/* The slot of key (hi, lo), or of the empty slot where it would go; TABLE_FULL
+   if the table is full without it. */
+static inline uint64_t table_slot(const table *tb, uint64_t hi, uint64_t lo, uint8_t *tag) {
+    uint64_t j = table_home(tb, hi, lo, tag);
+    for (uint64_t left = tb->mask + 1; left; left--, j = (j + 1) & tb->mask) {
+        uint8_t g = tb->tag[j];
+        if (!g || (g == *tag && tb->slot[3 * j] == hi && tb->slot[3 * j + 1] == lo)) return j;
+    }
+    return TABLE_FULL;
+}
+
+/* Open the hi, lo, raw columns (raw written if `raw_out`): n uint64 each. */
+static int u64_columns(Py_buffer *b, PyObject *const *o, const char *fn, int raw_out) {
+    static const char *names[3] = {"hi", "lo", "raw"};
+    char what[48];
+    for (int i = 0; i < 3; i++) {
+        PyOS_snprintf(what, sizeof what, "%s: %s", fn, names[i]);
+        if (get_items(o[i], &b[i], what, &U64, i == 2 && raw_out) < 0) return -1;
+    }
+    if (b[1].len != b[0].len || b[2].len != b[0].len) {
+        PyErr_SetString(PyExc_ValueError, "table: columns of n uint64 each");
+        return -1;
+    }
+    return 0;
+}
+
+/* The keys a table holds, counted (only to report a table fuller than its count). */
+static Py_ssize_t table_held(const table *tb) {
+    Py_ssize_t held = 0;
+    for (uint64_t j = 0; j <= tb->mask; j++) held += tb->tag[j] != 0;
+    return held;
+}
+
+/* table_put(slots, tags, held, hi, lo, raw) -> added
+
+   Keep each record (hi[i], lo[i], raw[i]) in the table, which holds `held`
+   keys: a key already there keeps the newer record (the higher seq without the
+   tombstone bit; on a tie the later one, as a newest-wins merge). Returns how
+   many keys were new to it. Refused unless held + n leaves a slot empty, so
+   with a true `held` no error follows the first write. A table found full all
+   the same holds more keys than `held`: that raises, with the table's count
+   (the records put before stay; the caller's count was wrong before the call). */
+static PyObject *table_put(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *so, *go, *ho, *lo_, *ro;
+    Py_ssize_t held;
+    table tb = {0};
+    Py_buffer col[3] = {{0}, {0}, {0}};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOnOOO", &so, &go, &held, &ho, &lo_, &ro)) return NULL;
+    PyObject *cols[3] = {ho, lo_, ro};
+    if (table_open(&tb, so, go, 1) < 0 || u64_columns(col, cols, "table_put", 0) < 0) goto done;
+    Py_ssize_t n = col[0].len / 8, added = 0;
+    if (held < 0 || (uint64_t)held + (uint64_t)n > tb.mask) {
+        PyErr_SetString(PyExc_ValueError, "table_put: the table would fill up");
+        goto done;
+    }
+    const uint64_t *hi = col[0].buf, *lo = col[1].buf, *raw = col[2].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t tag;
+        uint64_t j = table_slot(&tb, hi[i], lo[i], &tag);
+        if (j == TABLE_FULL) {
+            PyErr_Format(PyExc_ValueError, "table_put: the table is full: it holds %zd keys, "
+                         "not %zd", table_held(&tb), held + added);
+            goto done;
+        }
+        uint64_t *rec = tb.slot + 3 * j;
+        if (!tb.tag[j]) {
+            tb.tag[j] = tag;
+            rec[0] = hi[i];
+            rec[1] = lo[i];
+            rec[2] = raw[i];
+            added++;
+        } else if ((raw[i] & SEQ_BITS) >= (rec[2] & SEQ_BITS)) {
+            rec[2] = raw[i];
+        }
+    }
+    ret = PyLong_FromSsize_t(added);
+done:
+    table_release(&tb);
+    for (int k = 0; k < 3; k++)
+        if (col[k].obj) PyBuffer_Release(&col[k]);
+    return ret;
+}
+
+/* table_find(slots, tags, hi, lo, todo, raw) -> found
+
+   For every key i with todo[i] set (uint8 or bool) that the table holds:
+   raw[i] = its raw seq, todo[i] = 0. (A probe round a full table is a miss.) */
+static PyObject *table_find(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *so, *go, *ho, *lo_, *to, *ro;
+    table tb = {0};
+    Py_buffer col[3] = {{0}, {0}, {0}}, t = {0};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &so, &go, &ho, &lo_, &to, &ro)) return NULL;
+    PyObject *cols[3] = {ho, lo_, ro};
+    if (table_open(&tb, so, go, 0) < 0 || u64_columns(col, cols, "table_find", 1) < 0
+            || get_items(to, &t, "table_find: todo", &FLAGS, 1) < 0)
+        goto done;
+    Py_ssize_t n = col[0].len / 8, found = 0;
+    if (t.len != n) {
+        PyErr_SetString(PyExc_ValueError, "table_find: todo needs one byte a key");
+        goto done;
+    }
+    const uint64_t *hi = col[0].buf, *lo = col[1].buf;
+    uint64_t *raw = col[2].buf;
+    uint8_t *todo = t.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!todo[i]) continue;
+        uint8_t tag;
+        uint64_t j = table_slot(&tb, hi[i], lo[i], &tag);
+        if (j != TABLE_FULL && tb.tag[j]) {
+            raw[i] = tb.slot[3 * j + 2];
+            todo[i] = 0;
+            found++;
+        }
+    }
+    ret = PyLong_FromSsize_t(found);
+done:
+    table_release(&tb);
+    for (int k = 0; k < 3; k++)
+        if (col[k].obj) PyBuffer_Release(&col[k]);
+    if (t.obj) PyBuffer_Release(&t);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"confirm_split", confirm_split, METH_VARARGS,
+     "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
+     " fps) -> (stop, hits, held, bheld)"},
+    {"confirm_add", confirm_add, METH_VARARGS,
+     "confirm_add(young, held, half, h, start) -> (stop, held)"},
+    {"sorted_find", sorted_find, METH_VARARGS,
+     "sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads"},
+    {"filter_set", filter_set, METH_VARARGS,
+     "filter_set(bloom, hi, lo): set the three filter bits of every key"},
+    {"table_put", table_put, METH_VARARGS,
+     "table_put(slots, tags, held, hi, lo, raw) -> added"},
+    {"table_find", table_find, METH_VARARGS,
+     "table_find(slots, tags, hi, lo, todo, raw) -> found"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "dedup.native._lookup",
+    "The exact seen-test's hot loops, compiled (see dedup/store/confirmed.py, dedup/index/sortedkeys.py, "
+    "dedup/index/fptable.py)",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__lookup(void) { return PyModule_Create(&module); }

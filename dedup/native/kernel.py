@@ -1,0 +1,29 @@
+"""The compiled kernels, or None where they did not build.
+
+``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops, used by
+:mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and :mod:`dedup.url.fingerprint`.
+``lookup`` (``dedup/native/_lookup.c``): the exact lookup's, used by :mod:`dedup.store.confirmed`,
+:mod:`dedup.index.sortedkeys` and :mod:`dedup.index.fptable`. Both are optional because they are
+only speed: the
+Python code they replace runs without them, with the same answers.
+``BLOOMCRAWL_NO_KERNEL=1`` runs without either (to compare, or rule them out).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+kernel: ModuleType | None = None
+lookup: ModuleType | None = None
+if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
+    try:
+        from dedup.native import _kernel as kernel
+    except ImportError:  # built without a C compiler: the numpy code runs
+        kernel = None
+    try:
+        from dedup.native import _lookup as lookup
+    except ImportError:
+        lookup = None
+
+__all__ = ["kernel", "lookup"]

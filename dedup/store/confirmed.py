@@ -1,0 +1,217 @@
+"""The seen-test's confirm cache: keys confirmed or admitted lately, by fingerprint.
+
+Navigation repeats on every page, so most of a page's links were confirmed a
+moment ago; answering them here skips the Bloom filter and the index. The cache
+holds fingerprints, not key strings: 16 bytes a key in a compiled table
+(``confirm_split`` and ``confirm_add`` in ``dedup/native/_lookup.c``), where a set of
+strings kept each ~100-byte key alive and cost three hash-table probes a link.
+The pass fingerprints each link as it checks it, so the keys it does not hold
+come out with their fingerprints, ready for the filter and the ledger.
+
+Eviction is by two generations, as :class:`dedup.store.recent.RecentKeys`: keys go into
+the young table; when it holds ``size // 2`` keys it becomes the old one and the
+previous old one is dropped; a key found in the old table moves back to the
+young one, so keys in steady use survive every swap. A table is at most half
+full and starts small, doubling as the young generation fills, so a small
+crawl does not pay for the full size (16 MB at the default 500,000 keys).
+Where the module is not built, sets of fingerprint bytes do the same, with the
+same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+
+from dedup.native import kernel as _compiled
+from dedup.url.fingerprint import fingerprint
+
+_NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
+_BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
+_FIRST_SLOTS = 1 << 12  # a generation's first table (64 KB)
+
+
+def _compiled_lookup() -> ModuleType | None:
+    lookup = _compiled.lookup
+    return lookup if lookup is not None and hasattr(lookup, "confirm_split") else None
+
+
+def _held(table: np.ndarray) -> np.ndarray:
+    """The fingerprints a compiled table holds, as ``(n, 2)`` rows."""
+    rows = table.reshape(-1, 2)
+    return rows[(rows[:, 0] | rows[:, 1]) != 0]
+
+
+def _doubled(table: np.ndarray) -> tuple[np.ndarray, int]:
+    """A compiled table of twice the slots holding the same fingerprints, and
+    how many (for a generation or a pass's batch table that filled half its slots)."""
+    kept = _held(table)
+    grown = np.zeros(2 * len(table), dtype=np.uint64)
+    stop, held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
+        grown, 0, len(grown) // 4, kept, 0)
+    if not stop == held == len(kept):  # a real check: ``python -O`` drops an assert
+        raise RuntimeError(f"confirm cache: the grown table kept {held} of {len(kept)} "
+                           "fingerprints")
+    return grown, held
+
+
+class ConfirmCache:
+    """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none.
+    Keys are str, fingerprinted with ``seed`` (the ledger's)."""
+
+    __slots__ = ("_half", "_held", "_lookup", "_old", "_seed", "_slots", "_young")
+
+    def __init__(self, size: int, seed: int) -> None:
+        self._half = size // 2 if size > 1 else size  # size 1 still remembers one key
+        self._seed = seed
+        self._slots = 2  # a full generation's table: at most half full, short probes
+        while self._slots < 2 * self._half:
+            self._slots *= 2
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every key (``forget`` of a URL does this: a cache may not answer
+        "seen" for a key the ledger no longer holds)."""
+        self._lookup = _compiled_lookup()
+        self._held = 0  # keys in the young generation
+        if self._lookup is not None:
+            first = 2 * min(self._slots, _FIRST_SLOTS)  # two words a slot
+            self._young: np.ndarray | set[bytes] = np.zeros(first, dtype=np.uint64)
+            self._old: np.ndarray | set[bytes] = np.zeros(4, dtype=np.uint64)  # (empty)
+        else:
+            self._young, self._old = set(), set()
+
+    def _swap(self) -> None:
+        dropped, self._old = self._old, self._young
+        if not isinstance(dropped, np.ndarray):
+            self._young = set()
+        elif len(dropped) == len(self._old):
+            dropped.fill(0)  # cheaper than a new table's page faults
+            self._young = dropped
+        else:
+            self._young = np.zeros(len(self._old), dtype=np.uint64)  # full size by now
+        self._held = 0
+
+    def _limit(self) -> int:
+        """What the young table may hold now: the generation's size, or half its slots."""
+        return min(self._half, len(self._young) // 4)
+
+    def _full(self) -> None:
+        """The young table holds :meth:`_limit` keys: swap the generations if that is
+        the generation's size, else grow the table."""
+        if self._held >= self._half:
+            self._swap()
+        else:
+            self._young, held = _doubled(self._young)
+            if held != self._held:
+                raise RuntimeError(f"confirm cache: the young table holds {held} keys, "
+                                   f"its count {self._held}")
+
+    def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
+        """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys
+        not held go to ``out``, each once, with their first value and fingerprint.
+        Returns how many pairs were held (a hit; a key held by the old generation
+        moves to the young one). One call per page; a group of pages shares ``out``."""
+        lookup = self._lookup
+        if lookup is None:
+            return self._split_python(pairs, out)
+        if type(pairs) is not list:
+            pairs = list(pairs)
+        hits = i = 0
+        limit = self._limit()
+        while i < len(pairs):
+            i, n, self._held, out.held = lookup.confirm_split(
+                pairs, i, self._seed, self._young, self._held, self._old, limit,
+                out.table, out.held, out.keys, out.values, out.fps)
+            hits += n
+            if self._held >= limit > 0:
+                self._full()
+                limit = self._limit()
+            if 4 * out.held >= len(out.table):  # half its slots (two words a slot)
+                out.grow()
+        return hits
+
+    def _split_python(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
+        hits = 0
+        for pair in pairs:
+            if pair is None:
+                continue
+            value, key = pair
+            if type(key) is not str:
+                raise TypeError("pairs must be (value, str key) or None")
+            fp = fingerprint(key, self._seed)
+            if fp != _NONE:
+                if fp in self._young:
+                    hits += 1
+                    continue
+                if fp in self._old:
+                    hits += 1
+                    self._add_python(fp)
+                    continue
+                if fp in out.let_through:
+                    continue
+                out.let_through.add(fp)
+            out.keys.append(key)
+            out.values.append(value)
+            out.fps += fp
+        return hits
+
+    def add(self, h: np.ndarray) -> None:
+        """Hold the keys of fingerprints ``h`` (``(n, 2)`` uint64 halves, as
+        :func:`dedup.url.fingerprint.halves` gives them)."""
+        if self._half <= 0 or not len(h):
+            return
+        if self._lookup is None:
+            blob = np.ascontiguousarray(h, dtype="<u8").tobytes()
+            for at in range(0, len(blob), 16):
+                if blob[at:at + 16] != _NONE:
+                    self._add_python(blob[at:at + 16])
+            return
+        h = np.ascontiguousarray(h, dtype=np.uint64)
+        i = 0
+        while i < len(h):
+            limit = self._limit()
+            i, self._held = self._lookup.confirm_add(self._young, self._held, limit, h, i)
+            if self._held >= limit:
+                self._full()
+
+    def _add_python(self, fp: bytes) -> None:
+        young = self._young
+        assert isinstance(young, set)
+        if fp not in young:
+            young.add(fp)
+            self._held += 1
+            if self._held >= self._half:
+                self._swap()
+
+    def __len__(self) -> int:
+        """Keys held (the old generation may repeat some of the young one's)."""
+        if isinstance(self._old, np.ndarray):
+            return self._held + len(_held(self._old))
+        return self._held + len(self._old)
+
+
+class Unknown:
+    """What a pass of :meth:`ConfirmCache.split` let through, over one page or a group:
+    each key once, in first-seen order, with its first value (``values[i]`` is
+    the URL of ``keys[i]``) and its fingerprint (bytes ``16 i`` to ``16 i + 16`` of
+    ``fps``). Keys are told apart by fingerprint, as the ledger does."""
+
+    __slots__ = ("fps", "held", "keys", "let_through", "table", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.values: list[str] = []
+        self.fps = bytearray()
+        self.table = np.zeros(2 * _BATCH_SLOTS, dtype=np.uint64)  # the compiled pass's
+        self.held = 0
+        self.let_through: set[bytes] = set()  # the Python pass's
+
+    def grow(self) -> None:
+        """Twice the compiled pass's table."""
+        self.table, self.held = _doubled(self.table)
+
+    def __len__(self) -> int:
+        return len(self.keys)

@@ -1,0 +1,368 @@
+"""The exact truth behind the Bloom filter: an append-only journal plus the
+fingerprint index it owns (ledger format 2).
+
+Format 1 kept one SQLite row per URL behind a UNIQUE fingerprint index, so every
+admission dirtied random B-tree pages (217 B stored and ~14 KB written per URL
+at 20M) and every "maybe seen" was a random read. Here the two jobs are split
+the way IRLbot's DRUM and LSM trees split them:
+
+- ``dedup.journal.journal`` (SQLite) is the record of truth: one appended row per batch,
+  seqs that are never reused, outcomes, the frontier's text, kept counters;
+- ``dedup.index.fpindex`` is the exact seen-set: 24-byte records ``(fingerprint, seq)``
+  in sorted immutable runs plus an in-memory buffer, looked up a batch at a time
+  and merged in the background. Its ``mark`` says which journal seqs its runs
+  cover; everything past it is replayed from the journal on open, so the index
+  is never ahead of, and never loses anything behind, the journal.
+
+Order of writes: journal append (durable at commit) -> index buffer; the buffer
+becomes a run only after the commit that covers it (``commit``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dedup.base.errors import StateFormatError
+from dedup.index.fpindex import FingerprintIndex
+from dedup.index.runs import RunFileError
+from dedup.journal.format import FORGET, PortableRow, QueuedRow, State
+from dedup.journal.journal import Journal
+from dedup.journal.transfer import import_rows as _import_rows
+from dedup.journal.transfer import rows as _rows
+from dedup.url.fingerprint import halves
+
+__all__ = ["INDEX_SUFFIX", "Ledger", "QueuedRow", "State", "StateFormatError"]
+
+INDEX_SUFFIX = ".index"  # ledger.sqlite -> ledger.index/: beside the file it belongs to
+# Records buffered in RAM before they become a run: 3/4 of the 2**20 slots of the
+# compiled table (dedup/index/fptable.py, 25 MB), which leaves room for the records
+# admitted before the flush that follows the commit; ~27 B each in the sorted
+# columns without it (dedup/index/fpbuffer.py). A larger first tier means fewer merges
+# (measured: 44 instead of 66 B written per record at 10M, 1M against 64k).
+INDEX_BUFFER = 3 << 18
+_READ_RETRIES = 5
+
+
+class Ledger:
+    """Journal + fingerprint index of one state directory, behind one small API.
+
+    One writer (the process holding the state dir's lock); readers such as
+    ``bloomcrawl stats`` open it with ``readonly=True`` beside a running crawl.
+    With ``autocommit=False`` writes accumulate until ``commit()`` (group commit).
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False,
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.journal = Journal(self.path, readonly=readonly, autocommit=autocommit)
+        self._index: FingerprintIndex | None = None
+        self._index_buffer = index_buffer
+
+    @property
+    def index_dir(self) -> Path:
+        """The fingerprint index's directory, beside the journal."""
+        return self.path.with_name(self.path.stem + INDEX_SUFFIX)
+
+    @property
+    def index(self) -> FingerprintIndex:
+        """The fingerprint index, opened on first use: opening checks every run whole
+        and builds its in-RAM directory (O(runs' size)), which ``stats`` and other
+        readers of the kept counters never need. A damaged run or manifest raises
+        :class:`~dedup.base.errors.IndexDamaged` (the way out: :meth:`rebuild_index`)."""
+        if self._index is None:
+            self._index = self._open_index(self._index_buffer)
+        return self._index
+
+    @property
+    def autocommit(self) -> bool:
+        return self.journal.autocommit
+
+    def _open_index(self, buffer: int) -> FingerprintIndex:
+        """Open the runs and replay the journal past their mark into the buffer.
+
+        An index ahead of the journal (a journal copied or imported without its
+        index, as merge and resize do) is rebuilt from the journal alone."""
+        directory = self.index_dir
+        for attempt in range(_READ_RETRIES):
+            try:
+                index = FingerprintIndex(directory, buffer_records=buffer,
+                                         readonly=self.readonly)
+                break
+            except RunFileError:
+                # a reader raced a merge that replaced the runs it read about
+                if not self.readonly or attempt == _READ_RETRIES - 1:
+                    raise
+                time.sleep(0.05)
+        hwm = self.journal.hwm()
+        if index.mark > hwm:
+            index.close()
+            if self.readonly:
+                raise StateFormatError(f"{directory}: index covers seq {index.mark}, "
+                                       f"the ledger only {hwm}: open it once to rebuild")
+            index = FingerprintIndex.rebuild(directory, self._records(0), mark=hwm,
+                                             buffer_records=buffer)
+            return index
+        for his, los, seqs, tomb in self._records(index.mark):
+            index.add(his, los, seqs, tombstone=tomb)
+        return index
+
+    def rebuild_index(self) -> None:
+        """Rebuild the fingerprint index from the journal alone, in bounded memory,
+        without reading the old one (damaged, or after ``bloomcrawl repair``
+        re-issued every seq); swapped in atomically (see FingerprintIndex.rebuild)."""
+        if self.readonly:
+            raise PermissionError(f"{self.path}: opened read-only")
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+        self._index = FingerprintIndex.rebuild(self.index_dir, self._records(0),
+                                               mark=self.journal.hwm(),
+                                               buffer_records=self._index_buffer)
+
+    def _records(self, after: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]:
+        """Journal seqs past ``after`` as index records, admissions and tombstones apart."""
+        for seqs, fps, kinds in self.journal.batches_after(after):
+            h = halves(fps)
+            tomb = kinds == FORGET
+            if not tomb.any():
+                yield h[:, 0], h[:, 1], seqs, False
+                continue
+            for mask, flag in ((~tomb, False), (tomb, True)):
+                if mask.any():
+                    yield h[mask, 0], h[mask, 1], seqs[mask], flag
+
+    # -- the URL-seen path -----------------------------------------------------------
+
+    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
+        """Exact membership of fingerprints given as ``(n, 2)`` uint64 halves: one
+        batched, sorted pass over the buffer and the runs, newest first."""
+        if not len(h):
+            return np.zeros(0, dtype=bool)
+        present, _ = self.index.lookup(h[:, 0], h[:, 1])
+        return present
+
+    def find(self, fps: Sequence[bytes]) -> set[bytes]:
+        """The subset of ``fps`` (16-byte fingerprints) present."""
+        fps = list(fps)
+        if not fps:
+            return set()
+        present = self.contains_hashes(halves(b"".join(fps)))
+        return {fps[i] for i in np.flatnonzero(present).tolist()}
+
+    def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
+               hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
+        """Admit fingerprints known to be absent (one journal row, one index add).
+
+        ``urls``/``hosts`` keep the frontier text (the crawler); the pure seen-set
+        passes none. ``h`` saves recomputing the halves the caller already has."""
+        seqs = self.journal.append(fps, depth=depth, urls=urls, hosts=hosts)
+        if len(seqs):
+            h = halves(fps) if h is None else h
+            self.index.add_consecutive(h[:, 0], h[:, 1], seqs.start)
+            if self.journal.autocommit:
+                self._flush_if_full()
+        return seqs
+
+    def insert(self, rows: Sequence[tuple[bytes, str, str, int, int]]) -> range:
+        """Format-1 compatible: admit ``(fp, url, host, depth, state)`` rows of one
+        depth; rows not QUEUED are marked at once."""
+        if not rows:
+            return range(0)
+        depths = {r[3] for r in rows}
+        if len(depths) != 1:
+            raise ValueError("insert takes rows of one depth (one journal batch)")
+        seqs = self.append(b"".join(r[0] for r in rows), depth=depths.pop(),
+                           urls=[r[1] for r in rows], hosts=[r[2] for r in rows])
+        done = [(seq, State(r[4]), None, None) for seq, r in zip(seqs, rows, strict=True)
+                if State(r[4]) is not State.QUEUED]
+        self.journal.mark_many(done)
+        return seqs
+
+    def hwm(self) -> int:
+        """Highest seq ever handed out (tombstones included)."""
+        return self.journal.hwm()
+
+    def batches_after(self, seq: int) -> Iterator[tuple[np.ndarray, bytes, np.ndarray]]:
+        """``(seqs, fps, kinds)`` past ``seq``: the Bloom filter's replay stream."""
+        return self.journal.batches_after(seq)
+
+    def fps_after(self, seq: int) -> Iterator[tuple[list[int], bytes]]:
+        """Format-1 compatible replay: ``(seqs, concatenated fingerprints)``."""
+        for seqs, fps, _ in self.journal.batches_after(seq):
+            yield seqs.tolist(), fps
+
+    # -- rows ------------------------------------------------------------------------
+
+    def get(self, fp: bytes) -> dict[str, Any] | None:
+        """What the ledger knows of one fingerprint (None if absent or forgotten)."""
+        present, seq = self.index.lookup(*halves(fp).T)
+        if not present[0]:
+            return None
+        row = self.journal.row(int(seq[0]))
+        if row is None:  # pragma: no cover - the index never runs ahead of the journal
+            return None
+        return {"seq": row.seq, "url": row.url, "host": row.host, "depth": row.depth,
+                "state": row.state.name.lower() if row.state is not None else None,
+                "status": row.status, "error": row.error, "updated_at": row.at}
+
+    def forget(self, fps: Iterable[bytes]) -> int:
+        """Tombstone the present fingerprints so they count as new again; returns how
+        many. A forgotten URL still queued leaves the frontier (marked skipped)."""
+        fps = list(dict.fromkeys(fps))
+        if not fps:
+            return 0
+        h = halves(b"".join(fps))
+        present, old = self.index.lookup(h[:, 0], h[:, 1])
+        idx = np.flatnonzero(present)
+        if not len(idx):
+            return 0
+        seqs = self.journal.append_forget(b"".join(fps[i] for i in idx.tolist()))
+        self.index.forget(h[idx, 0], h[idx, 1], np.arange(seqs.start, seqs.stop, dtype=np.uint64))
+        queued = [int(s) for s in old[idx] if self._is_queued(int(s))]
+        self.journal.mark_many([(s, State.SKIPPED, None, "forgotten") for s in queued])
+        if self.journal.autocommit:
+            self._flush_if_full()
+        return len(idx)
+
+    def _is_queued(self, seq: int) -> bool:
+        row = self.journal.row(seq)
+        return row is not None and row.state is State.QUEUED
+
+    def mark(self, seq: int, state: State, *, status: int | None = None,
+             error: str | None = None) -> None:
+        self.journal.mark(seq, state, status=status, error=error)
+
+    def mark_many(self, rows: Iterable[tuple[int, State, int | None, str | None]]) -> None:
+        """Record fetch outcomes in the open transaction."""
+        self.journal.mark_many(rows)
+
+    def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
+               ) -> list[QueuedRow]:
+        """Page in the durable frontier, oldest first (optionally one host's)."""
+        return self.journal.queued(limit, after_seq=after_seq, host=host)
+
+    def queued_hosts(self) -> list[str]:
+        return self.journal.queued_hosts()
+
+    def counts(self) -> dict[str, int]:
+        """Per-state counts from kept counters: O(1) at any size."""
+        return self.journal.counts()
+
+    def __len__(self) -> int:
+        """URLs admitted and not forgotten (from the kept counters)."""
+        c = self.journal.counts()
+        return c["admitted"] - c["forgotten"]
+
+    # -- bulk copy (fleet merge / resize) -----------------------------------------------
+
+    def rows(self) -> Iterator[PortableRow]:
+        """Every seq in order, in the portable form merge and resize move."""
+        return _rows(self.journal)
+
+    def live_rows(self) -> Iterator[PortableRow]:
+        """The rows of the keys present now: an admission later forgotten is left out
+        (two passes; tombstones are rare, so only their keys are held in memory).
+        Seq order, except that a key readmitted after a forget comes last."""
+        forgotten = {r.fp for r in self.rows() if r.state is None}
+        last: dict[bytes, PortableRow | None] = {}
+        for row in self.rows():
+            if row.fp in forgotten:
+                last[row.fp] = row if row.state is not None else None
+            else:
+                yield row
+        yield from (row for row in last.values() if row is not None)
+
+    def import_rows(self, rows: Iterable[tuple]) -> int:
+        """Append rows in the form ``live_rows()`` yields, skipping fingerprints
+        already present (union by fingerprint); returns how many were added.
+        Tombstones are ignored: feed ``live_rows()``, not ``rows()``."""
+        added = 0
+        chunk: list[PortableRow] = []
+        for raw in rows:
+            chunk.append(PortableRow(*raw))
+            if len(chunk) >= 8192:
+                added += self._import(chunk)
+                chunk = []
+        added += self._import(chunk)
+        return added
+
+    def _import(self, chunk: list[PortableRow]) -> int:
+        if not chunk:
+            return 0
+        keep = [r for r in chunk if r.state is not None]  # tombstones: nothing to add
+        if not keep:
+            return 0
+        h = halves(b"".join(r.fp for r in keep))
+        present = self.contains_hashes(h)
+        # a fingerprint twice in one chunk keeps its first row
+        _, first = np.unique(h, axis=0, return_index=True)
+        fresh = np.zeros(len(keep), dtype=bool)
+        fresh[first] = True
+        fresh &= ~present
+        new = [keep[i] for i in np.flatnonzero(fresh).tolist()]
+        if not new:
+            return 0
+        start = self.journal.hwm() + 1
+        _import_rows(self.journal, new)
+        end = self.journal.hwm() + 1
+        hn = halves(b"".join(r.fp for r in new))
+        self.index.add(hn[:, 0], hn[:, 1], np.arange(start, end, dtype=np.uint64))
+        if self.journal.autocommit:
+            self._flush_if_full()
+        return len(new)
+
+    # -- metadata --------------------------------------------------------------------
+
+    def meta_get(self, key: str, default: Any = None) -> Any:
+        return self.journal.meta_get(key, default)
+
+    def meta_set(self, key: str, value: Any) -> None:
+        self.journal.meta_set(key, value)
+
+    def meta_items(self) -> dict[str, Any]:
+        return self.journal.meta_items()
+
+    # -- transactions ------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Make pending writes durable, then let the index write a run of them."""
+        self.journal.commit()
+        self._flush_if_full()
+
+    def _flush_if_full(self) -> None:
+        index = self._index
+        if index is not None and index.needs_flush and not self.readonly:
+            index.flush(self.journal.hwm())
+
+    @property
+    def pending(self) -> bool:
+        return self.journal.pending
+
+    def index_stats(self) -> dict[str, Any]:
+        return self.index.stats()
+
+    def close(self) -> None:
+        """Commit pending writes and write the index buffer as a run, so the next
+        open replays nothing (after a crash it replays at most a buffer's worth);
+        an abandoned merge is redone on the next open."""
+        try:
+            if not self.readonly:
+                self.journal.commit()
+                if self._index is not None and self._index.stats()["buffer"]:
+                    self._index.flush(self.journal.hwm())
+        finally:
+            if self._index is not None:
+                self._index.close()
+            self.journal.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

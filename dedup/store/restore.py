@@ -1,0 +1,64 @@
+"""Bringing a state dir's Bloom filter up to date with its ledger at open.
+
+Why apart from ``UrlSeen``: it is the one place the crash-safety rule of the
+snapshots is applied. Each shard snapshot records the ledger mark it covers;
+every row past a shard's mark is replayed into it, so a snapshot that is old,
+missing or damaged costs replay time and never a false negative.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from dedup.base.errors import GeometryMismatch, SnapshotError
+from dedup.filter.bloom import read_snapshot
+from dedup.filter.shards import ShardedBloom
+from dedup.store.ledger import Ledger
+from dedup.url.fingerprint import halves, shard_of
+
+__all__ = ["load_shards", "replay"]
+
+log = logging.getLogger("dedup.store.seen")
+
+
+def load_shards(bloom: ShardedBloom, ledger: Ledger, shards_dir: Path,
+                crawl_id: str | None) -> tuple[int, list[int]]:
+    """Install the valid shard snapshots of ``shards_dir`` into ``bloom``, then replay
+    the ledger past each one's mark: ``(the ledger's mark, damaged shard indexes)``."""
+    n = len(bloom.shards)
+    marks = np.zeros(n, dtype=np.int64)
+    damaged = []
+    for i in range(n):
+        path = ShardedBloom.shard_path(shards_dir, i)
+        if not path.exists():
+            continue
+        try:
+            bf, header = read_snapshot(path, crawl_id=crawl_id)
+            if (header.shard_index, header.shard_count) != (i, n):
+                raise SnapshotError(f"{path.name}: holds shard {header.shard_index} of "
+                                    f"{header.shard_count}, expected {i} of {n}")
+            want = bloom.shards[i]
+            if (bf.m, bf.k, bf.seed) != (want.m, want.k, want.seed):
+                raise GeometryMismatch(f"{path.name}: geometry differs from the crawl's")
+        except SnapshotError as exc:
+            # The ledger is the truth: a damaged shard is rebuilt by full replay.
+            log.warning("shard %d unusable, rebuilding it from the ledger: %s", i, exc)
+            damaged.append(i)
+            continue
+        bloom.shards[i] = bf
+        marks[i] = header.hwm
+    return replay(bloom, ledger, marks), damaged
+
+
+def replay(bloom: ShardedBloom, ledger: Ledger, marks: np.ndarray) -> int:
+    """Add ledger rows past each shard's mark to the filter; return the ledger's mark."""
+    hwm = ledger.hwm()
+    if marks.size and int(marks.min()) < hwm:
+        for seqs, fps, _ in ledger.batches_after(int(marks.min())):
+            h = halves(fps)
+            behind = seqs > marks[shard_of(h[:, 0], len(marks))]
+            bloom.add_hashes(h[behind])
+    return hwm

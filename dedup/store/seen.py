@@ -1,0 +1,415 @@
+"""The URL-seen test: canonicalize, Bloom filter, exact ledger confirmation.
+
+``UrlSeen`` owns a state directory::
+
+    ledger        every admitted URL (the truth, and the durable frontier)
+    shards/       one snapshot per filter shard
+    lock          held while a process writes the directory
+
+(file names and the lock: :mod:`dedup.store.statedir`).
+
+Order of writes: a batch of new URLs is committed to the ledger first, then its
+bits are set, then the "applied" high-water mark moves. A snapshot records the
+mark it read *before* copying bits, and loading replays ledger rows past each
+shard's mark, so a crash at any point leaves no false negative.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dedup.filter.bloom import write_snapshot
+from dedup.filter.shards import ShardedBloom
+from dedup.store.confirmed import ConfirmCache, Unknown
+from dedup.store.identity import settle
+from dedup.store.ledger import INDEX_BUFFER, Ledger, State
+from dedup.store.restore import load_shards, replay
+from dedup.store.statedir import ledger_path, lock, require_state_dir, shards_dir
+from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
+from dedup.url.fingerprint import fingerprint, halves
+from dedup.url.host import host_of
+
+__all__ = ["NewUrl", "UrlSeen"]
+
+@dataclass(frozen=True, slots=True)
+class NewUrl:
+    """A URL admitted by the seen-test: fetch it at ``url``; it is deduplicated as ``key``."""
+
+    seq: int
+    url: str
+    key: str
+    host: str
+    depth: int
+
+
+class UrlSeen:
+    """Exact "have we seen this URL?" for a crawl, backed by a state directory.
+
+    Geometry (capacity, error rate, shards, seed, growth) and the
+    canonicalization rules are frozen into the ledger the first time a directory
+    is created; reopening uses the stored values, and an explicit different
+    value is refused rather than silently producing a filter that cannot be
+    merged or a key that no longer matches the ledger.
+
+    A writer opens (and so checks whole) the fingerprint index at once: a damaged
+    run or manifest raises :class:`~dedup.base.errors.IndexDamaged` here, before the
+    caller acts on anything, not at the first "maybe seen" of a crawl under way.
+    ``open_index=False`` leaves it closed (:meth:`rebuild` replaces it unread).
+    A reader opens it at its first lookup.
+    """
+
+    def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
+                 error_rate: float | None = None, shards: int | None = None,
+                 seed: int | None = None, growth: int | None = None,
+                 rules: CanonRules | None = None, confirm_cache_size: int = 500_000,
+                 canon_cache_size: int = 100_000, crawl_id: str | None = None,
+                 create: bool = True, readonly: bool = False,
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER,
+                 open_index: bool = True) -> None:
+        self.state_dir = Path(state_dir)
+        self.readonly = readonly
+        if not create or readonly:
+            require_state_dir(self.state_dir)
+        self._lock_fd: int | None = None
+        if not readonly:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            shards_dir(self.state_dir).mkdir(exist_ok=True)
+            self._lock_fd = lock(self.state_dir)
+        try:
+            self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
+                                 autocommit=autocommit, index_buffer=index_buffer)
+            if open_index and not readonly:
+                self.ledger.index  # noqa: B018 - opened (checked) now, not mid-crawl
+            self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
+                        "seed": seed, "growth": growth}, rules, crawl_id,
+                       confirm_cache_size, canon_cache_size)
+        except BaseException:
+            if hasattr(self, "ledger"):
+                self.ledger.close()
+            self._unlock()
+            raise
+
+    def _open(self, asked: dict[str, Any], rules: CanonRules | None, crawl_id: str | None,
+              confirm_cache_size: int, canon_cache_size: int) -> None:
+        self.geometry, self.rules, self.crawl_id = settle(
+            self.ledger, f"{self.state_dir}: ", asked, rules, crawl_id, write=not self.readonly)
+        self.seed: int = self.geometry.seed
+        self.nshards: int = self.geometry.shards
+        self.bloom = self._empty_filter()
+        self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size,
+                                          seed=self.seed)
+        self._confirmed = ConfirmCache(confirm_cache_size, self.seed)
+        self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
+                         "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
+                         "ledger_queries": 0, "false_positives": 0}
+        self._applied_hwm, self.damaged_shards = load_shards(
+            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
+        self._pending_hwm = self._applied_hwm
+
+    # -- opening -----------------------------------------------------------------
+
+    def _empty_filter(self) -> ShardedBloom:
+        g = self.geometry
+        return ShardedBloom(shards=g.shards, capacity=g.capacity, error_rate=g.error_rate,
+                            seed=g.seed, growth=g.growth)
+
+    def shard_path(self, i: int) -> Path:
+        return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
+
+    # -- the seen-test -------------------------------------------------------------
+
+    def filter_new(self, links: Iterable[str], base_url: str | None = None, *,
+                   depth: int = 0) -> list[str]:
+        """Canonical keys of the links never seen before, in first-seen order.
+
+        They are recorded before this returns, so asking again answers "seen".
+        Only their fingerprints are kept: the caller holds the keys, and storing
+        their text too would be the largest cost per URL (use ``admit`` for a
+        frontier that keeps the URLs to fetch).
+        """
+        unknown, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+                                      keep_urls=False)
+        keys = unknown.keys
+        return [keys[i] for i in idx]
+
+    def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
+                         depth: int = 0) -> list[list[str]]:
+        """:meth:`filter_new` of many ``(base_url, links)`` pages at once: the same
+        answers as calling it page by page in order (a key new on two pages is new
+        on the first), with one Bloom probe, one index lookup and one ledger row for
+        them all. For a caller that has pages in hand (a group commit's worth, a
+        crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
+        cost alone."""
+        unknown, ends, links, hits = self._unknown_of_pages(
+            self._resolve(page_links, base_url) for base_url, page_links in pages)
+        idx, _ = self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+                                     State.QUEUED, keep_urls=False)
+        keys = unknown.keys
+        return [[keys[i] for i in part] for part in _split(idx, ends)]
+
+    def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
+                          ) -> tuple[Unknown, list[int], int, int]:
+        """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
+        in one pass: ``(the keys it does not hold, each once in first-seen order;
+        how many there are after each page; links; hits)``."""
+        unknown = Unknown()
+        ends: list[int] = []
+        links = hits = 0
+        for pairs, n in pages:
+            links += n
+            hits += self._confirmed.split(pairs, unknown)
+            ends.append(len(unknown))  # keys are in first-seen order: page by page
+        return unknown, ends, links, hits
+
+    def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
+              state: State = State.QUEUED) -> list[NewUrl]:
+        """Resolve raw links against ``base_url`` and admit the new ones, keeping their
+        URL text in the ledger's frontier."""
+        return self.admit_resolved([p for p in self._resolve(links, base_url)[0] if p],
+                                   depth=depth, state=state)
+
+    def _resolve(self, links: Iterable[str], base_url: str | None
+                 ) -> tuple[list[tuple[str, str] | None], int]:
+        """``(fetch_url, key)`` per link, None where rejected (the confirm cache skips
+        them), and how many are not."""
+        resolved = self.canonicalizer.resolve_many(links, base_url)
+        rejected = resolved.count(None)
+        self.counters["rejected"] += rejected
+        return resolved, len(resolved) - rejected
+
+    def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
+                       state: State = State.QUEUED) -> list[NewUrl]:
+        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
+        unknown, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
+        keys, urls = unknown.keys, unknown.values
+        return [NewUrl(seq, urls[i], keys[i], host_of(urls[i]), depth)
+                for seq, i in zip(seqs, idx, strict=True)]
+
+    def admit_resolved_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str]], int]]
+                             ) -> list[list[NewUrl]]:
+        """:meth:`admit_resolved` of many ``(pairs, depth)`` pages at once, for a
+        crawler's group commit: the same URLs are new as page by page in order (a
+        key on two pages is new on the first), with one fingerprint batch, one
+        Bloom probe, one index lookup and one ledger row per depth for them all.
+
+        Seqs ascend with depth, then page order: the rows of one depth are one
+        journal batch, and a breadth-first frontier wants shallow URLs first."""
+        unknown, ends, links, hits = self._unknown_of_pages(
+            (pairs, len(pairs)) for pairs, _ in pages)
+        depths = [depth for _, depth in pages]
+        idx, seqs = self._admit_unknown(unknown, links, hits,
+                                        list(zip(ends, depths, strict=True)), State.QUEUED,
+                                        keep_urls=True)
+        seq_of = dict(zip(idx, seqs, strict=True))
+        keys, urls = unknown.keys, unknown.values
+        return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
+                for part, depth in zip(_split(idx, ends), depths, strict=True)]
+
+    def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
+               state: State, *, keep_urls: bool
+               ) -> tuple[Unknown, list[int], Sequence[int]]:
+        """The seen-test for one page of ``links`` pairs (and Nones, skipped):
+        ``(the keys the confirm cache did not hold, with their first URLs; indexes
+        of the new ones among them; their seqs)``.
+
+        Keys confirmed or admitted lately are answered from memory: navigation
+        repeats on every page, so most links never reach the filter or the ledger.
+        "Definitely new" keys are appended with no read at all; only "maybe seen"
+        ones go to the ledger's index, in one batch. A key keeps its first URL.
+        """
+        unknown = Unknown()
+        hits = self._confirmed.split(pairs, unknown)
+        return (unknown, *self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+                                              state, keep_urls=keep_urls))
+
+    def _admit_unknown(self, unknown: Unknown, links: int, hits: int,
+                       spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
+                       ) -> tuple[list[int], Sequence[int]]:
+        """:meth:`_admit` once the confirm cache has answered: ``unknown`` holds the
+        keys it did not, of ``links`` links of which ``hits`` it did: ``(indexes of
+        the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
+        of its keys; the new keys of a depth are one ledger append, shallowest first."""
+        counters = self.counters
+        counters["links"] += links
+        confirmed = self._confirmed
+        counters["confirm_cache_hits"] += hits
+        if not len(unknown):
+            counters["repeats"] += links
+            return [], range(0)
+        h = halves(unknown.fps)
+        probed = self.bloom.probe_hashes(h)
+        new_mask = ~probed.found
+        maybe = np.flatnonzero(probed.found)
+        counters["bloom_maybe"] += len(maybe)
+        counters["bloom_definitely_new"] += len(unknown) - len(maybe)
+        if len(maybe):
+            counters["ledger_queries"] += 1
+            present = self.ledger.contains_hashes(h[maybe])
+            absent = maybe[~present]
+            new_mask[absent] = True
+            counters["false_positives"] += len(absent)
+            confirmed.add(h[maybe[present]])
+        new = np.flatnonzero(new_mask)
+        counters["new"] += len(new)
+        counters["repeats"] += links - len(new)
+        if not len(new):
+            return [], range(0)
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        idx = new.tolist()
+        depths = {d for _, d in spans}
+        if len(depths) == 1:
+            seqs: Sequence[int] = self._append(new, unknown, h, depths.pop(),
+                                               keep_urls=keep_urls)
+            last = seqs[-1]
+        else:  # one append per depth; idx keeps key order, seqs follow it
+            depth_of = np.array([d for _, d in spans])[
+                np.searchsorted([e for e, _ in spans], new, side="right")]
+            seq_arr = np.empty(len(new), dtype=np.int64)
+            for d in sorted(depths):
+                at = np.flatnonzero(depth_of == d)
+                if len(at):
+                    got = self._append(new[at], unknown, h, d, keep_urls=keep_urls)
+                    seq_arr[at] = np.arange(got.start, got.stop)
+                    last = got.stop - 1
+            seqs = seq_arr.tolist()
+        if state is not State.QUEUED:
+            self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
+        self.bloom.add_probed(probed, new)
+        self._pending_hwm = last
+        if self.ledger.autocommit:
+            self._applied_hwm = self._pending_hwm
+        confirmed.add(h[new])
+        return idx, seqs
+
+    def _append(self, new: np.ndarray, unknown: Unknown, h: np.ndarray, depth: int, *,
+                keep_urls: bool) -> range:
+        """One ledger append of the keys at ``new`` (indexes into ``unknown``)."""
+        blob = np.frombuffer(unknown.fps, dtype="V16")[new].tobytes()
+        urls = hosts = None
+        if keep_urls:
+            values = unknown.values
+            urls = [values[i] for i in new.tolist()]
+            hosts = [host_of(u) for u in urls]
+        return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
+
+    # -- inspection and forgetting ----------------------------------------------------
+
+    def _fp_of(self, url: str) -> bytes:
+        _, key = self.canonicalizer.resolve(url)
+        return fingerprint(key, self.seed)
+
+    def check(self, url: str) -> tuple[bool, dict[str, Any] | None]:
+        """(Bloom says maybe-seen, ledger row or None) for one URL. Raises UrlRejected."""
+        fp = self._fp_of(url)
+        maybe = bool(self.bloom.contains_hashes(halves(fp))[0])
+        return maybe, self.ledger.get(fp)
+
+    def forget(self, urls: Iterable[str]) -> int:
+        """Delete URLs from the ledger so the next encounter counts as new.
+
+        Their Bloom bits stay set: the next "maybe seen" finds no row and the
+        URL is admitted again (counted as a false positive). No counting filter needed.
+        """
+        fps = []
+        for url in urls:
+            try:
+                _, key = self.canonicalizer.resolve(url)
+            except UrlRejected:
+                continue
+            fps.append(fingerprint(key, self.seed))
+        if fps:
+            self._confirmed.clear()  # it may hold them: a hit would answer "seen"
+        return self.ledger.forget(fps)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this session, the filter's health, and the ledger's states."""
+        info = self.bloom.info()
+        out: dict[str, Any] = dict(self.counters)
+        out.update({
+            "fill": info["fill"], "estimated_count": info["estimated_count"],
+            "expected_fpr": info["expected_fpr"], "layers": info["layers"],
+            "capacity": self.geometry.capacity, "error_rate": self.geometry.error_rate,
+            "shards": self.nshards, "bytes": info["bytes"], "crawl_id": self.crawl_id,
+            "damaged_shards": list(self.damaged_shards),
+        })
+        out.update(self.ledger.counts())
+        return out
+
+    # -- persistence -----------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Group commit (``autocommit=False``): make pending rows durable, then let
+        snapshots cover them. Never the other way round: an uncommitted row lost
+        in a crash gives its ``seq`` back to the next insert, and a snapshot mark
+        above it would keep that new row from ever being replayed."""
+        self.ledger.commit()
+        self._applied_hwm = self._pending_hwm
+
+    def snapshot_shard(self, i: int) -> None:
+        """Write shard ``i`` atomically. Safe to run in a thread while one other
+        thread admits URLs: the mark is read before the bits are copied, and
+        every row at or below it already has its bits set."""
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        hwm = self._applied_hwm
+        write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
+                       shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
+
+    def snapshot(self) -> None:
+        for i in range(self.nshards):
+            self.snapshot_shard(i)
+
+    @classmethod
+    def rebuild(cls, state_dir: str | Path, *, index: bool = True,
+                shards: bool = True) -> UrlSeen:
+        """Recreate what is derived from the journal: the fingerprint index and every
+        shard file (damaged or lost runs, manifest or snapshots), never reading them;
+        ``index=False`` / ``shards=False`` leave that part as it is.
+
+        The directory is opened (and locked) first, so a running crawl is refused
+        before anything is touched; the old files are replaced atomically."""
+        seen = cls(state_dir, create=False, open_index=False)
+        try:
+            if index:
+                seen.ledger.rebuild_index()
+            if shards:
+                seen.bloom = seen._empty_filter()
+                replay(seen.bloom, seen.ledger, np.zeros(seen.nshards, dtype=np.int64))
+                seen.snapshot()
+        except BaseException:
+            seen.close()
+            raise
+        return seen
+
+    def close(self) -> None:
+        """Commit pending rows and release the directory (no snapshot is implied)."""
+        self.ledger.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> UrlSeen:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _split(idx: list[int], ends: Sequence[int]) -> Iterator[list[int]]:
+    """``idx`` (ascending) cut at each of ``ends``: the new keys of each page."""
+    j = 0
+    for end in ends:
+        k = bisect_left(idx, end, j)
+        yield idx[j:k]
+        j = k

@@ -15,6 +15,7 @@ from crawler.config.settings import FetchSettings
 from crawler.net.fetch import Fetcher
 from crawler.net.robots import RobotsCache, origin_of
 from tests.support.faultserver import RequestLog, add_request_log, serve
+from tests.support.helpers import until
 
 SETTINGS = FetchSettings(
     allow_private=True, read_timeout=0.5, total_timeout=3.0, retries=0, backoff_base=0.01
@@ -144,7 +145,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_shared_fetch() -> None:
         site.delay = 0.2
         first = asyncio.create_task(robots.allowed(site.url("/no")))
         second = asyncio.create_task(robots.allowed(site.url("/yes")))
-        await asyncio.sleep(0.05)
+        await until(lambda: site.log.active == 1, what="the shared fetch at the server")
         first.cancel()
         assert await second is True
         with pytest.raises(asyncio.CancelledError, match=r"^$"):  # cancelled, no message

@@ -104,6 +104,19 @@ async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 60.0
     return list(await asyncio.gather(*map(one, procs)))
 
 
+async def stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:
+    """A running child's stderr read up to the line containing ``text`` (the text read):
+    to wait for what a worker logs, where ``finish`` later reads the rest."""
+    assert proc.stderr is not None
+    lines = []
+    while True:
+        line = (await proc.stderr.readline()).decode()
+        assert line, f"the child ended without logging {text!r}: {''.join(lines)}"
+        lines.append(line)
+        if text in line:
+            return "".join(lines)
+
+
 async def served_at_least(running: RunningSite, n: int, timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -323,9 +336,12 @@ async def test_redis_restart_mid_crawl_loses_nothing(tmp_path, redis_factory):
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 100)
         await asyncio.to_thread(server.stop)  # clean shutdown: the AOF keeps the streams
-        await asyncio.sleep(1.0)
+        # Redis comes back once every worker has met the outage (and said so)
+        early = await asyncio.wait_for(
+            asyncio.gather(*(stderr_until(p, "connection lost") for p in procs)), 30)
         await asyncio.to_thread(server.start)
-        results = await finish(procs)
+        results = [(rc, before + err) for before, (rc, err) in zip(early, await finish(procs),
+                                                                     strict=True)]
         assert all(rc == 0 for rc, _ in results), results
         assert all("connection lost" in err for _, err in results), results
         check_exact(fleet.dirs, running, max_refetches=0)

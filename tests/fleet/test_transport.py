@@ -23,7 +23,7 @@ from crawler.wire.owner import owner_of
 from crawler.wire.redis_url import redact
 from crawler.wire.transport import RedisTransport
 from tests.support import redisserver
-from tests.support.helpers import until
+from tests.support.helpers import until, until_async
 from tests.support.redisserver import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -60,6 +60,34 @@ async def drain(t: RedisTransport, *, ack: bool = True, rounds: int = 5) -> list
             await t.ack(ds)
         got.extend(ds)
     return got
+
+
+async def until_received(t: RedisTransport, *, timeout: float = 10.0) -> list[Any]:
+    """Receive (and ack) until something arrives: for a delivery that becomes due
+    later (a claim once the entries are idle long enough), without a fixed sleep."""
+    got: list[Any] = []
+    await until_async(lambda: _receive_into(t, got), timeout=timeout,
+                      what="a delivery")
+    return got
+
+
+async def _receive_into(t: RedisTransport, got: list[Any]) -> bool:
+    ds = await t.receive(block_ms=50)
+    await t.ack(ds)
+    got.extend(ds)
+    return bool(got)
+
+
+async def until_blocked(url: str, *, timeout: float = 10.0) -> None:
+    """Wait until a client of the server at ``url`` is blocked (in XREADGROUP): the
+    moment a test may cut the server or the connection under a waiting reader."""
+    admin = aioredis.Redis.from_url(url)
+    try:
+        async def blocked() -> bool:
+            return any("b" in c.get("flags", "") for c in await admin.client_list())
+        await until_async(blocked, timeout=timeout, what="a reader blocked in XREADGROUP")
+    finally:
+        await admin.aclose()
 
 
 def urls(deliveries: list[Any]) -> list[str]:
@@ -172,8 +200,8 @@ async def test_entries_of_a_vanished_consumer_are_claimed(redis_server: RedisSer
     (new,) = await join(redis_server.url, 2, ids=[1], consumer="worker-1@new-host",
                         claim_idle_ms=1000)
     assert await new.receive(block_ms=0) == []  # not idle long enough yet
-    await asyncio.sleep(1.0)
-    claimed = await drain(new)
+    claimed = await until_received(new)  # claimed once idle for claim_idle_ms
+    claimed += await drain(new)
     assert urls(claimed) == urls(held)
     assert (await a.fleet_status())["backlog"] == 0
     for t in (a, b, new):
@@ -313,7 +341,7 @@ async def test_redis_restart_mid_crawl_loses_nothing(
     assert urls(held) == sorted(u for u, *_ in first)
 
     reader = asyncio.create_task(b.receive(block_ms=2000))  # blocked in XREADGROUP
-    await asyncio.sleep(0.1)
+    await until_blocked(server.url)
     await asyncio.to_thread(server.stop)
     sender = asyncio.create_task(a.forward(second))
     await until(lambda: any("connection lost during forward" in r.getMessage()
@@ -340,7 +368,7 @@ async def test_killed_connections_are_reopened(redis_server: RedisServer) -> Non
     a, b = await join(redis_server.url, 2, backoff=(0.01, 0.1))
     admin = aioredis.Redis.from_url(redis_server.url)
     reader = asyncio.create_task(b.receive(block_ms=3000))
-    await asyncio.sleep(0.1)
+    await until_blocked(redis_server.url)
     assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1
     items = items_for(not_owned_by(0, 2))
     await a.forward(items)
@@ -357,7 +385,7 @@ async def test_a_delivery_whose_reply_was_lost_is_reread_after_reconnect(
     a, b = await join(redis_server.url, 2, backoff=(0.01, 0.1))
     admin = aioredis.Redis.from_url(redis_server.url)
     reader = asyncio.create_task(b.receive(block_ms=500))
-    await asyncio.sleep(0.1)
+    await until_blocked(redis_server.url)
     items = items_for(not_owned_by(0, 2))
     # Redis hands the entries to consumer worker-1, but worker-1 never sees the reply:
     # added and delivered in one MULTI, then b's connection dies.

@@ -31,6 +31,16 @@ async def until(condition, *, timeout: float = 10.0, what: str = "condition") ->
         await asyncio.sleep(0.005)
 
 
+async def until_async(condition, *, timeout: float = 10.0, what: str = "condition") -> None:
+    """``until`` for a condition that must await (a Redis query, a receive)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await condition():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
 # -- crawl settings for tests -------------------------------------------------------------
 
 def fast_settings(**sections: dict) -> Settings:

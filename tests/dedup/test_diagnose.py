@@ -12,6 +12,8 @@ import pytest
 from dedup import IndexDamaged, UrlSeen
 from dedup.admin.diagnose import diagnose, index_damage
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 URLS = [f"http://a.test/p/{i}" for i in range(3000)]
 
 

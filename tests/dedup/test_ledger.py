@@ -13,6 +13,8 @@ from dedup.base.errors import StateFormatError
 from dedup.store.ledger import Ledger, QueuedRow, State
 from dedup.url.fingerprint import halves
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 
 def fp(i: int) -> bytes:
     return hashlib.md5(str(i).encode()).digest()

@@ -14,6 +14,8 @@ from dedup.admin.migrate import V1_BACKUP, migrate
 from dedup.store.ledger import State
 from tests.support.ledger_v1 import Ledger as LedgerV1
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 URLS = [f"http://h{i % 3}.test/p/{i}" for i in range(300)]
 
 

@@ -18,6 +18,8 @@ from dedup.admin.repair import classify, repair
 from dedup.journal.journal import Journal
 from dedup.store.statedir import ledger_path
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 
 def make_state(d: Path, n: int = 3000) -> None:
     with UrlSeen(d, capacity=10_000, shards=2) as seen:

@@ -12,6 +12,8 @@ from dedup.admin.resize import merge_states, resize, split_state
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 CRAWL = "fleet-test"
 GEOM = {"capacity": 20_000, "error_rate": 0.01, "shards": 8, "seed": 7}
 HOSTS = [f"h{i}.test:{8000 + i}" for i in range(40)]

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from dedup import GeometryMismatch, State, StateLocked, UrlSeen
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 
 def urls(n: int, host: str = "a.test", start: int = 0) -> list[str]:
     return [f"http://{host}/p/{i}" for i in range(start, start + n)]

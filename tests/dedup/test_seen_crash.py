@@ -21,6 +21,8 @@ import pytest
 from dedup import UrlSeen, canonicalize, fingerprint
 from dedup.url.fingerprint import halves
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 UNIVERSE = 3000
 CHILD = r'''
 import json, os, random, sys

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from dedup import UrlSeen
 from dedup.admin.resize import merge_states
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 UNIVERSE = [f"http://h{i % 4}.test/p/{i}" for i in range(40)]
 URLS = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=6)
 OP = st.one_of(

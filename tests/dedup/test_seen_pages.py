@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from dedup import UrlSeen
 from dedup.url.fingerprint import fingerprint
 
+pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+
 BASES = ["http://a.test/x/p.html", "https://B.test/", "http://a.test/y/", "not a url", None]
 LINKS = ["q", "../q", "/q?utm_source=z&b=1", "/q?b=1", "#top", "http://a.test/x/q",
          "mailto:me@x", "//b.test/", "r%7e", "./x/q", ""] + [f"/n{i}" for i in range(12)]

@@ -1,12 +1,17 @@
-"""``resize`` twice from the same stopped fleet: the source stays resumable (issue 11 #13)."""
+"""``resize`` twice from the same stopped fleet: the source and both copies resume and
+finish the crawl exactly (issue 11 #13)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 
+from crawler.demo.serve import RunningSite
+from crawler.demo.site import Site
 from tests.fleet.test_distributed import (
     SLOW_SPEC,
     check_exact,
@@ -17,6 +22,22 @@ from tests.fleet.test_distributed import (
 )
 from tests.support.helpers import config_toml, run_cli, start_cli, write_seeds
 from tests.support.redisserver import require_redis_binary
+
+
+@dataclass
+class OneCopy:
+    """The site as one copy of the fleet saw it: the requests before the stop and its
+    own after, for ``check_exact`` when several copies resume against one site."""
+
+    running: RunningSite
+    pages: Counter[str]
+
+    @property
+    def site(self) -> Site:
+        return self.running.site
+
+    def total_pages(self) -> Counter[str]:
+        return self.pages
 
 
 async def stopped_fleet(tmp_path, running, src, *extra: str) -> None:
@@ -38,13 +59,21 @@ async def test_resize_twice_from_one_fleet_leaves_it_and_both_copies_resumable(t
     async with owned_site(SLOW_SPEC, 2) as running:
         src, a, b = tmp_path / "f2", tmp_path / "a", tmp_path / "b"
         await stopped_fleet(tmp_path, running, src)
+        stopped = running.total_pages()  # what every copy has fetched so far
         for out in (a, b):
             done = await run_cli("resize", "--from-state", str(src), "--to", "1", "-o",
                                  str(out))
             assert done.rc == 0, done.stderr
-        done = await run_cli("resume", str(src), "--quiet")  # the source, after both
-        assert done.rc == 0, done.stderr
-        check_exact(fleet_worker_dirs(src), running, max_refetches=2 * 8)
+        # the source (after both resizes) and each copy finish the crawl on their own,
+        # one after the other against the same site: each fetches what it lacked
+        for state in (src, a, b):
+            before = running.total_pages()
+            done = await run_cli("resume", str(state), "--quiet")
+            assert done.rc == 0, done.stderr
+            assert done.stderr == ""
+            own = OneCopy(running, stopped + (running.total_pages() - before))
+            check_exact(fleet_worker_dirs(state), own, max_refetches=2 * 8)
+        assert len(fleet_worker_dirs(a)) == len(fleet_worker_dirs(b)) == 1
 
 
 @pytest.mark.slow

@@ -236,14 +236,6 @@ class SortedKeys:
             else:
                 miss.append(t)
 
-    def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`contains` for a batch of hundreds or thousands of keys (a group of
-        pages) that maps nothing: ``(found, raw seq)`` per key (see :meth:`find_into`)."""
-        todo = np.ones(len(hi), dtype=np.uint8)
-        raw = np.zeros(len(hi), dtype=np.uint64)
-        self.find_into(_u64(hi), _u64(lo), todo, raw)
-        return todo == 0, raw
-
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
                   raw: np.ndarray, *, mapped: bool = False) -> None:
         """Look up the keys ``i`` with ``todo[i]`` set (uint8); where found, set

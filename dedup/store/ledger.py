@@ -147,14 +147,6 @@ class Ledger:
         present, _ = self.index.lookup(h[:, 0], h[:, 1])
         return present
 
-    def find(self, fps: Sequence[bytes]) -> set[bytes]:
-        """The subset of ``fps`` (16-byte fingerprints) present."""
-        fps = list(fps)
-        if not fps:
-            return set()
-        present = self.contains_hashes(halves(b"".join(fps)))
-        return {fps[i] for i in np.flatnonzero(present).tolist()}
-
     def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
                hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
         """Admit fingerprints known to be absent (one journal row, one index add).
@@ -169,21 +161,6 @@ class Ledger:
                 self._flush_if_full()
         return seqs
 
-    def insert(self, rows: Sequence[tuple[bytes, str, str, int, int]]) -> range:
-        """Format-1 compatible: admit ``(fp, url, host, depth, state)`` rows of one
-        depth; rows not QUEUED are marked at once."""
-        if not rows:
-            return range(0)
-        depths = {r[3] for r in rows}
-        if len(depths) != 1:
-            raise ValueError("insert takes rows of one depth (one journal batch)")
-        seqs = self.append(b"".join(r[0] for r in rows), depth=depths.pop(),
-                           urls=[r[1] for r in rows], hosts=[r[2] for r in rows])
-        done = [(seq, State(r[4]), None, None) for seq, r in zip(seqs, rows, strict=True)
-                if State(r[4]) is not State.QUEUED]
-        self.journal.mark_many(done)
-        return seqs
-
     def hwm(self) -> int:
         """Highest seq ever handed out (tombstones included)."""
         return self.journal.hwm()
@@ -191,11 +168,6 @@ class Ledger:
     def batches_after(self, seq: int) -> Iterator[tuple[np.ndarray, bytes, np.ndarray]]:
         """``(seqs, fps, kinds)`` past ``seq``: the Bloom filter's replay stream."""
         return self.journal.batches_after(seq)
-
-    def fps_after(self, seq: int) -> Iterator[tuple[list[int], bytes]]:
-        """Format-1 compatible replay: ``(seqs, concatenated fingerprints)``."""
-        for seqs, fps, _ in self.journal.batches_after(seq):
-            yield seqs.tolist(), fps
 
     # -- rows ------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dedup.journal import journal as journal_mod
-from dedup.journal.journal import Journal
 from dedup.journal.format import State
+from dedup.journal.journal import Journal
 from tests.support.ledger_v1 import Ledger
 
 HOSTS = 10_000

@@ -25,9 +25,10 @@ is built to keep that invariant:
   ledger. The inputs' marks themselves would be wrong here: a mark from an input
   with many forgotten rows can exceed the output's, and rows numbered in
   between later would never be replayed after a crash.
-- split: the output ledger is a copy of the input's with the other owner's rows
-  deleted; numbers (and the AUTOINCREMENT high-water mark) are untouched, so
-  the copied shard files' marks stay exact.
+- split: each output ledger is built, not pruned (the journal is append-only):
+  a new ledger that imports the input's metadata and the live rows of the hosts
+  it owns, under new numbers, and every copied shard file is written with that
+  output ledger's own high-water mark, for the same reason as in a merge.
 
 Inputs are opened as ``UrlSeen`` one at a time (that takes their lock, so a
 running worker's directory is refused, replays any ledger rows the snapshots

@@ -5,7 +5,9 @@ ledger seq that created it (top bit set = tombstone, "forgotten"), and the
 ``MANIFEST`` names the live runs and ``mark``, the highest ledger seq they cover.
 The owner's protocol:
 
-1. commit ledger rows, then :meth:`FingerprintIndex.add` / :meth:`forget` them;
+1. append ledger rows and :meth:`FingerprintIndex.add` / :meth:`forget` them at
+   once, before their commit (the buffer is memory only: a crash loses it with
+   the uncommitted rows);
 2. after a commit, :meth:`flush` ``(upto_seq)`` once :attr:`needs_flush` says so:
    the buffered records with seq <= upto_seq become one new run and ``mark`` moves;
 3. on open, replay ledger rows with seq > :attr:`mark` through ``add``/``forget``.

@@ -8,10 +8,13 @@
 
 (file names and the lock: :mod:`dedup.store.statedir`).
 
-Order of writes: a batch of new URLs is committed to the ledger first, then its
-bits are set, then the "applied" high-water mark moves. A snapshot records the
-mark it read *before* copying bits, and loading replays ledger rows past each
-shard's mark, so a crash at any point leaves no false negative.
+Order of writes: a batch of new URLs is appended to the ledger and its bits are
+set in the same call; the "applied" high-water mark, the one a snapshot records,
+moves only once the ledger has made those rows durable (in that call with
+``autocommit``, at :meth:`UrlSeen.commit` in a group commit, so there the bits
+are set first). A snapshot records the mark it read *before* copying bits, and
+loading replays ledger rows past each shard's mark, so a crash at any point
+leaves no false negative (the bits of rows a crash lost are only extra bits).
 """
 
 from __future__ import annotations
@@ -196,8 +199,9 @@ class UrlSeen:
                              ) -> list[list[NewUrl]]:
         """:meth:`admit_resolved` of many ``(pairs, depth)`` pages at once, for a
         crawler's group commit: the same URLs are new as page by page in order (a
-        key on two pages is new on the first), with one fingerprint batch, one
-        Bloom probe, one index lookup and one ledger row per depth for them all.
+        key on two pages is new on the first), with one confirm-cache pass per page
+        (which fingerprints each link as it checks it), then one Bloom probe, one
+        index lookup and one ledger row per depth for the keys it did not hold.
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
-from dedup.store.confirmed import ConfirmCache, Unknown
+from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
 from dedup.store.restore import load_shards, replay
@@ -137,9 +137,9 @@ class UrlSeen:
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        unknown, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+        misses, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
                                       keep_urls=False)
-        keys = unknown.keys
+        keys = misses.keys
         return [keys[i] for i in idx]
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
@@ -150,26 +150,26 @@ class UrlSeen:
         them all. For a caller that has pages in hand (a group commit's worth, a
         crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
         cost alone."""
-        unknown, ends, links, hits = self._unknown_of_pages(
+        misses, ends, links, hits = self._misses_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
-        idx, _ = self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+        idx, _ = self._admit_misses(misses, links, hits, [(len(misses), depth)],
                                      State.QUEUED, keep_urls=False)
-        keys = unknown.keys
+        keys = misses.keys
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
-    def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
-                          ) -> tuple[Unknown, list[int], int, int]:
+    def _misses_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
+                          ) -> tuple[CacheMisses, list[int], int, int]:
         """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
         in one pass: ``(the keys it does not hold, each once in first-seen order;
         how many there are after each page; links; hits)``."""
-        unknown = Unknown()
+        misses = CacheMisses()
         ends: list[int] = []
         links = hits = 0
         for pairs, n in pages:
             links += n
-            hits += self._confirmed.split(pairs, unknown)
-            ends.append(len(unknown))  # keys are in first-seen order: page by page
-        return unknown, ends, links, hits
+            hits += self._confirmed.count_hits(pairs, misses)
+            ends.append(len(misses))  # keys are in first-seen order: page by page
+        return misses, ends, links, hits
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -190,8 +190,8 @@ class UrlSeen:
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        unknown, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
-        keys, urls = unknown.keys, unknown.values
+        misses, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
+        keys, urls = misses.keys, misses.values
         return [NewUrl(seq, urls[i], keys[i], host_of(urls[i]), depth)
                 for seq, i in zip(seqs, idx, strict=True)]
 
@@ -205,20 +205,20 @@ class UrlSeen:
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        unknown, ends, links, hits = self._unknown_of_pages(
+        misses, ends, links, hits = self._misses_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
-        idx, seqs = self._admit_unknown(unknown, links, hits,
+        idx, seqs = self._admit_misses(misses, links, hits,
                                         list(zip(ends, depths, strict=True)), State.QUEUED,
                                         keep_urls=True)
         seq_of = dict(zip(idx, seqs, strict=True))
-        keys, urls = unknown.keys, unknown.values
+        keys, urls = misses.keys, misses.values
         return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
                 for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
     def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
                state: State, *, keep_urls: bool
-               ) -> tuple[Unknown, list[int], Sequence[int]]:
+               ) -> tuple[CacheMisses, list[int], Sequence[int]]:
         """The seen-test for one page of ``links`` pairs (and Nones, skipped):
         ``(the keys the confirm cache did not hold, with their first URLs; indexes
         of the new ones among them; their seqs)``.
@@ -228,15 +228,15 @@ class UrlSeen:
         "Definitely new" keys are appended with no read at all; only "maybe seen"
         ones go to the ledger's index, in one batch. A key keeps its first URL.
         """
-        unknown = Unknown()
-        hits = self._confirmed.split(pairs, unknown)
-        return (unknown, *self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
+        misses = CacheMisses()
+        hits = self._confirmed.count_hits(pairs, misses)
+        return (misses, *self._admit_misses(misses, links, hits, [(len(misses), depth)],
                                               state, keep_urls=keep_urls))
 
-    def _admit_unknown(self, unknown: Unknown, links: int, hits: int,
+    def _admit_misses(self, misses: CacheMisses, links: int, hits: int,
                        spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
                        ) -> tuple[list[int], Sequence[int]]:
-        """:meth:`_admit` once the confirm cache has answered: ``unknown`` holds the
+        """:meth:`_admit` once the confirm cache has answered: ``misses`` holds the
         keys it did not, of ``links`` links of which ``hits`` it did: ``(indexes of
         the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
         of its keys; the new keys of a depth are one ledger append, shallowest first."""
@@ -244,15 +244,15 @@ class UrlSeen:
         counters["links"] += links
         confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits
-        if not len(unknown):
+        if not len(misses):
             counters["repeats"] += links
             return [], range(0)
-        h = halves(unknown.fps)
+        h = halves(misses.fps)
         probed = self.bloom.probe_hashes(h)
         new_mask = ~probed.found
         maybe = np.flatnonzero(probed.found)
         counters["bloom_maybe"] += len(maybe)
-        counters["bloom_definitely_new"] += len(unknown) - len(maybe)
+        counters["bloom_definitely_new"] += len(misses) - len(maybe)
         if len(maybe):
             counters["ledger_queries"] += 1
             present = self.ledger.contains_hashes(h[maybe])
@@ -270,7 +270,7 @@ class UrlSeen:
         idx = new.tolist()
         depths = {d for _, d in spans}
         if len(depths) == 1:
-            seqs: Sequence[int] = self._append(new, unknown, h, depths.pop(),
+            seqs: Sequence[int] = self._append(new, misses, h, depths.pop(),
                                                keep_urls=keep_urls)
             last = seqs[-1]
         else:  # one append per depth; idx keeps key order, seqs follow it
@@ -280,7 +280,7 @@ class UrlSeen:
             for d in sorted(depths):
                 at = np.flatnonzero(depth_of == d)
                 if len(at):
-                    got = self._append(new[at], unknown, h, d, keep_urls=keep_urls)
+                    got = self._append(new[at], misses, h, d, keep_urls=keep_urls)
                     seq_arr[at] = np.arange(got.start, got.stop)
                     last = got.stop - 1
             seqs = seq_arr.tolist()
@@ -293,13 +293,13 @@ class UrlSeen:
         confirmed.add(h[new])
         return idx, seqs
 
-    def _append(self, new: np.ndarray, unknown: Unknown, h: np.ndarray, depth: int, *,
+    def _append(self, new: np.ndarray, misses: CacheMisses, h: np.ndarray, depth: int, *,
                 keep_urls: bool) -> range:
-        """One ledger append of the keys at ``new`` (indexes into ``unknown``)."""
-        blob = np.frombuffer(unknown.fps, dtype="V16")[new].tobytes()
+        """One ledger append of the keys at ``new`` (indexes into ``misses``)."""
+        blob = np.frombuffer(misses.fps, dtype="V16")[new].tobytes()
         urls = hosts = None
         if keep_urls:
-            values = unknown.values
+            values = misses.values
             urls = [values[i] for i in new.tolist()]
             hosts = [host_of(u) for u in urls]
         return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])

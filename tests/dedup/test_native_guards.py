@@ -195,12 +195,12 @@ def test_pages_that_fail_one_after_another_never_fill_the_batch_table() -> None:
     fingerprint in the batch table that the count did not hold, until the table
     was full and the next pass spun."""
     out = in_child("""
-        from dedup.store.confirmed import ConfirmCache, Unknown
-        cache, out = ConfirmCache(1000, 3), Unknown()
+        from dedup.store.confirmed import ConfirmCache, CacheMisses
+        cache, out = ConfirmCache(1000, 3), CacheMisses()
         errors = 0
         for p in range(5000):  # the batch table starts at 4,096 slots
             try:
-                cache.split([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
+                cache.count_hits([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
             except TypeError:
                 errors += 1
         rows = out.table.reshape(-1, 2)

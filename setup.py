@@ -4,7 +4,7 @@
 ``dedup.native._lookup`` (dedup/native/_lookup.c) the exact lookup's. They are
 optional: where it does not build (no C compiler), the install still succeeds
 and dedup uses its numpy and Python code, with the same answers
-(``dedup.native.kernel`` picks the one there is).
+(``dedup.native.compiled`` picks the one there is).
 """
 
 from setuptools import Extension, setup

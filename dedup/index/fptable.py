@@ -22,7 +22,7 @@ import numpy as np
 
 from dedup.index.merging import key_order
 from dedup.index.sortedkeys import SEQ_MASK, Probe, probe_with
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _FIRST_SLOTS = 1 << 8

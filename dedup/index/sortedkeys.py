@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 RECORD_SIZE = 24  # bytes of one (hi, lo, seq) record
 TOMBSTONE = np.uint64(1 << 63)  # the top bit of a record's seq: the key was forgotten

@@ -25,7 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 from dedup.url.fingerprint import fingerprint
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup.native import kernel as compiled
+from dedup.native import compiled
 from dedup.store import confirmed
 from dedup.url.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
@@ -108,9 +108,9 @@ def test_confirm_split_refuses_tables_sharing_memory() -> None:
 
 PRELUDE = """
 import numpy as np
-from dedup.native import kernel
+from dedup.native import compiled
 from dedup.url.fingerprint import fingerprint_many, halves
-lk = kernel.lookup
+lk = compiled.lookup
 def show(call):
     try:
         got = call()

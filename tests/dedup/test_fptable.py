@@ -48,7 +48,7 @@ def _answers(table: fptable.TableBuffer) -> dict[tuple[int, int], int]:
     raw = np.zeros(len(ALL_KEYS), dtype=np.uint64)
     table.find_into(hi, lo, todo, raw)
     batch = {k: int(r) for k, t, r in zip(ALL_KEYS, todo.tolist(), raw, strict=True) if not t}
-    hits, miss = table.probe([(i, h, lo) for i, (h, lo) in enumerate(ALL_KEYS)])
+    hits, miss = table.find_each([(i, h, lo) for i, (h, lo) in enumerate(ALL_KEYS)])
     assert {ALL_KEYS[i]: r for i, r in hits} == batch  # key by key: the same answers
     assert len(hits) + len(miss) == len(ALL_KEYS)
     return batch

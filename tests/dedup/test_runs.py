@@ -51,7 +51,7 @@ def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys:
     assert got.tolist() == [truth.get(a, 0) for a in asked]
     # the key-by-key path (page-sized batches), with the keys in any order
     todo = [(i, h, lo) for i, (h, lo) in enumerate(reversed(asked))]
-    hits, miss = run.probe(todo)
+    hits, miss = run.find_each(todo)
     want = {i: truth[(h, lo)] for i, h, lo in todo if (h, lo) in truth}
     assert dict(hits) == want and len(hits) == len(want)
     assert sorted(t for t in todo if t[0] not in want) == sorted(miss)
@@ -82,7 +82,7 @@ def test_directory_buckets_by_top_bits(keys: set, bits: int) -> None:
                              np.array([a[1] for a in asked], np.uint64))
     assert found.tolist() == [a in truth for a in asked]
     assert got.tolist() == [truth.get(a, 0) for a in asked]
-    hits, _ = sk.probe([(i, h, lo_) for i, (h, lo_) in enumerate(asked)])
+    hits, _ = sk.find_each([(i, h, lo_) for i, (h, lo_) in enumerate(asked)])
     assert dict(hits) == {i: truth[a] for i, a in enumerate(asked) if a in truth}
 
 
@@ -179,7 +179,7 @@ def test_probe_ignores_matches_across_fields(tmp_path: Path) -> None:
     write_run(tmp_path / "r.fpr", [(hi, lo, seq)], block_records=64)
     run = Run(tmp_path / "r.fpr")
     todo = [(0, 2, 3), (1, 9, 11), (2, 3, 7), (3, 11, 11), (4, 11, 20)]
-    hits, miss = run.probe(todo)
+    hits, miss = run.find_each(todo)
     # (2, 3) is stored, and also straddles record 0's lo|seq, which comes first
     assert hits == [(0, 7), (4, 21)]
     assert [t[0] for t in miss] == [1, 2, 3]
@@ -220,7 +220,7 @@ def test_file_lookups_answer_alike_with_and_without_read_ahead(tmp_path: Path,
     assert got[:len(hi[::7])].tolist() == seq[::7].tolist()
     keys._readahead = readahead
     todo = list(zip(range(len(ask_hi)), ask_hi.tolist(), ask_lo.tolist(), strict=True))
-    hits, miss = keys.probe(todo[:40] + todo[-8:])  # a page's worth, key by key
+    hits, miss = keys.find_each(todo[:40] + todo[-8:])  # a page's worth, key by key
     assert sorted(hits) == [(i, int(got[i])) for i in range(40)]
     assert sorted(t[0] for t in miss) == list(range(len(todo) - 8, len(todo)))
 

@@ -148,28 +148,28 @@ class UrlSeen:
         answers as calling it page by page in order (a key new on two pages is new
         on the first), with one Bloom probe, one index lookup and one ledger row for
         them all. For a caller that has pages in hand (a group commit's worth, a
-        crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
-        cost alone."""
-        misses, ends, links, hits = self._misses_of_pages(
+        crawl dump): the dozen keys of a page that the confirm cache misses
+        otherwise pay each step's fixed cost alone."""
+        misses, ends, n_links, hits = self._misses_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
-        idx, _ = self._admit_misses(misses, links, hits, [(len(misses), depth)],
-                                     State.QUEUED, keep_urls=False)
+        idx, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
+                                    State.QUEUED, keep_urls=False)
         keys = misses.keys
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
     def _misses_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
-                          ) -> tuple[CacheMisses, list[int], int, int]:
-        """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
+                         ) -> tuple[CacheMisses, list[int], int, int]:
+        """The confirm cache's answer for pages of ``(pairs, n_links)`` (Nones skipped),
         in one pass: ``(the keys it does not hold, each once in first-seen order;
-        how many there are after each page; links; hits)``."""
+        how many there are after each page; how many links; hits)``."""
         misses = CacheMisses()
         ends: list[int] = []
-        links = hits = 0
+        n_links = hits = 0
         for pairs, n in pages:
-            links += n
+            n_links += n
             hits += self._confirmed.count_hits(pairs, misses)
             ends.append(len(misses))  # keys are in first-seen order: page by page
-        return misses, ends, links, hits
+        return misses, ends, n_links, hits
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -205,21 +205,21 @@ class UrlSeen:
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        misses, ends, links, hits = self._misses_of_pages(
+        misses, ends, n_links, hits = self._misses_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
-        idx, seqs = self._admit_misses(misses, links, hits,
-                                        list(zip(ends, depths, strict=True)), State.QUEUED,
-                                        keep_urls=True)
+        idx, seqs = self._admit_misses(misses, n_links, hits,
+                                       list(zip(ends, depths, strict=True)), State.QUEUED,
+                                       keep_urls=True)
         seq_of = dict(zip(idx, seqs, strict=True))
         keys, urls = misses.keys, misses.values
         return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
                 for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
-    def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
+    def _admit(self, pairs: Sequence[tuple[str, str] | None], n_links: int, depth: int,
                state: State, *, keep_urls: bool
                ) -> tuple[CacheMisses, list[int], Sequence[int]]:
-        """The seen-test for one page of ``links`` pairs (and Nones, skipped):
+        """The seen-test for one page's ``pairs`` (``n_links`` links; Nones skipped):
         ``(the keys the confirm cache did not hold, with their first URLs; indexes
         of the new ones among them; their seqs)``.
 
@@ -230,22 +230,22 @@ class UrlSeen:
         """
         misses = CacheMisses()
         hits = self._confirmed.count_hits(pairs, misses)
-        return (misses, *self._admit_misses(misses, links, hits, [(len(misses), depth)],
-                                              state, keep_urls=keep_urls))
+        return (misses, *self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
+                                            state, keep_urls=keep_urls))
 
-    def _admit_misses(self, misses: CacheMisses, links: int, hits: int,
-                       spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
-                       ) -> tuple[list[int], Sequence[int]]:
+    def _admit_misses(self, misses: CacheMisses, n_links: int, hits: int,
+                      spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
+                      ) -> tuple[list[int], Sequence[int]]:
         """:meth:`_admit` once the confirm cache has answered: ``misses`` holds the
-        keys it did not, of ``links`` links of which ``hits`` it did: ``(indexes of
+        keys it did not, of ``n_links`` links of which ``hits`` it did: ``(indexes of
         the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
         of its keys; the new keys of a depth are one ledger append, shallowest first."""
         counters = self.counters
-        counters["links"] += links
+        counters["links"] += n_links
         confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits
         if not len(misses):
-            counters["repeats"] += links
+            counters["repeats"] += n_links
             return [], range(0)
         h = halves(misses.fps)
         probed = self.bloom.probe_hashes(h)
@@ -262,7 +262,7 @@ class UrlSeen:
             confirmed.add(h[maybe[present]])
         new = np.flatnonzero(new_mask)
         counters["new"] += len(new)
-        counters["repeats"] += links - len(new)
+        counters["repeats"] += n_links - len(new)
         if not len(new):
             return [], range(0)
         if self.readonly:

@@ -9,12 +9,13 @@
 (file names and the lock: :mod:`dedup.store.statedir`).
 
 Order of writes: a batch of new URLs is appended to the ledger and its bits are
-set in the same call; the "applied" high-water mark, the one a snapshot records,
-moves only once the ledger has made those rows durable (in that call with
-``autocommit``, at :meth:`UrlSeen.commit` in a group commit, so there the bits
-are set first). A snapshot records the mark it read *before* copying bits, and
-loading replays ledger rows past each shard's mark, so a crash at any point
-leaves no false negative (the bits of rows a crash lost are only extra bits).
+set in the same call (its last seq is ``_appended_seq``); the seq a snapshot
+records as covered (its header's ``hwm``, ``_covered_seq`` here) moves up to it
+only once the ledger has made those rows durable: in that call with
+``autocommit``, at :meth:`UrlSeen.commit` in a group commit (so there the bits are
+set first). A snapshot records the seq it read *before* copying bits, and
+loading replays ledger rows past each shard's, so a crash at any point leaves
+no false negative (the bits of rows a crash lost are only extra bits).
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ class UrlSeen:
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
-        self._applied_hwm, self.damaged_shards = load_shards(
+        self._covered_seq, self.damaged_shards = load_shards(
             self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
-        self._pending_hwm = self._applied_hwm
+        self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
 
     # -- opening -----------------------------------------------------------------
 
@@ -287,9 +288,9 @@ class UrlSeen:
         if state is not State.QUEUED:
             self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
         self.bloom.add_probed(probed, new)
-        self._pending_hwm = last
+        self._appended_seq = last
         if self.ledger.autocommit:
-            self._applied_hwm = self._pending_hwm
+            self._covered_seq = self._appended_seq
         confirmed.add(h[new])
         return idx, seqs
 
@@ -355,7 +356,7 @@ class UrlSeen:
         in a crash gives its ``seq`` back to the next insert, and a snapshot mark
         above it would keep that new row from ever being replayed."""
         self.ledger.commit()
-        self._applied_hwm = self._pending_hwm
+        self._covered_seq = self._appended_seq
 
     def snapshot_shard(self, i: int) -> None:
         """Write shard ``i`` atomically. Safe to run in a thread while one other
@@ -363,7 +364,7 @@ class UrlSeen:
         every row at or below it already has its bits set."""
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        hwm = self._applied_hwm
+        hwm = self._covered_seq
         write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
                        shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
 

@@ -188,7 +188,7 @@ def _merge_into(tmp: Path, ins: list[Path], crawl_id: str, nshards: int) -> tupl
                 offered += len(seen.ledger)
                 ledger.import_rows(seen.ledger.live_rows())
     with Ledger(out_ledger) as ledger:
-        hwm, rows = ledger.hwm(), len(ledger)
+        hwm, rows = ledger.last_seq(), len(ledger)
     shard_dir = shards_dir(tmp)
     shard_dir.mkdir()
     for i in range(nshards):
@@ -233,8 +233,8 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
                 results = []
                 for out, tmp, ledger in zip(outs, tmps, ledgers, strict=True):
                     ledger.commit()
-                    results.append(ResizedState(out, len(ledger), 0, ledger.hwm()))
-                    _copy_shards(seen, tmp, ledger.hwm())
+                    results.append(ResizedState(out, len(ledger), 0, ledger.last_seq()))
+                    _copy_shards(seen, tmp, ledger.last_seq())
             finally:
                 for ledger in ledgers:
                     ledger.close()

@@ -99,13 +99,13 @@ class Ledger:
                 if not self.readonly or attempt == _READ_RETRIES - 1:
                     raise
                 time.sleep(0.05)
-        hwm = self.journal.hwm()
-        if index.mark > hwm:
+        last_seq = self.journal.last_seq()
+        if index.mark > last_seq:
             index.close()
             if self.readonly:
                 raise StateFormatError(f"{directory}: index covers seq {index.mark}, "
-                                       f"the ledger only {hwm}: open it once to rebuild")
-            index = FingerprintIndex.rebuild(directory, self._records(0), mark=hwm,
+                                       f"the ledger only {last_seq}: open it once to rebuild")
+            index = FingerprintIndex.rebuild(directory, self._records(0), mark=last_seq,
                                              buffer_records=buffer)
             return index
         for his, los, seqs, tomb in self._records(index.mark):
@@ -122,7 +122,7 @@ class Ledger:
             self._index.close()
             self._index = None
         self._index = FingerprintIndex.rebuild(self.index_dir, self._records(0),
-                                               mark=self.journal.hwm(),
+                                               mark=self.journal.last_seq(),
                                                buffer_records=self._index_buffer)
 
     def _records(self, after: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]:
@@ -161,9 +161,9 @@ class Ledger:
                 self._flush_if_full()
         return seqs
 
-    def hwm(self) -> int:
+    def last_seq(self) -> int:
         """Highest seq ever handed out (tombstones included)."""
-        return self.journal.hwm()
+        return self.journal.last_seq()
 
     def batches_after(self, seq: int) -> Iterator[tuple[np.ndarray, bytes, np.ndarray]]:
         """``(seqs, fps, kinds)`` past ``seq``: the Bloom filter's replay stream."""
@@ -280,9 +280,9 @@ class Ledger:
         new = [keep[i] for i in np.flatnonzero(fresh).tolist()]
         if not new:
             return 0
-        start = self.journal.hwm() + 1
+        start = self.journal.last_seq() + 1
         _import_rows(self.journal, new)
-        end = self.journal.hwm() + 1
+        end = self.journal.last_seq() + 1
         hn = halves(b"".join(r.fp for r in new))
         self.index.add(hn[:, 0], hn[:, 1], np.arange(start, end, dtype=np.uint64))
         if self.journal.autocommit:
@@ -310,7 +310,7 @@ class Ledger:
     def _flush_if_full(self) -> None:
         index = self._index
         if index is not None and index.needs_flush and not self.readonly:
-            index.flush(self.journal.hwm())
+            index.flush(self.journal.last_seq())
 
     @property
     def pending(self) -> bool:
@@ -327,7 +327,7 @@ class Ledger:
             if not self.readonly:
                 self.journal.commit()
                 if self._index is not None and self._index.stats()["buffer"]:
-                    self._index.flush(self.journal.hwm())
+                    self._index.flush(self.journal.last_seq())
         finally:
             if self._index is not None:
                 self._index.close()

@@ -43,7 +43,7 @@ def present(led: Ledger, fps) -> set[bytes]:
 def test_append_returns_consecutive_seqs_and_lookup_is_exact(ledger):
     assert list(add(ledger, range(5))) == [1, 2, 3, 4, 5]
     assert list(add(ledger, range(5, 8))) == [6, 7, 8]
-    assert ledger.hwm() == 8
+    assert ledger.last_seq() == 8
     probe = [fp(i) for i in range(0, 20, 2)]
     assert present(ledger, probe) == {fp(i) for i in (0, 2, 4, 6)}
     assert len(ledger) == 8

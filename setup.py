@@ -3,7 +3,8 @@
 ``dedup.native._kernel`` (dedup/native/_kernel.c) runs the Bloom filter's hot loops,
 ``dedup.native._lookup`` (dedup/native/_lookup.c) the exact lookup's. They are
 optional: where it does not build (no C compiler), the install still succeeds
-and dedup uses its numpy code, with the same bits (``dedup.bitops``).
+and dedup uses its numpy and Python code, with the same answers
+(``dedup.native.compiled`` picks the one there is).
 """
 
 from setuptools import Extension, setup

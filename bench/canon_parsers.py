@@ -32,8 +32,8 @@ paths, tracking parameters and surrounding whitespace.
    same pages, each run from an empty cache: ada's raw join (the floor), the
    Canonicalizer of git revision `--against` (loaded from git) and of the work
    tree, as `resolve_many` alone and as the seen-test's stage (distinct keys of
-   the page and their fingerprints: `resolve_many` + dedupe + `fingerprint_many`
-   before, `resolve_page` after), plus hit rates per cache size.
+   the page and their fingerprints: `resolve_many` + dedupe + `fingerprint_many`),
+   plus hit rates per cache size.
 
     .venv/bin/python bench/canon_parsers.py [--links 100000] [--repeat 3] [--against REV]
 """
@@ -365,8 +365,8 @@ def _many(pages: list[Page], canon: Any) -> None:
         resolve_many(links, page)
 
 
-def _stage_before(pages: list[Page], canon: Any) -> None:
-    """What the seen-test did per page: resolve, keep the first URL per key, hash the keys."""
+def _stage(pages: list[Page], canon: Any) -> None:
+    """A page's links for a seen-test: resolve, keep the first URL per key, hash the keys."""
     resolve_many = canon.resolve_many
     for page, links in pages:
         first: dict[str, str] = {}
@@ -374,12 +374,6 @@ def _stage_before(pages: list[Page], canon: Any) -> None:
             if pair is not None and pair[1] not in first:
                 first[pair[1]] = pair[0]
         fingerprint_many(first)
-
-
-def _stage_after(pages: list[Page], canon: Any) -> None:
-    resolve_page = canon.resolve_page
-    for page, links in pages:
-        resolve_page(links, page)
 
 
 def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
@@ -395,8 +389,8 @@ def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
         ("now: resolve_many, no cache", _many, lambda: Canonicalizer(cache_size=0)),
         (f"{against}: resolve_many", _many, old),
         ("now: resolve_many", _many, Canonicalizer),
-        (f"{against}: resolve_many + dedupe + fingerprint_many", _stage_before, old),
-        ("now: resolve_page (keys + fingerprints)", _stage_after, Canonicalizer),
+        (f"{against}: resolve_many + dedupe + fingerprint_many", _stage, old),
+        ("now: resolve_many + dedupe + fingerprint_many", _stage, Canonicalizer),
     ]
     times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     for _ in range(repeat):  # interleaved: every row once per round
@@ -411,17 +405,15 @@ def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
     print(f"{'':<52} {'median':>8} {'best':>7}  µs/link")
     for label, _, _ in rows:
         print(f"{label:<52} {statistics.median(times[label]):8.2f} {min(times[label]):7.2f}")
-    print("\nCache hit rates on the same stream (one pass from empty; hits + misses + "
-          "repeats within a page = links; 'now' through resolve_page):")
+    print("\nCache hit rates on the same stream (one pass from empty; hits + misses "
+          "= links):")
     for size in (25_000, 100_000, 400_000, 10**8):
         for label, canon, fn in ((against, old(cache_size=size), _many),
-                                 ("now", Canonicalizer(cache_size=size), _stage_after)):
+                                 ("now", Canonicalizer(cache_size=size), _many)):
             fn(pages, canon)
             info = canon.cache_info()
-            repeats = info.get("page_repeats", 0)
             print(f"  cache_size {size:>11,} {label:<8} hits {info['hits'] / n_links:6.1%}  "
-                  f"page repeats {repeats / n_links:6.1%}  misses "
-                  f"{info['misses'] / n_links:6.1%}")
+                  f"misses {info['misses'] / n_links:6.1%}")
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from run import emit
 
 from dedup import BloomFilter, ShardedBloom
 from dedup.filter.shards import merge_files
-from dedup.native import kernel as compiled
+from dedup.native import compiled
 from dedup.url.fingerprint import fingerprint_many, halves
 
 ERROR_RATE = 0.01

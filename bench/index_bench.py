@@ -87,12 +87,12 @@ class FileRun:
     def batch(self, hi: np.ndarray, lo: np.ndarray) -> int:
         if len(hi) <= SMALL_BATCH:  # as FingerprintIndex.lookup: key by key in C bisects
             todo = list(zip(range(len(hi)), hi.tolist(), lo.tolist(), strict=True))
-            return len(self.run.probe(todo)[0])
+            return len(self.run.find_each(todo)[0])
         order = np.lexsort((lo, hi))
         return int(self.run.contains(hi[order], lo[order])[0].sum())
 
     def probe(self, hi: np.ndarray, lo: np.ndarray) -> int:
-        return sum(len(self.run.probe([(0, h, lo_)])[0])
+        return sum(len(self.run.find_each([(0, h, lo_)])[0])
                    for h, lo_ in zip(hi.tolist(), lo.tolist(), strict=True))
 
     def size(self) -> int:

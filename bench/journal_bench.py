@@ -1,4 +1,5 @@
-"""Ledger format 2 (dedup.journal.journal) vs format 1 (dedup.store.ledger.Ledger) on one stream.
+"""Ledger format 2 (dedup.journal.journal) vs format 1 (tests/support/ledger_v1.py, the
+format ``bloomcrawl migrate`` reads) on one stream.
 
 A crawl-like admission stream: pages of ``--per-page`` new fingerprints (random
 16-byte keys) with their URLs (hosts drawn from a Zipf-like distribution over
@@ -33,8 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dedup.journal import journal as journal_mod
+from dedup.journal.format import State
 from dedup.journal.journal import Journal
-from dedup.store.ledger import Ledger, State
+from tests.support.ledger_v1 import Ledger
 
 HOSTS = 10_000
 

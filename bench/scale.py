@@ -1,6 +1,6 @@
 """URL-seen at scale: UrlSeen vs three peers on one crawl-like stream, per window.
 
-Why: issue 10's targets (DESIGN.md, "Storage at scale") are about what happens
+Why: issue 10's targets are about what happens
 as the seen-set grows to 10M, 100M URLs: links per CPU-second against plain
 SQLite and a RAM set, no decay with size, bounded RSS, bytes of state and of
 disk writes per URL, a cold page cache, and O(1) stats and restart. This runs

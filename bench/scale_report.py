@@ -1,6 +1,6 @@
 """Tables and target ratios from scale.py's runs (pure: results in, tables out).
 
-The targets are issue 10's (DESIGN.md, "Storage at scale"); each row says the
+The targets are issue 10's; each row says the
 figure, the target and whether this run met it, so a rerun after the storage
 rewrite reads off directly.
 """

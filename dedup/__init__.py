@@ -24,7 +24,7 @@ from dedup.base.errors import (
 )
 from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
-from dedup.filter.shards import ShardedBloom, _capacity_of, merge_files
+from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.journal.format import PortableRow
 from dedup.store.ledger import Ledger, QueuedRow, State
@@ -69,7 +69,6 @@ __all__ = [
     "StateLocked",
     "UrlRejected",
     "UrlSeen",
-    "_capacity_of",
     "atomic_write_bytes",
     "canonicalize",
     "check_compatible",
@@ -88,6 +87,7 @@ __all__ = [
     "merge_states",
     "migrate",
     "normalize",
+    "planned_capacity",
     "read_header",
     "repair",
     "resize",

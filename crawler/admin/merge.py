@@ -50,7 +50,7 @@ class MergedFiles:
 def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
     """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
     with Ledger(ledger_path(state_dir), readonly=True) as ledger:
-        hwm = ledger.hwm()
+        hwm = ledger.last_seq()
     files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
     if files and all(read_header(f).hwm >= hwm for f in files):
         return

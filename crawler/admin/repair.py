@@ -49,10 +49,10 @@ from dedup import (
     State,
     UrlRejected,
     UrlSeen,
-    _capacity_of,
     fingerprint,
     host_of,
     index_keys,
+    planned_capacity,
     read_header,
     repair,
     shards_dir,
@@ -102,7 +102,7 @@ def _fallback_meta(state_dir: Path) -> dict[str, Any]:
             h = read_header(path)
         except (SnapshotError, OSError, ValueError):
             continue
-        meta["geometry"] = {"capacity": _capacity_of(h.capacity, h.shard_count),
+        meta["geometry"] = {"capacity": planned_capacity(h.capacity, h.shard_count),
                             "error_rate": h.error_rate, "shards": h.shard_count,
                             "seed": h.seed, "growth": h.growth}
         meta.setdefault("crawl_id", h.crawl_id)

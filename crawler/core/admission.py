@@ -9,8 +9,9 @@ pure bookkeeping over the state dir, with no network.
 Why two steps: ``route`` runs in the worker as soon as a page's links are
 resolved (a fleet worker must forward other owners' links before the page counts
 as done); ``admit_pages`` runs in the group commit for every page of the group
-at once, so the seen-test pays its fixed costs (a fingerprint batch, a Bloom
-probe, an index lookup, a journal row) once per group instead of once per page,
+at once, so the seen-test pays its fixed costs (a Bloom probe and an index
+lookup for the keys its confirm cache does not hold, a journal row) once per
+group instead of once per page,
 and a page's new URLs become durable in the same transaction as its record.
 """
 

@@ -4,7 +4,7 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
 
 1. a page's links are admitted at its group commit, not when it is processed:
    the group's pages go through the seen-test together (``Admission.admit_pages``:
-   one fingerprint batch, one Bloom probe, one index lookup), their new URLs go
+   one Bloom probe, one index lookup, one journal row per depth), their new URLs go
    into the ledger's open transaction and to the frontier, and each page's
    ``links_new`` is known before its record is written;
 2. the group's pages.jsonl lines and WARC records are written and fsynced, then

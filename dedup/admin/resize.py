@@ -25,9 +25,10 @@ is built to keep that invariant:
   ledger. The inputs' marks themselves would be wrong here: a mark from an input
   with many forgotten rows can exceed the output's, and rows numbered in
   between later would never be replayed after a crash.
-- split: the output ledger is a copy of the input's with the other owner's rows
-  deleted; numbers (and the AUTOINCREMENT high-water mark) are untouched, so
-  the copied shard files' marks stay exact.
+- split: each output ledger is built, not pruned (the journal is append-only):
+  a new ledger that imports the input's metadata and the live rows of the hosts
+  it owns, under new numbers, and every copied shard file is written with that
+  output ledger's own high-water mark, for the same reason as in a merge.
 
 Inputs are opened as ``UrlSeen`` one at a time (that takes their lock, so a
 running worker's directory is refused, replays any ledger rows the snapshots
@@ -187,7 +188,7 @@ def _merge_into(tmp: Path, ins: list[Path], crawl_id: str, nshards: int) -> tupl
                 offered += len(seen.ledger)
                 ledger.import_rows(seen.ledger.live_rows())
     with Ledger(out_ledger) as ledger:
-        hwm, rows = ledger.hwm(), len(ledger)
+        hwm, rows = ledger.last_seq(), len(ledger)
     shard_dir = shards_dir(tmp)
     shard_dir.mkdir()
     for i in range(nshards):
@@ -232,8 +233,8 @@ def split_state(in_dir: PathArg, out_dirs: Sequence[PathArg],
                 results = []
                 for out, tmp, ledger in zip(outs, tmps, ledgers, strict=True):
                     ledger.commit()
-                    results.append(ResizedState(out, len(ledger), 0, ledger.hwm()))
-                    _copy_shards(seen, tmp, ledger.hwm())
+                    results.append(ResizedState(out, len(ledger), 0, ledger.last_seq()))
+                    _copy_shards(seen, tmp, ledger.last_seq())
             finally:
                 for ledger in ledgers:
                     ledger.close()

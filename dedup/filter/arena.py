@@ -25,7 +25,7 @@ import numpy as np
 from bitarray import bitarray
 
 from dedup.filter.geometry import MAX_K, LayerGeometry
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 __all__ = ["Arena", "Memo", "probe", "set_bits", "test"]
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from dedup.filter.arena import Arena, Memo, probe, set_bits, test
 from dedup.filter.geometry import MAX_LAYERS, Geometry, layer_geometry
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 log = logging.getLogger("dedup.filter.bloom")
 

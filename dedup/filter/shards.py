@@ -37,7 +37,7 @@ from dedup.filter.layers import LayerStack, estimate_count
 from dedup.filter.snapshot import SnapshotHeader, read_header
 from dedup.url.fingerprint import fingerprint, shard_of
 
-__all__ = ["MAX_SHARDS", "ShardedBloom", "merge_files", "shard_capacity"]
+__all__ = ["MAX_SHARDS", "ShardedBloom", "merge_files", "planned_capacity", "shard_capacity"]
 
 HEADROOM_SIGMAS = 4
 
@@ -59,9 +59,11 @@ def shard_capacity(capacity: int, shards: int) -> int:
     return math.ceil(share + HEADROOM_SIGMAS * math.sqrt(share))
 
 
-def _capacity_of(shard_cap: int, shards: int) -> int:
-    """The largest capacity whose shards are sized ``shard_cap``: the planned capacity
-    of a filter known only from its shard files (they record the shard's size)."""
+def planned_capacity(shard_cap: int, shards: int) -> int:
+    """The largest capacity whose shards are sized ``shard_cap`` (the inverse of
+    :func:`shard_capacity`): the planned capacity of a filter known only from its
+    shard files, which record the shard's size (a repair whose ledger lost its
+    metadata reads it there)."""
     if shards == 1:
         return shard_cap
     z = HEADROOM_SIGMAS
@@ -72,6 +74,8 @@ def _capacity_of(shard_cap: int, shards: int) -> int:
     while c > 1 and shard_capacity(c, shards) > shard_cap:
         c -= 1
     return c
+
+
 _SHARD_FILE = re.compile(r"shard-(\d{5,})\.bloom")
 
 
@@ -235,7 +239,7 @@ class ShardedBloom(StackedFilter):
                growth: int) -> ShardedBloom:
         """An empty filter whose shards hold ``shard_cap`` keys each (as its files say)."""
         out = cls.__new__(cls)
-        out._build(Geometry(capacity=_capacity_of(shard_cap, shards), error_rate=error_rate,
+        out._build(Geometry(capacity=planned_capacity(shard_cap, shards), error_rate=error_rate,
                             shards=shards, seed=seed, growth=growth), shard_cap)
         return out
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from dedup.base.heap import give_back
 from dedup.index.merging import merge_newer, newest_unique
-from dedup.index.sortedkeys import SEQ_MASK, Probe, SortedKeys, filter_add, filter_size
+from dedup.index.sortedkeys import SEQ_MASK, Query, SortedKeys, filter_add, filter_size
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -98,14 +98,14 @@ class Buffer:
         """Records in the recent dict (the sorted part counts its own)."""
         return len(self._recent)
 
-    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """The recent records, key by key, like :meth:`SortedKeys.probe`:
-        ``([(position, raw seq) found], [probes not found])``."""
+    def find_each(self, todo: list[Query]) -> tuple[list[tuple[int, int]], list[Query]]:
+        """The recent records, key by key, like :meth:`SortedKeys.find_each`:
+        ``([(position, raw seq) found], [queries not found])``."""
         recent, los, seqs = self._recent, self._lo, self._seq
         if not recent:
             return [], todo
         hits: list[tuple[int, int]] = []
-        miss: list[Probe] = []
+        miss: list[Query] = []
         for t in todo:
             p = recent.get(t[1])
             if p is not None and los[p] == t[2]:

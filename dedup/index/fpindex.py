@@ -5,7 +5,9 @@ ledger seq that created it (top bit set = tombstone, "forgotten"), and the
 ``MANIFEST`` names the live runs and ``mark``, the highest ledger seq they cover.
 The owner's protocol:
 
-1. commit ledger rows, then :meth:`FingerprintIndex.add` / :meth:`forget` them;
+1. append ledger rows and :meth:`FingerprintIndex.add` / :meth:`forget` them at
+   once, before their commit (the buffer is memory only: a crash loses it with
+   the uncommitted rows);
 2. after a commit, :meth:`flush` ``(upto_seq)`` once :attr:`needs_flush` says so:
    the buffered records with seq <= upto_seq become one new run and ``mark`` moves;
 3. on open, replay ledger rows with seq > :attr:`mark` through ``add``/``forget``.
@@ -54,13 +56,13 @@ from dedup.index import fptable
 from dedup.index.fpbuffer import Buffer
 from dedup.index.merging import key_order, merge_runs
 from dedup.index.runs import SEQ_MASK, TOMBSTONE, Run, RunFileError, verify_run, write_run
-from dedup.index.sortedkeys import BLOCK_RECORDS, Probe
+from dedup.index.sortedkeys import BLOCK_RECORDS, Query
 
 MANIFEST = "MANIFEST"
 REBUILD_MANIFEST = "MANIFEST.rebuild"  # a rebuild's manifest until it is swapped in
 MANIFEST_FORMAT = 1
 _RUN_PREFIX, _RUN_SUFFIX = "run-", ".fpr"
-# Up to this many keys (a page's) a lookup probes key by key in C-level bisects;
+# Up to this many keys (a page's) a lookup goes key by key in C-level bisects;
 # up to MAPLESS_BATCH (a group of pages') each part filters them vectorized and
 # reads a candidate's bucket with pread; above it (replay, rebuild) each run is
 # searched through its map, released after the lookup.
@@ -147,22 +149,22 @@ class FingerprintIndex:
         self._install()
         hi, lo = _u64(his), _u64(los)
         if len(hi) <= SMALL_BATCH:
-            raw = self._probe(hi.tolist(), lo.tolist())
+            raw = self._find_each(hi.tolist(), lo.tolist())
         else:
             raw = self._search(hi, lo, mapped=len(hi) > MAPLESS_BATCH)
         present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
         return present, np.where(present, raw, -1)
 
-    def _probe(self, his: list[int], los: list[int]) -> np.ndarray:
+    def _find_each(self, his: list[int], los: list[int]) -> np.ndarray:
         """A page-sized batch key by key: the seq found (negative for a tombstone),
         -1 where none."""
         raw = [-1] * len(his)
-        todo: list[Probe] = list(zip(range(len(his)), his, los, strict=True))
+        todo: list[Query] = list(zip(range(len(his)), his, los, strict=True))
         for part in (*self._buffer.parts, *self._runs):
             if not todo:
                 break
             if part.count:
-                hits, todo = part.probe(todo)
+                hits, todo = part.find_each(todo)
                 for i, got in hits:
                     raw[i] = got if got < _TOMB else -2
         return np.array(raw, dtype=np.int64)

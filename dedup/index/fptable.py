@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from dedup.index.merging import key_order
-from dedup.index.sortedkeys import SEQ_MASK, Probe, probe_with
-from dedup.native import kernel as _compiled
+from dedup.index.sortedkeys import SEQ_MASK, Query, find_each_with
+from dedup.native import compiled as _compiled
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _FIRST_SLOTS = 1 << 8
@@ -101,11 +101,11 @@ class TableBuffer:
         if self.count and len(hi):
             _compiled.lookup.table_find(self._slots, self._tags, hi, lo, todo, raw)
 
-    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """Key by key, as ``SortedKeys.probe``: ``([(position, raw seq)], [not found])``."""
+    def find_each(self, todo: list[Query]) -> tuple[list[tuple[int, int]], list[Query]]:
+        """Key by key, as ``SortedKeys.find_each``: ``([(position, raw seq)], [not found])``."""
         if not self.count or not todo:
             return [], todo
-        return probe_with(self.find_into, todo)
+        return find_each_with(self.find_into, todo)
 
     def take(self, upto_seq: int) -> Columns:
         """Remove and return the records with seq <= ``upto_seq``, sorted by key (one

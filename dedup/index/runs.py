@@ -44,7 +44,7 @@ from dedup.index.sortedkeys import (
     BLOCK_RECORDS,
     RECORD_SIZE,
     SEQ_MASK,
-    Probe,
+    Query,
     SortedKeys,
     bucket_counts,
     columns,
@@ -231,9 +231,9 @@ class Run:
             found[sl], seq[sl] = self.keys.contains(hi[sl], lo[sl])
         return found, seq
 
-    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """Key by key (see :meth:`SortedKeys.probe`): for page-sized batches."""
-        return self.keys.probe(todo)
+    def find_each(self, todo: list[Query]) -> tuple[list[tuple[int, int]], list[Query]]:
+        """Key by key (see :meth:`SortedKeys.find_each`): for page-sized batches."""
+        return self.keys.find_each(todo)
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
                   raw: np.ndarray, *, mapped: bool = False) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 RECORD_SIZE = 24  # bytes of one (hi, lo, seq) record
 TOMBSTONE = np.uint64(1 << 63)  # the top bit of a record's seq: the key was forgotten
@@ -37,8 +37,8 @@ _LOW32 = np.uint64(0xFFFF_FFFF)
 _WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 0)  # 0: no posix_fadvise here
 # seconds per bucket read above which a batch's reads count as waiting on the disk
 _WAITING_READ = 5e-6
-# A probe to answer: (position in the caller's batch, hi, lo) as Python ints.
-Probe = tuple[int, int, int]
+# A key to look up: (position in the caller's batch, hi, lo) as Python ints.
+Query = tuple[int, int, int]
 # A part's batch lookup: (hi, lo, todo, raw) -> None, as SortedKeys.find_into.
 FindInto = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
@@ -80,10 +80,10 @@ def filter_passes(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarr
     return ok
 
 
-def probe_with(find_into: FindInto, todo: list[Probe]
-               ) -> tuple[list[tuple[int, int]], list[Probe]]:
-    """A key-by-key probe answered by one batch ``find_into`` call (a run file's,
-    the compiled buffer table's): ``([(position, raw seq) found], [probes not
+def find_each_with(find_into: FindInto, todo: list[Query]
+                   ) -> tuple[list[tuple[int, int]], list[Query]]:
+    """A key-by-key lookup answered by one batch ``find_into`` call (a run file's,
+    the compiled buffer table's): ``([(position, raw seq) found], [queries not
     found])``, each in the order asked."""
     hi = np.array([t[1] for t in todo], dtype=np.uint64)
     lo = np.array([t[2] for t in todo], dtype=np.uint64)
@@ -91,7 +91,7 @@ def probe_with(find_into: FindInto, todo: list[Probe]
     raw = np.zeros(len(todo), dtype=np.uint64)
     find_into(hi, lo, left, raw)
     hits: list[tuple[int, int]] = []
-    miss: list[Probe] = []
+    miss: list[Query] = []
     for t, more, got in zip(todo, left.tolist(), raw.tolist(), strict=True):
         if more:
             miss.append(t)
@@ -132,7 +132,7 @@ class SortedKeys:
                  bloom: np.ndarray | None = None,
                  file: tuple[int, int] | None = None) -> None:
         self.count = len(hi)
-        # (fd, offset of record 0): probes read their bucket from the file instead
+        # (fd, offset of record 0): lookups read their bucket from the file instead
         # of the map, so lookups map no page (a mapped page cache folio, up to 2 MB
         # on recent kernels, counts in RSS until released)
         self._file = file
@@ -161,8 +161,8 @@ class SortedKeys:
         bits = directory_bits(len(hi), block)
         return cls(hi, lo, seq, bucket_counts(hi, bits), bits, bloom=bloom)
 
-    def probe(self, todo: list[Probe]) -> tuple[list[tuple[int, int]], list[Probe]]:
-        """Key by key: ``([(position, raw seq) found], [probes not found])``, each
+    def find_each(self, todo: list[Query]) -> tuple[list[tuple[int, int]], list[Query]]:
+        """Key by key: ``([(position, raw seq) found], [queries not found])``, each
         in the order asked except that, from a file, the keys read come last.
 
         Filter bits first; then, in RAM, two directory reads and a ``bisect``
@@ -174,12 +174,12 @@ class SortedKeys:
         With the compiled lookup a run file's keys take one :meth:`find_into` call.
         """
         if self._file is not None and _compiled.lookup is not None and todo:
-            return probe_with(self.find_into, todo)  # filter, directory and reads in C
+            return find_each_with(self.find_into, todo)  # filter, directory and reads in C
         mh, ml, ms, start, shift = self._hi, self._lo, self._seq, self._start, self.shift
         bloom, m, file = self._bloom, self._m, self._file
         hits: list[tuple[int, int]] = []
-        miss: list[Probe] = []
-        reads: list[tuple[Probe, int, int]] = []  # from a file: (probe, first, end record)
+        miss: list[Query] = []
+        reads: list[tuple[Query, int, int]] = []  # from a file: (query, first, end record)
         for t in todo:
             if bloom is not None:
                 # Two of the key's three filter bits, the second only when the first
@@ -215,12 +215,12 @@ class SortedKeys:
                     continue
             miss.append(t)
         if reads:
-            self._read_probes(reads, hits, miss)
+            self._read_queries(reads, hits, miss)
         return hits, miss
 
-    def _read_probes(self, reads: list[tuple[Probe, int, int]],
-                     hits: list[tuple[int, int]], miss: list[Probe]) -> None:
-        """:meth:`probe`'s bucket reads from the run file (see :meth:`_read_at`)."""
+    def _read_queries(self, reads: list[tuple[Query, int, int]],
+                     hits: list[tuple[int, int]], miss: list[Query]) -> None:
+        """:meth:`find_each`'s bucket reads from the run file (see :meth:`_read_at`)."""
         off = self._file[1]  # type: ignore[index]
         where, sizes, parts = [], [], []
         for t, a, b in reads:
@@ -235,14 +235,6 @@ class SortedKeys:
                 j += 1
             else:
                 miss.append(t)
-
-    def find_many(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`contains` for a batch of hundreds or thousands of keys (a group of
-        pages) that maps nothing: ``(found, raw seq)`` per key (see :meth:`find_into`)."""
-        todo = np.ones(len(hi), dtype=np.uint8)
-        raw = np.zeros(len(hi), dtype=np.uint64)
-        self.find_into(_u64(hi), _u64(lo), todo, raw)
-        return todo == 0, raw
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
                   raw: np.ndarray, *, mapped: bool = False) -> None:

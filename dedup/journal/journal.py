@@ -276,7 +276,7 @@ class Journal:
 
     # -- reading ---------------------------------------------------------------
 
-    def hwm(self) -> int:
+    def last_seq(self) -> int:
         """Highest seq ever handed out (writer: kept in memory; reader: last log row)."""
         if self.readonly:
             self._load_counters()

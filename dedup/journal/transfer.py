@@ -100,7 +100,7 @@ def migrate_v1(path_v1: str | Path, journal: Journal) -> int:
     Seqs are renumbered (format 1 has gaps where rows were forgotten), so the
     shard snapshots' high-water marks no longer apply: rebuild the shards after.
     """
-    if journal.hwm() != 0:
+    if journal.last_seq() != 0:
         raise ValueError(f"{journal.path}: migrate into an empty ledger only")
     src = sqlite3.connect(f"file:{Path(path_v1)}?mode=ro", uri=True)
     try:

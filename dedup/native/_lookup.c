@@ -326,7 +326,7 @@ done:
    filter (`bloom`, a uint8 buffer, or None), then the key's directory bucket
    (`start`: int32 or int64 bucket starts, bucket j = hi >> shift), searched
    - from the run file `fd` (>= 0) with one pread of the bucket at `off` +
-     24 * start[j] (the file is never mapped), or
+     24 * start[j] (not through the run's map), or
    - in RAM (fd < 0), in `cols`: a tuple of contiguous uint64 hi, lo, seq columns.
    Where found: raw[i] = the record's seq, todo[i] = 0. `readahead`: every file
    bucket is first asked for (POSIX_FADV_WILLNEED). The GIL is released while

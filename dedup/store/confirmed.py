@@ -25,7 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 from dedup.url.fingerprint import fingerprint
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
@@ -38,7 +38,7 @@ def _compiled_lookup() -> ModuleType | None:
     return lookup if lookup is not None and hasattr(lookup, "confirm_split") else None
 
 
-def _held(table: np.ndarray) -> np.ndarray:
+def _fingerprints_in(table: np.ndarray) -> np.ndarray:
     """The fingerprints a compiled table holds, as ``(n, 2)`` rows."""
     rows = table.reshape(-1, 2)
     return rows[(rows[:, 0] | rows[:, 1]) != 0]
@@ -47,7 +47,7 @@ def _held(table: np.ndarray) -> np.ndarray:
 def _doubled(table: np.ndarray) -> tuple[np.ndarray, int]:
     """A compiled table of twice the slots holding the same fingerprints, and
     how many (for a generation or a pass's batch table that filled half its slots)."""
-    kept = _held(table)
+    kept = _fingerprints_in(table)
     grown = np.zeros(2 * len(table), dtype=np.uint64)
     stop, held = _compiled_lookup().confirm_add(  # type: ignore[union-attr]
         grown, 0, len(grown) // 4, kept, 0)
@@ -109,14 +109,14 @@ class ConfirmCache:
                 raise RuntimeError(f"confirm cache: the young table holds {held} keys, "
                                    f"its count {self._held}")
 
-    def split(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
-        """For ``(value, key)`` pairs (``None``, a rejected link, skipped): the keys
-        not held go to ``out``, each once, with their first value and fingerprint.
-        Returns how many pairs were held (a hit; a key held by the old generation
-        moves to the young one). One call per page; a group of pages shares ``out``."""
+    def count_hits(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
+        """How many of the ``(value, key)`` pairs the cache holds (a hit; a key held by
+        the old generation moves to the young one); ``None``, a rejected link, is
+        skipped. The keys not held go to ``out``, each once, with their first value
+        and fingerprint. One call per page; a group of pages shares ``out``."""
         lookup = self._lookup
         if lookup is None:
-            return self._split_python(pairs, out)
+            return self._count_hits_python(pairs, out)
         if type(pairs) is not list:
             pairs = list(pairs)
         hits = i = 0
@@ -133,7 +133,7 @@ class ConfirmCache:
                 out.grow()
         return hits
 
-    def _split_python(self, pairs: Sequence[tuple[str, str] | None], out: Unknown) -> int:
+    def _count_hits_python(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
         hits = 0
         for pair in pairs:
             if pair is None:
@@ -189,15 +189,16 @@ class ConfirmCache:
     def __len__(self) -> int:
         """Keys held (the old generation may repeat some of the young one's)."""
         if isinstance(self._old, np.ndarray):
-            return self._held + len(_held(self._old))
+            return self._held + len(_fingerprints_in(self._old))
         return self._held + len(self._old)
 
 
-class Unknown:
-    """What a pass of :meth:`ConfirmCache.split` let through, over one page or a group:
-    each key once, in first-seen order, with its first value (``values[i]`` is
-    the URL of ``keys[i]``) and its fingerprint (bytes ``16 i`` to ``16 i + 16`` of
-    ``fps``). Keys are told apart by fingerprint, as the ledger does."""
+class CacheMisses:
+    """The keys a pass of :meth:`ConfirmCache.count_hits` did not find (its misses),
+    over one page or a group: each key once, in first-seen order, with its first
+    value (``values[i]`` is the URL of ``keys[i]``) and its fingerprint (bytes
+    ``16 i`` to ``16 i + 16`` of ``fps``). Keys are told apart by fingerprint, as
+    the ledger does."""
 
     __slots__ = ("fps", "held", "keys", "let_through", "table", "values")
 

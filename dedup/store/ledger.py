@@ -99,13 +99,13 @@ class Ledger:
                 if not self.readonly or attempt == _READ_RETRIES - 1:
                     raise
                 time.sleep(0.05)
-        hwm = self.journal.hwm()
-        if index.mark > hwm:
+        last_seq = self.journal.last_seq()
+        if index.mark > last_seq:
             index.close()
             if self.readonly:
                 raise StateFormatError(f"{directory}: index covers seq {index.mark}, "
-                                       f"the ledger only {hwm}: open it once to rebuild")
-            index = FingerprintIndex.rebuild(directory, self._records(0), mark=hwm,
+                                       f"the ledger only {last_seq}: open it once to rebuild")
+            index = FingerprintIndex.rebuild(directory, self._records(0), mark=last_seq,
                                              buffer_records=buffer)
             return index
         for his, los, seqs, tomb in self._records(index.mark):
@@ -122,7 +122,7 @@ class Ledger:
             self._index.close()
             self._index = None
         self._index = FingerprintIndex.rebuild(self.index_dir, self._records(0),
-                                               mark=self.journal.hwm(),
+                                               mark=self.journal.last_seq(),
                                                buffer_records=self._index_buffer)
 
     def _records(self, after: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]:
@@ -147,14 +147,6 @@ class Ledger:
         present, _ = self.index.lookup(h[:, 0], h[:, 1])
         return present
 
-    def find(self, fps: Sequence[bytes]) -> set[bytes]:
-        """The subset of ``fps`` (16-byte fingerprints) present."""
-        fps = list(fps)
-        if not fps:
-            return set()
-        present = self.contains_hashes(halves(b"".join(fps)))
-        return {fps[i] for i in np.flatnonzero(present).tolist()}
-
     def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
                hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
         """Admit fingerprints known to be absent (one journal row, one index add).
@@ -169,33 +161,13 @@ class Ledger:
                 self._flush_if_full()
         return seqs
 
-    def insert(self, rows: Sequence[tuple[bytes, str, str, int, int]]) -> range:
-        """Format-1 compatible: admit ``(fp, url, host, depth, state)`` rows of one
-        depth; rows not QUEUED are marked at once."""
-        if not rows:
-            return range(0)
-        depths = {r[3] for r in rows}
-        if len(depths) != 1:
-            raise ValueError("insert takes rows of one depth (one journal batch)")
-        seqs = self.append(b"".join(r[0] for r in rows), depth=depths.pop(),
-                           urls=[r[1] for r in rows], hosts=[r[2] for r in rows])
-        done = [(seq, State(r[4]), None, None) for seq, r in zip(seqs, rows, strict=True)
-                if State(r[4]) is not State.QUEUED]
-        self.journal.mark_many(done)
-        return seqs
-
-    def hwm(self) -> int:
+    def last_seq(self) -> int:
         """Highest seq ever handed out (tombstones included)."""
-        return self.journal.hwm()
+        return self.journal.last_seq()
 
     def batches_after(self, seq: int) -> Iterator[tuple[np.ndarray, bytes, np.ndarray]]:
         """``(seqs, fps, kinds)`` past ``seq``: the Bloom filter's replay stream."""
         return self.journal.batches_after(seq)
-
-    def fps_after(self, seq: int) -> Iterator[tuple[list[int], bytes]]:
-        """Format-1 compatible replay: ``(seqs, concatenated fingerprints)``."""
-        for seqs, fps, _ in self.journal.batches_after(seq):
-            yield seqs.tolist(), fps
 
     # -- rows ------------------------------------------------------------------------
 
@@ -308,9 +280,9 @@ class Ledger:
         new = [keep[i] for i in np.flatnonzero(fresh).tolist()]
         if not new:
             return 0
-        start = self.journal.hwm() + 1
+        start = self.journal.last_seq() + 1
         _import_rows(self.journal, new)
-        end = self.journal.hwm() + 1
+        end = self.journal.last_seq() + 1
         hn = halves(b"".join(r.fp for r in new))
         self.index.add(hn[:, 0], hn[:, 1], np.arange(start, end, dtype=np.uint64))
         if self.journal.autocommit:
@@ -338,7 +310,7 @@ class Ledger:
     def _flush_if_full(self) -> None:
         index = self._index
         if index is not None and index.needs_flush and not self.readonly:
-            index.flush(self.journal.hwm())
+            index.flush(self.journal.last_seq())
 
     @property
     def pending(self) -> bool:
@@ -355,7 +327,7 @@ class Ledger:
             if not self.readonly:
                 self.journal.commit()
                 if self._index is not None and self._index.stats()["buffer"]:
-                    self._index.flush(self.journal.hwm())
+                    self._index.flush(self.journal.last_seq())
         finally:
             if self._index is not None:
                 self._index.close()

@@ -55,7 +55,7 @@ def load_shards(bloom: ShardedBloom, ledger: Ledger, shards_dir: Path,
 
 def replay(bloom: ShardedBloom, ledger: Ledger, marks: np.ndarray) -> int:
     """Add ledger rows past each shard's mark to the filter; return the ledger's mark."""
-    hwm = ledger.hwm()
+    hwm = ledger.last_seq()
     if marks.size and int(marks.min()) < hwm:
         for seqs, fps, _ in ledger.batches_after(int(marks.min())):
             h = halves(fps)

@@ -8,10 +8,14 @@
 
 (file names and the lock: :mod:`dedup.store.statedir`).
 
-Order of writes: a batch of new URLs is committed to the ledger first, then its
-bits are set, then the "applied" high-water mark moves. A snapshot records the
-mark it read *before* copying bits, and loading replays ledger rows past each
-shard's mark, so a crash at any point leaves no false negative.
+Order of writes: a batch of new URLs is appended to the ledger and its bits are
+set in the same call (its last seq is ``_appended_seq``); the seq a snapshot
+records as covered (its header's ``hwm``, ``_covered_seq`` here) moves up to it
+only once the ledger has made those rows durable: in that call with
+``autocommit``, at :meth:`UrlSeen.commit` in a group commit (so there the bits are
+set first). A snapshot records the seq it read *before* copying bits, and
+loading replays ledger rows past each shard's, so a crash at any point leaves
+no false negative (the bits of rows a crash lost are only extra bits).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
-from dedup.store.confirmed import ConfirmCache, Unknown
+from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
 from dedup.store.restore import load_shards, replay
@@ -109,9 +113,9 @@ class UrlSeen:
         self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
-        self._applied_hwm, self.damaged_shards = load_shards(
+        self._covered_seq, self.damaged_shards = load_shards(
             self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
-        self._pending_hwm = self._applied_hwm
+        self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
 
     # -- opening -----------------------------------------------------------------
 
@@ -134,9 +138,9 @@ class UrlSeen:
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        unknown, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+        misses, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
                                       keep_urls=False)
-        keys = unknown.keys
+        keys = misses.keys
         return [keys[i] for i in idx]
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
@@ -145,28 +149,28 @@ class UrlSeen:
         answers as calling it page by page in order (a key new on two pages is new
         on the first), with one Bloom probe, one index lookup and one ledger row for
         them all. For a caller that has pages in hand (a group commit's worth, a
-        crawl dump): a page's dozen unknown keys otherwise pay each step's fixed
-        cost alone."""
-        unknown, ends, links, hits = self._unknown_of_pages(
+        crawl dump): the dozen keys of a page that the confirm cache misses
+        otherwise pay each step's fixed cost alone."""
+        misses, ends, n_links, hits = self._misses_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
-        idx, _ = self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
-                                     State.QUEUED, keep_urls=False)
-        keys = unknown.keys
+        idx, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
+                                    State.QUEUED, keep_urls=False)
+        keys = misses.keys
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
-    def _unknown_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
-                          ) -> tuple[Unknown, list[int], int, int]:
-        """The confirm cache's answer for pages of ``(pairs, links)`` (Nones skipped),
+    def _misses_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
+                         ) -> tuple[CacheMisses, list[int], int, int]:
+        """The confirm cache's answer for pages of ``(pairs, n_links)`` (Nones skipped),
         in one pass: ``(the keys it does not hold, each once in first-seen order;
-        how many there are after each page; links; hits)``."""
-        unknown = Unknown()
+        how many there are after each page; how many links; hits)``."""
+        misses = CacheMisses()
         ends: list[int] = []
-        links = hits = 0
+        n_links = hits = 0
         for pairs, n in pages:
-            links += n
-            hits += self._confirmed.split(pairs, unknown)
-            ends.append(len(unknown))  # keys are in first-seen order: page by page
-        return unknown, ends, links, hits
+            n_links += n
+            hits += self._confirmed.count_hits(pairs, misses)
+            ends.append(len(misses))  # keys are in first-seen order: page by page
+        return misses, ends, n_links, hits
 
     def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
               state: State = State.QUEUED) -> list[NewUrl]:
@@ -187,8 +191,8 @@ class UrlSeen:
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        unknown, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
-        keys, urls = unknown.keys, unknown.values
+        misses, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
+        keys, urls = misses.keys, misses.values
         return [NewUrl(seq, urls[i], keys[i], host_of(urls[i]), depth)
                 for seq, i in zip(seqs, idx, strict=True)]
 
@@ -196,26 +200,27 @@ class UrlSeen:
                              ) -> list[list[NewUrl]]:
         """:meth:`admit_resolved` of many ``(pairs, depth)`` pages at once, for a
         crawler's group commit: the same URLs are new as page by page in order (a
-        key on two pages is new on the first), with one fingerprint batch, one
-        Bloom probe, one index lookup and one ledger row per depth for them all.
+        key on two pages is new on the first), with one confirm-cache pass per page
+        (which fingerprints each link as it checks it), then one Bloom probe, one
+        index lookup and one ledger row per depth for the keys it did not hold.
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
-        unknown, ends, links, hits = self._unknown_of_pages(
+        misses, ends, n_links, hits = self._misses_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
-        idx, seqs = self._admit_unknown(unknown, links, hits,
-                                        list(zip(ends, depths, strict=True)), State.QUEUED,
-                                        keep_urls=True)
+        idx, seqs = self._admit_misses(misses, n_links, hits,
+                                       list(zip(ends, depths, strict=True)), State.QUEUED,
+                                       keep_urls=True)
         seq_of = dict(zip(idx, seqs, strict=True))
-        keys, urls = unknown.keys, unknown.values
+        keys, urls = misses.keys, misses.values
         return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
                 for part, depth in zip(_split(idx, ends), depths, strict=True)]
 
-    def _admit(self, pairs: Sequence[tuple[str, str] | None], links: int, depth: int,
+    def _admit(self, pairs: Sequence[tuple[str, str] | None], n_links: int, depth: int,
                state: State, *, keep_urls: bool
-               ) -> tuple[Unknown, list[int], Sequence[int]]:
-        """The seen-test for one page of ``links`` pairs (and Nones, skipped):
+               ) -> tuple[CacheMisses, list[int], Sequence[int]]:
+        """The seen-test for one page's ``pairs`` (``n_links`` links; Nones skipped):
         ``(the keys the confirm cache did not hold, with their first URLs; indexes
         of the new ones among them; their seqs)``.
 
@@ -224,31 +229,31 @@ class UrlSeen:
         "Definitely new" keys are appended with no read at all; only "maybe seen"
         ones go to the ledger's index, in one batch. A key keeps its first URL.
         """
-        unknown = Unknown()
-        hits = self._confirmed.split(pairs, unknown)
-        return (unknown, *self._admit_unknown(unknown, links, hits, [(len(unknown), depth)],
-                                              state, keep_urls=keep_urls))
+        misses = CacheMisses()
+        hits = self._confirmed.count_hits(pairs, misses)
+        return (misses, *self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
+                                            state, keep_urls=keep_urls))
 
-    def _admit_unknown(self, unknown: Unknown, links: int, hits: int,
-                       spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
-                       ) -> tuple[list[int], Sequence[int]]:
-        """:meth:`_admit` once the confirm cache has answered: ``unknown`` holds the
-        keys it did not, of ``links`` links of which ``hits`` it did: ``(indexes of
+    def _admit_misses(self, misses: CacheMisses, n_links: int, hits: int,
+                      spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
+                      ) -> tuple[list[int], Sequence[int]]:
+        """:meth:`_admit` once the confirm cache has answered: ``misses`` holds the
+        keys it did not, of ``n_links`` links of which ``hits`` it did: ``(indexes of
         the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
         of its keys; the new keys of a depth are one ledger append, shallowest first."""
         counters = self.counters
-        counters["links"] += links
+        counters["links"] += n_links
         confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits
-        if not len(unknown):
-            counters["repeats"] += links
+        if not len(misses):
+            counters["repeats"] += n_links
             return [], range(0)
-        h = halves(unknown.fps)
+        h = halves(misses.fps)
         probed = self.bloom.probe_hashes(h)
         new_mask = ~probed.found
         maybe = np.flatnonzero(probed.found)
         counters["bloom_maybe"] += len(maybe)
-        counters["bloom_definitely_new"] += len(unknown) - len(maybe)
+        counters["bloom_definitely_new"] += len(misses) - len(maybe)
         if len(maybe):
             counters["ledger_queries"] += 1
             present = self.ledger.contains_hashes(h[maybe])
@@ -258,7 +263,7 @@ class UrlSeen:
             confirmed.add(h[maybe[present]])
         new = np.flatnonzero(new_mask)
         counters["new"] += len(new)
-        counters["repeats"] += links - len(new)
+        counters["repeats"] += n_links - len(new)
         if not len(new):
             return [], range(0)
         if self.readonly:
@@ -266,7 +271,7 @@ class UrlSeen:
         idx = new.tolist()
         depths = {d for _, d in spans}
         if len(depths) == 1:
-            seqs: Sequence[int] = self._append(new, unknown, h, depths.pop(),
+            seqs: Sequence[int] = self._append(new, misses, h, depths.pop(),
                                                keep_urls=keep_urls)
             last = seqs[-1]
         else:  # one append per depth; idx keeps key order, seqs follow it
@@ -276,26 +281,26 @@ class UrlSeen:
             for d in sorted(depths):
                 at = np.flatnonzero(depth_of == d)
                 if len(at):
-                    got = self._append(new[at], unknown, h, d, keep_urls=keep_urls)
+                    got = self._append(new[at], misses, h, d, keep_urls=keep_urls)
                     seq_arr[at] = np.arange(got.start, got.stop)
                     last = got.stop - 1
             seqs = seq_arr.tolist()
         if state is not State.QUEUED:
             self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
         self.bloom.add_probed(probed, new)
-        self._pending_hwm = last
+        self._appended_seq = last
         if self.ledger.autocommit:
-            self._applied_hwm = self._pending_hwm
+            self._covered_seq = self._appended_seq
         confirmed.add(h[new])
         return idx, seqs
 
-    def _append(self, new: np.ndarray, unknown: Unknown, h: np.ndarray, depth: int, *,
+    def _append(self, new: np.ndarray, misses: CacheMisses, h: np.ndarray, depth: int, *,
                 keep_urls: bool) -> range:
-        """One ledger append of the keys at ``new`` (indexes into ``unknown``)."""
-        blob = np.frombuffer(unknown.fps, dtype="V16")[new].tobytes()
+        """One ledger append of the keys at ``new`` (indexes into ``misses``)."""
+        blob = np.frombuffer(misses.fps, dtype="V16")[new].tobytes()
         urls = hosts = None
         if keep_urls:
-            values = unknown.values
+            values = misses.values
             urls = [values[i] for i in new.tolist()]
             hosts = [host_of(u) for u in urls]
         return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
@@ -351,7 +356,7 @@ class UrlSeen:
         in a crash gives its ``seq`` back to the next insert, and a snapshot mark
         above it would keep that new row from ever being replayed."""
         self.ledger.commit()
-        self._applied_hwm = self._pending_hwm
+        self._covered_seq = self._appended_seq
 
     def snapshot_shard(self, i: int) -> None:
         """Write shard ``i`` atomically. Safe to run in a thread while one other
@@ -359,7 +364,7 @@ class UrlSeen:
         every row at or below it already has its bits set."""
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        hwm = self._applied_hwm
+        hwm = self._covered_seq
         write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
                        shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
 

@@ -17,22 +17,17 @@ Two forms, kept apart on purpose:
 
 ``Canonicalizer`` does both for every link of every page, with a cache keyed by
 the part of the page URL a link's resolution actually depends on, so navigation
-repeated on every page is parsed once; ``resolve_page`` is its one-call-per-page
-form for the seen-test. The per-miss work lives in ``dedup.url.urlform``.
+repeated on every page is parsed once. The per-miss work lives in
+``dedup.url.urlform``.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
 
-import numpy as np
-
-from dedup.url.fingerprint import fingerprint_many, halves
 from dedup.url.urlform import Rules as _Rules
 from dedup.url.urlform import fetch_rules as _fetch_rules
 from dedup.url.urlform import finish, join, page_contexts, resolve, simple_join
@@ -42,7 +37,6 @@ __all__ = [
     "DEFAULT_TRACKING_PARAMS",
     "CanonRules",
     "Canonicalizer",
-    "PageLinks",
     "UrlRejected",
     "canonicalize",
     "normalize",
@@ -125,22 +119,6 @@ def canonicalize(url: str, base: str | None = None, rules: CanonRules = DEFAULT_
     return result[1]
 
 
-class PageLinks(NamedTuple):
-    """A page's links, resolved for the seen-test: one entry per distinct key,
-    in first-seen order, with its fingerprint, so the caller neither dedupes
-    nor hashes again."""
-
-    urls: list[str]  # the fetch URL of the first link with each key
-    keys: list[str]
-    fps: bytes       # 16 bytes per key: fingerprint(key, seed), concatenated
-    links: int       # links given
-    rejected: int    # links rejected (not http(s), unparsable, too long)
-
-    def halves(self) -> np.ndarray:
-        """Zero-copy ``(n, 2)`` uint64 view of ``fps`` (see ``dedup.url.fingerprint.halves``)."""
-        return halves(self.fps)
-
-
 class Canonicalizer:
     """Cached resolver used on the hot path (every link of every page).
 
@@ -148,20 +126,20 @@ class Canonicalizer:
     absolute link, the scheme for ``//host/x``, scheme and authority for ``/x``,
     the page's directory for ``x``, the whole page URL (minus fragment) for
     ``?q`` and ``""``. The cache is keyed by (that part, link), so the navigation
-    repeated on every page of a site is resolved once per site or directory;
-    ``resolve_page`` also looks a link repeated within one page up only once.
+    repeated on every page of a site is resolved once per site or directory.
 
     Two generations of dicts approximate LRU at plain-dict cost: lookups hit the
     young one; when it is full it becomes the old one, and entries still in use
-    are promoted back on their next hit (the design of ``dedup.store.seen``'s confirm
-    cache; private here until a shared two-generation class exists).
+    are promoted back on their next hit (the eviction of
+    :class:`dedup.store.recent.RecentKeys` and the confirm cache, which keep sets
+    of keys in the store layer above this one; this cache maps to values).
     Rejections are cached too (every page has its ``javascript:void(0)``).
     Entries are tuples of strings, which the garbage collector stops tracking:
     mutable entries made every collection walk the whole cache (measured 1.7x
     slower). Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_half", "_hits", "_misses", "_old", "_repeats", "_rules", "_young",
+    __slots__ = ("_half", "_hits", "_misses", "_old", "_rules", "_young",
                  "rules", "seed")
 
     def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
@@ -181,7 +159,6 @@ class Canonicalizer:
         self._old: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._hits = 0
         self._misses = 0
-        self._repeats = 0
 
     def resolve(self, url: str, base: str | None = None) -> tuple[str, str]:
         """``(fetch_url, key)`` for one link. Raises UrlRejected."""
@@ -192,33 +169,6 @@ class Canonicalizer:
             reason = resolve(url, base, self._rules)
             raise UrlRejected(reason if type(reason) is str else "rejected")
         return result
-
-    def resolve_page(self, links: Iterable[str], base: str | None = None) -> PageLinks:
-        """All links of one page at once, for the seen-test: distinct keys in
-        first-seen order, their fetch URLs and fingerprints (``seed``). Never
-        raises for a bad link. Repeats within the page are dropped before any
-        work (``page_repeats`` in ``cache_info``); each distinct key is hashed
-        once, in one batch, so the caller neither dedupes nor hashes again."""
-        if isinstance(links, str):
-            raise TypeError("links must be an iterable of links, not one str")
-        links = list(links)
-        try:
-            counts: dict[str, int] = Counter(links)  # distinct links, first-seen order
-        except TypeError:  # an unhashable item (rejected below anyway): no dedupe
-            counts = dict.fromkeys(range(len(links)), 1)
-            pairs = self.resolve_many(links, base)
-        else:
-            pairs = self.resolve_many(counts, base)
-            self._repeats += len(links) - len(counts)
-        first: dict[str, str] = {}
-        rejected = 0
-        for pair, n in zip(pairs, counts.values(), strict=True):
-            if pair is None:
-                rejected += n  # every occurrence counts, like resolve_many's Nones
-            elif pair[1] not in first:
-                first[pair[1]] = pair[0]
-        return PageLinks(list(first.values()), list(first), fingerprint_many(first, self.seed),
-                         len(links), rejected)
 
     def resolve_many(self, links: Iterable[str],
                      base: str | None = None) -> list[tuple[str, str] | None]:
@@ -339,9 +289,8 @@ class Canonicalizer:
         return out
 
     def cache_info(self) -> dict[str, int]:
-        """Hits, misses and current size of the resolution cache; ``page_repeats``
-        counts links answered by an earlier identical link of the same call."""
-        return {"hits": self._hits, "misses": self._misses, "page_repeats": self._repeats,
+        """Hits, misses and current size of the resolution cache."""
+        return {"hits": self._hits, "misses": self._misses,
                 "size": len(self._young) + len(self._old), "maxsize": 2 * self._half}
 
     def cache_clear(self) -> None:

@@ -20,7 +20,7 @@ from itertools import repeat
 import mmh3
 import numpy as np
 
-from dedup.native import kernel as _compiled
+from dedup.native import compiled as _compiled
 
 HASH_ALGO = "murmur3_x64_128"
 FINGERPRINT_SIZE = 16

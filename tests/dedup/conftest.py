@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dedup.native import kernel as compiled
+from dedup.native import compiled
 
 
 def require_kernel() -> None:

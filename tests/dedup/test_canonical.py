@@ -431,7 +431,7 @@ def test_repeated_links_across_pages_hit_the_cache():
     canon = Canonicalizer()
     nav = ["/", "/about", "contact.html", "https://cdn.test/x.js", "#top", "javascript:void(0)"]
     first = canon.resolve_many([*nav, "story1.html"], "http://h.test/news/1.html")
-    assert canon.cache_info() == {"hits": 0, "misses": 7, "page_repeats": 0, "size": 7,
+    assert canon.cache_info() == {"hits": 0, "misses": 7, "size": 7,
                                  "maxsize": 100_000}
     second = canon.resolve_many([*nav, "story2.html"], "http://h.test/news/2.html")
     # "#top" depends on the whole page URL: the only nav link that misses
@@ -537,7 +537,7 @@ def test_cache_size_zero_disables_caching():
     canon = Canonicalizer(cache_size=0)
     assert canon.resolve_many(["/a", "/a", "mailto:x"], "http://h.test/") == [
         ("http://h.test/a",) * 2, ("http://h.test/a",) * 2, None]
-    assert canon.cache_info() == {"hits": 0, "misses": 3, "page_repeats": 0, "size": 0,
+    assert canon.cache_info() == {"hits": 0, "misses": 3, "size": 0,
                                   "maxsize": 0}
 
 
@@ -716,37 +716,6 @@ def test_cache_eviction_bound_holds_under_many_contexts():
         assert canon.cache_info()["size"] <= 50
 
 
-def test_resolve_page_resolves_each_distinct_link_once():
-    for cache_size in (0, 1000):
-        canon = Canonicalizer(cache_size=cache_size)
-        page = canon.resolve_page(["/a", " /a", "/a", "mailto:x", "mailto:x", "/b"],
-                                  "http://h.test/")
-        assert (page.keys, page.links, page.rejected) == (
-            ["http://h.test/a", "http://h.test/b"], 6, 2)
-        info = canon.cache_info()
-        # " /a" is another raw link ("/a" once cleaned): looked up, not a page repeat
-        assert info["page_repeats"] == 2
-        assert info["hits"] + info["misses"] == 4
-        assert info["misses"] == (4 if cache_size == 0 else 3)
-
-
-def test_resolve_page_dedupes_keys_and_carries_their_fingerprints():
-    from dedup.url.fingerprint import fingerprint_many, halves
-    canon = Canonicalizer(seed=7)
-    links = ["/b?utm_source=x", "/b", "a.html#f", "mailto:x", "HTTP://H.test/b", 5, "/a.html"]
-    for _ in range(2):  # cold, then every link cached
-        page = canon.resolve_page(links, "http://h.test/")  # type: ignore[arg-type]
-        assert page.keys == ["http://h.test/b", "http://h.test/a.html"]
-        assert page.urls == ["http://h.test/b?utm_source=x", "http://h.test/a.html"]
-        assert (page.links, page.rejected) == (7, 2)
-        assert page.fps == fingerprint_many(page.keys, 7)
-        assert (page.halves() == halves(page.fps)).all()
-    assert Canonicalizer().resolve_page(links, "http://h.test/").fps == \
-        fingerprint_many(page.keys, 0)  # type: ignore[arg-type]
-    empty = canon.resolve_page([], "http://h.test/")
-    assert (empty.keys, empty.fps, empty.halves().shape) == ([], b"", (0, 2))
-
-
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.0, True, None])
 def test_canonicalizer_rejects_bad_seed(seed):
     message = f"seed must be an integer in [0, 2**32), not {seed}"
@@ -769,8 +738,6 @@ def test_property_cached_random_relative_links_equal_uncached(page, links, cache
     want = [_uncached(link, page) for link in links]
     for _ in range(2):
         assert canon.resolve_many(links, page) == want
-        got = canon.resolve_page(links, page)
-        assert got.keys == list(dict.fromkeys(w[1] for w in want if w is not None))
 
 
 def test_parser_free_join_takes_only_links_it_can_prove():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup.store.confirmed import ConfirmCache, Unknown
+from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.url.fingerprint import fingerprint_many, halves
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled pass and Python alike
@@ -18,8 +18,8 @@ SEED = 7
 def held(c: ConfirmCache, keys: list[str]) -> list[str]:
     """The keys of ``keys`` the cache answers "held" (and promotes), in a fresh
     pass of its own."""
-    out = Unknown()
-    c.split([(k, k) for k in keys], out)
+    out = CacheMisses()
+    c.count_hits([(k, k) for k in keys], out)
     return [k for k in keys if k not in out.keys]
 
 
@@ -27,8 +27,8 @@ def test_split_keeps_first_values_in_order_with_their_fingerprints():
     c = ConfirmCache(100, SEED)
     c.add(halves(fingerprint_many(["a", "b"], SEED)))
     pairs = [("1", "c"), ("2", "a"), None, ("3", "c"), ("4", "dé"), ("5", "b"), ("6", "a")]
-    out = Unknown()
-    hits = c.split(pairs, out)
+    out = CacheMisses()
+    hits = c.count_hits(pairs, out)
     assert (out.keys, out.values) == (["c", "dé"], ["1", "4"])
     assert hits == 3  # a, b, a: every held pair counts
     assert bytes(out.fps) == fingerprint_many(["c", "dé"], SEED)
@@ -37,20 +37,20 @@ def test_split_keeps_first_values_in_order_with_their_fingerprints():
 def test_split_takes_any_sequence_of_pairs():
     c = ConfirmCache(100, SEED)
     c.add(halves(fingerprint_many(["a"], SEED)))
-    out = Unknown()
-    assert c.split((("1", "a"), None, ("2", "b")), out) == 1
+    out = CacheMisses()
+    assert c.count_hits((("1", "a"), None, ("2", "b")), out) == 1
     assert (out.keys, out.values) == (["b"], ["2"])
 
 
 def test_split_continues_over_pages_and_grows_past_its_batch_table():
     c = ConfirmCache(100, SEED)
-    out = Unknown()
-    assert c.split([("1", "a"), ("2", "b")], out) == 0
-    assert c.split([("3", "b"), ("4", "c")], out) == 0
+    out = CacheMisses()
+    assert c.count_hits([("1", "a"), ("2", "b")], out) == 0
+    assert c.count_hits([("3", "b"), ("4", "c")], out) == 0
     assert (out.keys, out.values) == (["a", "b", "c"], ["1", "2", "4"])
     assert bytes(out.fps) == fingerprint_many(["a", "b", "c"], SEED)
     many = [f"k{i}" for i in range(20_000)]  # the batch table starts at 4096 slots
-    assert c.split([(k, k) for k in many + many[::-1]], out) == 0
+    assert c.count_hits([(k, k) for k in many + many[::-1]], out) == 0
     assert out.keys == ["a", "b", "c", *many] and len(out) == 20_003
     assert bytes(out.fps) == fingerprint_many(out.keys, SEED)
 
@@ -90,9 +90,9 @@ def test_the_empty_fingerprint_is_never_held():
 def test_split_refuses_what_is_not_a_pair_with_a_str_key():
     for bad in ([("1", "a"), ("2",)], [("1", b"a")], [("1", 3)]):
         with pytest.raises((TypeError, ValueError)):
-            ConfirmCache(10, SEED).split(bad, Unknown())
+            ConfirmCache(10, SEED).count_hits(bad, CacheMisses())
     with pytest.raises(UnicodeEncodeError):  # a lone surrogate has no UTF-8
-        ConfirmCache(10, SEED).split([("1", "a\ud800")], Unknown())
+        ConfirmCache(10, SEED).count_hits([("1", "a\ud800")], CacheMisses())
 
 
 class Model:
@@ -111,7 +111,7 @@ class Model:
             if len(self.young) >= self.half:
                 self.old, self.young = self.young, set()
 
-    def split(self, pairs: list) -> tuple[dict[str, str], int]:
+    def count_hits(self, pairs: list) -> tuple[dict[str, str], int]:
         want: dict[str, str] = {}
         hits = 0
         for v, k in (p for p in pairs if p is not None):
@@ -135,9 +135,9 @@ def check_batches(size: int, batches: list[tuple[bool, list]]) -> None:
                 model.add(k)
             continue
         pairs = [None if k is None else (str(i), k) for i, k in enumerate(keys)]
-        out = Unknown()
-        hits = c.split(pairs, out)
-        want, want_hits = model.split(pairs)
+        out = CacheMisses()
+        hits = c.count_hits(pairs, out)
+        want, want_hits = model.count_hits(pairs)
         assert (out.keys, out.values, hits) == (list(want), list(want.values()), want_hits)
         assert bytes(out.fps) == fingerprint_many(list(want), SEED)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dedup.index import fptable
 from dedup.index.sortedkeys import SEQ_MASK, TOMBSTONE, SortedKeys
-from dedup.native import kernel
+from dedup.native import compiled
 from tests.dedup.conftest import require_kernel
 
 
@@ -48,7 +48,7 @@ def _answers(table: fptable.TableBuffer) -> dict[tuple[int, int], int]:
     raw = np.zeros(len(ALL_KEYS), dtype=np.uint64)
     table.find_into(hi, lo, todo, raw)
     batch = {k: int(r) for k, t, r in zip(ALL_KEYS, todo.tolist(), raw, strict=True) if not t}
-    hits, miss = table.probe([(i, h, lo) for i, (h, lo) in enumerate(ALL_KEYS)])
+    hits, miss = table.find_each([(i, h, lo) for i, (h, lo) in enumerate(ALL_KEYS)])
     assert {ALL_KEYS[i]: r for i, r in hits} == batch  # key by key: the same answers
     assert len(hits) + len(miss) == len(ALL_KEYS)
     return batch
@@ -103,15 +103,15 @@ def test_the_compiled_calls_refuse_bad_tables_and_overfilling() -> None:
     slots, tags = np.zeros(3 * 8, dtype=np.uint64), np.zeros(8, dtype=np.uint8)
     one = np.ones(1, dtype=np.uint64)
     with pytest.raises(ValueError, match="2\\*\\*k"):
-        kernel.lookup.table_put(slots[:-3], tags[:-1], 0, one, one, one)
+        compiled.lookup.table_put(slots[:-3], tags[:-1], 0, one, one, one)
     with pytest.raises(ValueError, match="fill up"):
-        kernel.lookup.table_put(slots, tags, 7, one, one, one)
+        compiled.lookup.table_put(slots, tags, 7, one, one, one)
     with pytest.raises(ValueError, match="columns"):
-        kernel.lookup.table_put(slots, tags, 0, one, np.ones(2, dtype=np.uint64), one)
+        compiled.lookup.table_put(slots, tags, 0, one, np.ones(2, dtype=np.uint64), one)
     with pytest.raises(ValueError, match="one byte a key"):
-        kernel.lookup.table_find(slots, tags, one, one, np.ones(2, dtype=np.uint8), one.copy())
-    assert kernel.lookup.table_put(slots, tags, 0, one, one, one) == 1
+        compiled.lookup.table_find(slots, tags, one, one, np.ones(2, dtype=np.uint8), one.copy())
+    assert compiled.lookup.table_put(slots, tags, 0, one, one, one) == 1
     # a newer record of the same key: kept, and no key added
-    assert kernel.lookup.table_put(slots, tags, 1, one, one, one + one) == 0
+    assert compiled.lookup.table_put(slots, tags, 1, one, one, one + one) == 0
     todo, raw = np.ones(1, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
-    assert kernel.lookup.table_find(slots, tags, one, one, todo, raw) == 1 and raw[0] == 2
+    assert compiled.lookup.table_find(slots, tags, one, one, todo, raw) == 1 and raw[0] == 2

@@ -62,7 +62,7 @@ def test_append_gives_consecutive_seqs_and_one_log_row_per_batch(j):
     assert j.append(fps(range(5)), depth=1) == range(1, 6)
     assert j.append(fps(range(5, 8)), depth=2, urls=urls(range(5, 8))) == range(6, 9)
     assert j.append(b"", depth=0) == range(0)
-    assert j.hwm() == 8
+    assert j.last_seq() == 8
     assert j._db.execute("SELECT COUNT(*) FROM log").fetchone()[0] == 2
     assert j.batch_of(7).seq == 6 and j.batch_of(7).depth == 2 and j.batch_of(9) is None
     assert j.batch_of(0) is None
@@ -78,7 +78,7 @@ def test_append_refuses_bad_input_and_writes_nothing(j):
         j.append(fps(range(1)), depth=0, urls=["http://a.test/\n"])
     with pytest.raises(ValueError, match="hosts for"):
         j.append(fps(range(2)), depth=0, urls=urls(range(2)), hosts=["a.test"])
-    assert j.hwm() == 0 and j.counts()["admitted"] == 0 and replay(j) == []
+    assert j.last_seq() == 0 and j.counts()["admitted"] == 0 and replay(j) == []
     assert not j.pending
     j.append(fp(1), depth=0)
     with pytest.raises(ValueError, match="is not a valid State"):
@@ -196,11 +196,11 @@ def test_group_commit_rollback_and_close(tmp_path):
     jr.mark(1, State.FETCHED)
     assert jr.pending and jr.counts()["fetched"] == 1
     jr.rollback()
-    assert jr.hwm() == 3 and jr.counts()["fetched"] == 0 and len(jr.queued(10)) == 3
+    assert jr.last_seq() == 3 and jr.counts()["fetched"] == 0 and len(jr.queued(10)) == 3
     jr.append(fps(range(3, 5)), depth=0)
     jr.close()  # commits
     with Journal(path) as again:
-        assert again.hwm() == 5 and again.counts() == again.recount()
+        assert again.last_seq() == 5 and again.counts() == again.recount()
 
 
 def test_wal_stays_small_while_a_crawl_appends_url_text(tmp_path):
@@ -230,12 +230,12 @@ def test_readonly_reader_while_a_writer_is_active(tmp_path):
     writer.commit()
     writer.append(fps(range(4, 6)), depth=0)  # not committed: invisible to readers
     reader = Journal(path, readonly=True)
-    assert reader.hwm() == 4 and reader.counts()["admitted"] == 4
+    assert reader.last_seq() == 4 and reader.counts()["admitted"] == 4
     assert [r.seq for r in reader.queued(10)] == [1, 2, 3, 4]
     with pytest.raises(PermissionError, match=r": opened read-only$"):
         reader.append(fp(9), depth=0)
     writer.commit()
-    assert reader.hwm() == 6 and reader.counts()["admitted"] == 6
+    assert reader.last_seq() == 6 and reader.counts()["admitted"] == 6
     reader.close()
     writer.close()
     with pytest.raises(FileNotFoundError, match=r"^no ledger at .*none\.sqlite$"):
@@ -364,7 +364,7 @@ def test_matches_a_model_under_random_operations(tmp_path_factory, ops):
 
 def _check(jr: Journal, model: dict) -> None:
     log = model["log"]
-    assert jr.hwm() == len(log)
+    assert jr.last_seq() == len(log)
     assert replay(jr) == [(s, r[0], r[1]) for s, r in enumerate(log, 1)]
     done = [st for st in model["out"].values() if st != State.QUEUED]
     admitted = sum(1 for r in log if r[1] == ADMIT)
@@ -393,7 +393,7 @@ from dedup.journal.journal import Journal
 from dedup.journal.format import State
 N = 7
 jr = Journal(sys.argv[1], autocommit=False)
-b = jr.hwm() // N
+b = jr.last_seq() // N
 while True:
     ids = range(b * N, b * N + N)
     seqs = jr.append(b"".join(hashlib.md5(str(i).encode()).digest() for i in ids), depth=b % 5,
@@ -402,7 +402,7 @@ while True:
     b += 1
     if b % 5 == 0:
         jr.commit()
-        print(jr.hwm(), flush=True)
+        print(jr.last_seq(), flush=True)
 """
 
 
@@ -421,7 +421,7 @@ def test_kill9_at_random_moments_loses_no_committed_batch(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         with Journal(path, readonly=True) as jr:
-            hwm = jr.hwm()
+            hwm = jr.last_seq()
             assert hwm >= committed and hwm % 7 == 0  # whole batches only
             assert replay(jr) == [(i + 1, fp(i), ADMIT) for i in range(hwm)]
             assert jr.counts() == jr.recount()

@@ -14,7 +14,7 @@ from dedup.filter.arena import Arena
 from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import layer_geometry
 from dedup.filter.shards import ShardedBloom
-from dedup.native import kernel as compiled
+from dedup.native import compiled
 from dedup.url.fingerprint import fingerprint, fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
 

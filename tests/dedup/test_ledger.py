@@ -26,20 +26,32 @@ def ledger(tmp_path):
         yield led
 
 
-def add(led: Ledger, ids, host="a.test", depth=0, state=State.QUEUED):
-    return led.insert([(fp(i), f"http://{host}/{i}", host, depth, state) for i in ids])
+def add(led: Ledger, ids, host="a.test", depth=0):
+    """Admit the fingerprints of ``ids`` as one batch of queued URLs."""
+    ids = list(ids)
+    return led.append(b"".join(fp(i) for i in ids), depth=depth,
+                      urls=[f"http://{host}/{i}" for i in ids], hosts=[host] * len(ids))
 
 
-def test_insert_returns_consecutive_seqs_and_find_is_exact(ledger):
+def present(led: Ledger, fps) -> set[bytes]:
+    """The subset of ``fps`` (16-byte fingerprints) the ledger holds."""
+    fps = list(fps)
+    if not fps:
+        return set()
+    held = led.contains_hashes(halves(b"".join(fps)))
+    return {f for f, h in zip(fps, held.tolist(), strict=True) if h}
+
+
+def test_append_returns_consecutive_seqs_and_lookup_is_exact(ledger):
     assert list(add(ledger, range(5))) == [1, 2, 3, 4, 5]
     assert list(add(ledger, range(5, 8))) == [6, 7, 8]
-    assert ledger.hwm() == 8
+    assert ledger.last_seq() == 8
     probe = [fp(i) for i in range(0, 20, 2)]
-    assert ledger.find(probe) == {fp(i) for i in (0, 2, 4, 6)}
+    assert present(ledger, probe) == {fp(i) for i in (0, 2, 4, 6)}
     assert len(ledger) == 8
 
 
-def test_find_is_exact_across_runs_buffer_and_reopen(tmp_path):
+def test_lookup_is_exact_across_runs_buffer_and_reopen(tmp_path):
     path = tmp_path / "ledger.sqlite"
     with Ledger(path, autocommit=False, index_buffer=1000) as led:
         for start in range(0, 35_000, 500):
@@ -47,9 +59,9 @@ def test_find_is_exact_across_runs_buffer_and_reopen(tmp_path):
             led.commit()
         assert led.index_stats()["runs"] >= 2  # flushed into runs, not only the buffer
         probe = [fp(i) for i in range(34_990, 35_010)] + [fp(i) for i in range(40_000)]
-        assert led.find(probe) == {fp(i) for i in range(35_000)}
+        assert present(led, probe) == {fp(i) for i in range(35_000)}
     with Ledger(path, index_buffer=1000) as led:  # runs + replay past their mark
-        assert led.find([fp(i) for i in range(34_000, 36_000)]) == {
+        assert present(led, [fp(i) for i in range(34_000, 36_000)]) == {
             fp(i) for i in range(34_000, 35_000)}
 
 
@@ -63,22 +75,22 @@ def test_an_index_lost_or_from_another_ledger_is_rebuilt_from_the_journal(tmp_pa
         add(led, range(10))
     shutil.rmtree(a.with_name("ledger.index"))
     with Ledger(a) as led:
-        assert led.find([fp(i) for i in (0, 999, 1000)]) == {fp(0), fp(999)}
+        assert present(led, [fp(i) for i in (0, 999, 1000)]) == {fp(0), fp(999)}
     # b's index now runs ahead of a journal that is not its own
     shutil.rmtree(b.with_name("ledger.index"))
     shutil.copytree(a.with_name("ledger.index"), b.with_name("ledger.index"))
     with Ledger(b) as led:
-        assert led.find([fp(i) for i in (5, 500)]) == {fp(5)}
+        assert present(led, [fp(i) for i in (5, 500)]) == {fp(5)}
 
 
 def test_seq_is_never_reused_and_forget_readmits(ledger):
     # A reused seq at or below a snapshot's high-water mark would never be replayed.
     add(ledger, range(3))
     assert ledger.forget([fp(2), fp(99)]) == 1
-    assert ledger.find([fp(2)]) == set()
+    assert present(ledger, [fp(2)]) == set()
     assert ledger.get(fp(2)) is None
     assert list(add(ledger, [2])) == [5]  # 4 went to the tombstone
-    assert ledger.find([fp(2)]) == {fp(2)}
+    assert present(ledger, [fp(2)]) == {fp(2)}
     assert ledger.get(fp(2))["seq"] == 5
     assert len(ledger) == 3
 
@@ -95,11 +107,10 @@ def test_bad_input_leaves_nothing(tmp_path, autocommit):
         assert list(add(led, [-1])) == [1]
         with pytest.raises(ValueError, match="fingerprints are 16 bytes"):
             led.append(b"x" * 17)
-        with pytest.raises(ValueError, match="one depth"):
-            led.insert([(fp(1), "http://a.test/1", "a.test", 0, 0),
-                        (fp(2), "http://a.test/2", "a.test", 1, 0)])
+        with pytest.raises(ValueError, match="1 urls for 2 fingerprints"):
+            led.append(fp(1) + fp(2), urls=["http://a.test/1"], hosts=["a.test"])
         led.commit()
-        assert len(led) == 1 and led.find([fp(1), fp(2)]) == set()
+        assert len(led) == 1 and present(led, [fp(1), fp(2)]) == set()
         assert list(add(led, [1])) == [2]
 
 
@@ -126,8 +137,8 @@ def test_mark_queued_and_counts(ledger):
 
 def test_replay_stream_in_order(ledger):
     add(ledger, range(10))
-    chunks = list(ledger.fps_after(6))
-    assert [s for c in chunks for s in c[0]] == [7, 8, 9, 10]
+    chunks = list(ledger.batches_after(6))
+    assert [s for c in chunks for s in c[0].tolist()] == [7, 8, 9, 10]
     assert b"".join(c[1] for c in chunks) == b"".join(fp(i) for i in range(6, 10))
 
 
@@ -160,7 +171,7 @@ def test_rows_and_import_rows_union_by_fingerprint(tmp_path, ledger):
 def test_readonly_beside_a_writer(tmp_path, ledger):
     add(ledger, range(3))
     ro = Ledger(ledger.path, readonly=True)
-    assert len(ro) == 3 and ro.find([fp(1)]) == {fp(1)}
+    assert len(ro) == 3 and present(ro, [fp(1)]) == {fp(1)}
     with pytest.raises(PermissionError, match="read-only"):
         ro.meta_set("x", 1)
     ro.close()

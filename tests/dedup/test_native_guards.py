@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup.native import kernel as compiled
+from dedup.native import compiled
 from dedup.store import confirmed
 from dedup.url.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
@@ -108,9 +108,9 @@ def test_confirm_split_refuses_tables_sharing_memory() -> None:
 
 PRELUDE = """
 import numpy as np
-from dedup.native import kernel
+from dedup.native import compiled
 from dedup.url.fingerprint import fingerprint_many, halves
-lk = kernel.lookup
+lk = compiled.lookup
 def show(call):
     try:
         got = call()
@@ -195,12 +195,12 @@ def test_pages_that_fail_one_after_another_never_fill_the_batch_table() -> None:
     fingerprint in the batch table that the count did not hold, until the table
     was full and the next pass spun."""
     out = in_child("""
-        from dedup.store.confirmed import ConfirmCache, Unknown
-        cache, out = ConfirmCache(1000, 3), Unknown()
+        from dedup.store.confirmed import ConfirmCache, CacheMisses
+        cache, out = ConfirmCache(1000, 3), CacheMisses()
         errors = 0
         for p in range(5000):  # the batch table starts at 4,096 slots
             try:
-                cache.split([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
+                cache.count_hits([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
             except TypeError:
                 errors += 1
         rows = out.table.reshape(-1, 2)

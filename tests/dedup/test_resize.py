@@ -85,7 +85,7 @@ def test_merge_is_bit_for_bit_the_filter_of_all_urls(tmp_path: Path) -> None:
             for k in expected:
                 expected[k] += ledger.counts()[k]
     with Ledger(out / "ledger.sqlite", readonly=True) as ledger:
-        assert ledger.hwm() == result.hwm
+        assert ledger.last_seq() == result.hwm
         got = ledger.counts()
         assert {k: got[k] for k in expected} == expected and min(expected.values()) > 0
     assert_exact_owner_state(out, URLS)

@@ -45,16 +45,26 @@ def test_contains_matches_a_dict(tmp_path_factory: pytest.TempPathFactory, keys:
     assert found.tolist() == [a in truth for a in asked]
     assert got.tolist() == [truth.get(a, 0) for a in asked]
     # a group's batch from the file: filter, then one bucket read per candidate
-    found, got = run.keys.find_many(np.array([a[0] for a in asked], np.uint64),
-                                    np.array([a[1] for a in asked], np.uint64))
+    found, got = _find_many(run.keys, np.array([a[0] for a in asked], np.uint64),
+                            np.array([a[1] for a in asked], np.uint64))
     assert found.tolist() == [a in truth for a in asked]
     assert got.tolist() == [truth.get(a, 0) for a in asked]
     # the key-by-key path (page-sized batches), with the keys in any order
     todo = [(i, h, lo) for i, (h, lo) in enumerate(reversed(asked))]
-    hits, miss = run.probe(todo)
+    hits, miss = run.find_each(todo)
     want = {i: truth[(h, lo)] for i, h, lo in todo if (h, lo) in truth}
     assert dict(hits) == want and len(hits) == len(want)
     assert sorted(t for t in todo if t[0] not in want) == sorted(miss)
+
+
+def _find_many(keys, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, raw seq)`` per key through :meth:`SortedKeys.find_into`, as the index
+    asks a part (every key still to find)."""
+    todo = np.ones(len(hi), dtype=np.uint8)
+    raw = np.zeros(len(hi), dtype=np.uint64)
+    keys.find_into(np.ascontiguousarray(hi, np.uint64), np.ascontiguousarray(lo, np.uint64),
+                   todo, raw)
+    return todo == 0, raw
 
 
 @settings(max_examples=60, deadline=None)
@@ -72,7 +82,7 @@ def test_directory_buckets_by_top_bits(keys: set, bits: int) -> None:
                              np.array([a[1] for a in asked], np.uint64))
     assert found.tolist() == [a in truth for a in asked]
     assert got.tolist() == [truth.get(a, 0) for a in asked]
-    hits, _ = sk.probe([(i, h, lo_) for i, (h, lo_) in enumerate(asked)])
+    hits, _ = sk.find_each([(i, h, lo_) for i, (h, lo_) in enumerate(asked)])
     assert dict(hits) == {i: truth[a] for i, a in enumerate(asked) if a in truth}
 
 
@@ -169,7 +179,7 @@ def test_probe_ignores_matches_across_fields(tmp_path: Path) -> None:
     write_run(tmp_path / "r.fpr", [(hi, lo, seq)], block_records=64)
     run = Run(tmp_path / "r.fpr")
     todo = [(0, 2, 3), (1, 9, 11), (2, 3, 7), (3, 11, 11), (4, 11, 20)]
-    hits, miss = run.probe(todo)
+    hits, miss = run.find_each(todo)
     # (2, 3) is stored, and also straddles record 0's lo|seq, which comes first
     assert hits == [(0, 7), (4, 21)]
     assert [t[0] for t in miss] == [1, 2, 3]
@@ -205,12 +215,12 @@ def test_file_lookups_answer_alike_with_and_without_read_ahead(tmp_path: Path,
     keys._readahead = readahead
     ask_hi = np.concatenate([hi[::7], rng.integers(0, 2**64, 500, dtype=np.uint64)])
     ask_lo = np.concatenate([lo[::7], rng.integers(0, 2**64, 500, dtype=np.uint64)])
-    found, got = keys.find_many(ask_hi, ask_lo)
+    found, got = _find_many(keys, ask_hi, ask_lo)
     assert found[:len(hi[::7])].all() and not found[len(hi[::7]):].any()
     assert got[:len(hi[::7])].tolist() == seq[::7].tolist()
     keys._readahead = readahead
     todo = list(zip(range(len(ask_hi)), ask_hi.tolist(), ask_lo.tolist(), strict=True))
-    hits, miss = keys.probe(todo[:40] + todo[-8:])  # a page's worth, key by key
+    hits, miss = keys.find_each(todo[:40] + todo[-8:])  # a page's worth, key by key
     assert sorted(hits) == [(i, int(got[i])) for i in range(40)]
     assert sorted(t[0] for t in miss) == list(range(len(todo) - 8, len(todo)))
 
@@ -245,4 +255,4 @@ def test_a_run_file_cut_short_under_a_lookup_is_an_error(tmp_path: Path) -> None
     with open(path, "r+b") as f:
         f.truncate(HEADER_SIZE + 24 * 10)
     with pytest.raises(ValueError, match="short read"):
-        keys.find_many(hi[-50:], lo[-50:])
+        _find_many(keys, hi[-50:], lo[-50:])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import dedup.filter.bloom as bloom_mod
 import dedup.filter.layers as layers_mod
 from dedup.filter.bloom import BloomFilter
-from dedup.filter.shards import ShardedBloom, shard_capacity
+from dedup.filter.shards import ShardedBloom, planned_capacity, shard_capacity
 from dedup.filter.snapshot import GeometryMismatch, SnapshotError
 from dedup.url.fingerprint import fingerprint_many, halves, shard_of
 
@@ -50,6 +50,18 @@ def test_shards_have_headroom_so_none_grows_at_planned_capacity():
     assert sb.layers == 1  # no shard grew
     # the headroom, 4 sigma of a 3,125-key share, costs 7% more bits than one filter
     assert sb.info()["bytes"] <= 1.08 * BloomFilter(200_000).info()["bytes"]
+
+
+@fast
+@given(capacity=st.integers(1, 10**9), shards=st.sampled_from([1, 2, 3, 8, 64, 1024]))
+def test_planned_capacity_inverts_shard_capacity(capacity: int, shards: int) -> None:
+    """A shard file records only its shard's size: the planned capacity read back
+    from it (repair without the ledger's metadata) sizes the shards the same, and
+    is the largest capacity that does."""
+    shard_cap = shard_capacity(capacity, shards)
+    planned = planned_capacity(shard_cap, shards)
+    assert planned >= capacity
+    assert shard_capacity(planned, shards) == shard_cap < shard_capacity(planned + 1, shards)
 
 
 @pytest.mark.parametrize("shards", [0, 65537, 2.0])

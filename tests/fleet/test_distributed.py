@@ -312,7 +312,7 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
         queued = 0
         for d in fleet.dirs:
             with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
-                hwm = ledger.hwm()
+                hwm = ledger.last_seq()
                 queued += ledger.counts()["queued"]
             marks = {read_header(f).hwm for f in (d / "shards").glob("shard-*.bloom")}
             assert marks == {hwm}, d  # every shard written at the end, covering the ledger

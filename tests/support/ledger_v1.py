@@ -133,7 +133,7 @@ class Ledger:
             + ",".join(["(?,?,?,?,?,?)"] * (len(flat) // 6)), flat)
         return int(cur.lastrowid)  # type: ignore[arg-type]
 
-    def hwm(self) -> int:
+    def last_seq(self) -> int:
         """Highest ``seq`` ever handed out (deleted rows included)."""
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'urls'").fetchone()
         return int(row[0]) if row else 0

@@ -1,10 +1,11 @@
-"""The compiled kernels, or None where they did not build.
+"""The compiled modules, or None where they did not build: ``compiled.kernel`` and
+``compiled.lookup`` at the call sites.
 
-``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops, used by
-:mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and :mod:`dedup.url.fingerprint`.
-``lookup`` (``dedup/native/_lookup.c``): the exact lookup's, used by :mod:`dedup.store.confirmed`,
-:mod:`dedup.index.sortedkeys` and :mod:`dedup.index.fptable`. Both are optional because they are
-only speed: the
+``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
+hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
+:mod:`dedup.url.fingerprint`. ``lookup`` (``dedup/native/_lookup.c``): the exact
+lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys` and
+:mod:`dedup.index.fptable`. Both are optional because they are only speed: the
 Python code they replace runs without them, with the same answers.
 ``BLOOMCRAWL_NO_KERNEL=1`` runs without either (to compare, or rule them out).
 """

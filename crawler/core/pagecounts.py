@@ -22,7 +22,7 @@ from typing import Any
 from crawler.net.outcome import failure_cause
 from dedup import State, host_of
 
-__all__ = ["MAX_HOSTS", "OTHER_HOSTS", "PAGE_COUNTS_KEY", "PageCounts", "Row",
+__all__ = ["MAX_HOSTS", "OTHER_HOSTS", "PAGE_COUNTS_KEY", "UNKNOWN_HOST", "PageCounts", "Row",
            "format_host_failures", "top_failed_hosts"]
 
 # Ledger meta key: {"fetched", "fetched_with_errors", "failed", "causes": {cause: n},

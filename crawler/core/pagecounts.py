@@ -22,8 +22,17 @@ from typing import Any
 from crawler.net.outcome import failure_cause
 from dedup import State, host_of
 
-__all__ = ["MAX_HOSTS", "OTHER_HOSTS", "PAGE_COUNTS_KEY", "UNKNOWN_HOST", "PageCounts", "Row",
-           "format_host_failures", "top_failed_hosts"]
+__all__ = [
+    "MAX_HOSTS",
+    "OTHER_HOSTS",
+    "PAGE_COUNTS_KEY",
+    "UNKNOWN_HOST",
+    "PageCounts",
+    "Row",
+    "format_host_failures",
+    "recount",
+    "top_failed_hosts",
+]
 
 # Ledger meta key: {"fetched", "fetched_with_errors", "failed", "causes": {cause: n},
 # "hosts": {host: {cause: n}}} over every run.
@@ -94,6 +103,14 @@ class PageCounts:
         by_cause = hosts.setdefault(host, {})
         by_cause[cause] = by_cause.get(cause, 0) + 1
         return True
+
+
+def recount(ledger: Any, rows: Iterable[Row]) -> None:
+    """Count every committed page anew (``repair``: the ledger's rows were rebuilt
+    from what survived, pages.jsonl holding one record per committed page), in the
+    ledger's open transaction."""
+    ledger.meta_set(PAGE_COUNTS_KEY, _empty())
+    PageCounts(ledger).add(rows)
 
 
 def top_failed_hosts(hosts: dict[str, dict[str, int]], n: int = 5

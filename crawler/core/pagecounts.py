@@ -16,7 +16,7 @@ was over the size limit. Why those, from the recorded (status, error):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crawler.net.outcome import failure_cause
@@ -105,10 +105,20 @@ class PageCounts:
         return True
 
 
+def rows_of_records(records: Iterable[dict[str, Any]]) -> Iterator[Row]:
+    """The rows ``add`` counts, from pages.jsonl records (one per committed page; a
+    robots.txt refusal is the one skipped page with a record)."""
+    for r in records:
+        status, error = r.get("status"), r.get("error")
+        skipped = status is None and error == "robots.txt"
+        yield r["url"], State.SKIPPED if skipped else State.FETCHED, status, error
+
+
 def recount(ledger: Any, rows: Iterable[Row]) -> None:
-    """Count every committed page anew (``repair``: the ledger's rows were rebuilt
-    from what survived, pages.jsonl holding one record per committed page), in the
-    ledger's open transaction."""
+    """Count every committed page anew, in the ledger's open transaction: after
+    ``repair`` (the ledger's rows rebuilt from what survived) or ``resize`` (pages
+    moved with their hosts), from pages.jsonl, which holds one record per
+    committed page."""
     ledger.meta_set(PAGE_COUNTS_KEY, _empty())
     PageCounts(ledger).add(rows)
 

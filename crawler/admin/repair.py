@@ -36,6 +36,7 @@ from warcio.exceptions import ArchiveLoadFailed
 from crawler.config.scope import Scope
 from crawler.config.settings import settings_from_dict
 from crawler.core.output import PAGES_FILE, complete_lines, repair_tail
+from crawler.core.pagecounts import recount
 from crawler.core.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
 from crawler.core.warc import serials, warc_path, warc_prefix
 from crawler.net.headers import parse_content_type
@@ -79,6 +80,9 @@ def repair_state_dir(state_dir: Path) -> tuple[RepairReport, int]:
             seen.admit([url], depth=depth)
         if report.damage.journal:
             report.recovered = _recover_frontier(seen, pages)
+        # the pages' counts, from the records that now match the ledger's marks
+        recount(seen.ledger, ((r["url"], _state_of(r), r.get("status"), r.get("error"))
+                              for r in _records(pages)))
         seen.commit()
         if len(before):
             report.unaccounted = int((~seen.ledger.contains_hashes(before)).sum())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crawler.core.retry import ERRORS_KEY
+from crawler.core.pagecounts import PageCounts
 from crawler.core.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
 
@@ -23,11 +23,18 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
         # lazily); none when nothing is queued
         hosts = len(seen.ledger.queued_hosts()) if st.get("queued") else 0
         config = seen.ledger.meta_get(CONFIG_KEY)
-        errors = seen.ledger.meta_get(ERRORS_KEY) or {}
+        pages = PageCounts(seen.ledger).counts  # O(1): kept in the ledger's meta
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     out.update(st)
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})
-    out["fetched_with_errors"] = int(errors.get("fetched_with_errors", 0))
+    # pages: fetched = responses received (any status), failed = none (by cause and
+    # host); given_up = the ledger's failed state (no usable answer after every retry)
+    out["given_up"] = int(st.get("failed", 0))
+    out["fetched"] = int(pages.get("fetched", 0))
+    out["fetched_with_errors"] = int(pages.get("fetched_with_errors", 0))
+    out["failed"] = int(pages.get("failed", 0))
+    out["failed_causes"] = dict(pages.get("causes", {}))
+    out["failed_hosts"] = dict(pages.get("hosts", {}))
     # every run read whole (0.3 s at 5M URLs from the page cache): the figures
     # come from the journal, but a crawl could not resume on a damaged index
     out["index_damage"] = index_damage(d)

@@ -35,7 +35,7 @@ def exit_status(summary: dict[str, Any]) -> int:
             return 128 + signal.Signals[name].value
         except KeyError:  # stopped by a fleet-wide request: Ctrl-C reached another process
             return 128 + signal.SIGINT.value
-    return GAVE_UP if summary.get("failed") else OK
+    return GAVE_UP if summary.get("given_up", summary.get("failed")) else OK
 
 
 def normal_exit(rc: int) -> bool:

@@ -9,7 +9,8 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    ``links_new`` is known before its record is written;
 2. the group's pages.jsonl lines and WARC records are written and fsynced, then
    the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
-   size, ``crawler.core.warc``), the dedup totals (``TOTALS_KEY``), the first capture
+   size, ``crawler.core.warc``), the dedup totals (``TOTALS_KEY``), the pages'
+   counts (fetched, failed by cause and host: ``crawler.core.pagecounts``), the first capture
    of each new body digest and the page each run of new URLs was found on (the
    ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
    ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
@@ -46,6 +47,7 @@ from crawler.config.settings import OutputSettings
 from crawler.core.admission import Pairs
 from crawler.core.frontier import Frontier, Item
 from crawler.core.output import PAGES_FILE, PageLog, iso_time
+from crawler.core.pagecounts import PageCounts
 from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.core.warc import WarcFiles, build_records
 from crawler.net.exchange import Exchange, payload_digest
@@ -110,10 +112,13 @@ class GroupCommit:
                  admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None,
                  before_commit: Callable[[list[int]], None] | None = None,
-                 also_sync: Sequence[Syncable] = ()) -> None:
+                 also_sync: Sequence[Syncable] = (),
+                 counts: PageCounts | None = None) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the marks
         of ``seqs`` go into the transaction, so what it writes commits with them;
-        ``also_sync`` files are synced with pages.jsonl before the marks commit."""
+        ``also_sync`` files are synced with pages.jsonl before the marks commit;
+        ``counts`` counts the group's pages in the same transaction."""
+        self._counts = counts
         self._pagelog = pagelog
         self._before_commit = before_commit
         self._also_sync = list(also_sync)
@@ -191,6 +196,9 @@ class GroupCommit:
                     ledger.meta_set(TOTALS_KEY, self._totals())
                 if self._before_commit is not None:
                     self._before_commit([m[0] for m in marks])
+                if self._counts is not None:
+                    self._counts.add((e.record["url"], *e.mark[1:]) for e in batch
+                                     if e.record is not None and e.mark is not None)
                 ledger.mark_many(marks)
                 self._seen.commit()
             except BaseException as exc:

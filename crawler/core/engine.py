@@ -37,9 +37,10 @@ from crawler.core.checkpoint import Checkpoint
 from crawler.core.commit import GroupCommit, Links, output_files
 from crawler.core.frontier import Frontier, Item
 from crawler.core.output import read_json
+from crawler.core.pagecounts import PageCounts
 from crawler.core.politeness import Politeness
 from crawler.core.progress import Progress, SessionCounts, crawl_status
-from crawler.core.retry import ErrorCounts, Retries
+from crawler.core.retry import Retries
 from crawler.core.signals import stop_on_signals
 from crawler.core.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher
@@ -103,11 +104,13 @@ class Engine:
         # a fleet worker's outbox (links it forwarded) is synced with each group, before
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
+        self.pages = PageCounts(seen.ledger)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
-                                     also_sync=[outbox] if outbox is not None else [])
+                                     also_sync=[outbox] if outbox is not None else [],
+                                     counts=self.pages)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -120,7 +123,6 @@ class Engine:
         self._started = 0.0
         self._info: dict[str, Any] | None = None
         self._processing = 0  # pages between frontier.get() and their commit
-        self.errors = ErrorCounts(seen.ledger)
         self.relay: Relay | None = None
         self._local = None  # which hosts this worker fetches: all, unless in a fleet
         if transport is not None:
@@ -335,7 +337,6 @@ class Engine:
             self.session.failed += 1
         error = res.error
         retries.forget(seq)
-        self.errors.count(error, failed=failed)
         await self.committer.commit_page(item, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
@@ -368,7 +369,6 @@ class Engine:
         self.retries.forget(item.seq)
         self.session.pages += 1
         self.session.failed += 1
-        self.errors.count(error, failed=True)
         await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
 
@@ -421,7 +421,7 @@ class Engine:
             base=self._base, session=self.session, queued_new=self.admission.queued,
             in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
-            shards=self.seen.nshards, state_dir=str(self.state_dir), errors=self.errors.counts)
+            shards=self.seen.nshards, state_dir=str(self.state_dir), pages=self.pages.counts)
         if self.relay is not None:
             out.update(self.relay.status())
         if final:

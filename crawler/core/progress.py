@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from crawler.core.pagecounts import format_host_failures, top_failed_hosts
 from crawler.core.state import COUNTER_KEYS
 
 __all__ = [
@@ -55,6 +56,31 @@ def format_status(s: dict[str, Any]) -> str:
     )
 
 
+# hosts named with their failures' causes in the summary and ``stats``
+TOP_HOSTS = 5
+
+
+def _pages_line(s: dict[str, Any]) -> str:
+    """Pages fetched (responses, any status) and failed (no response, by cause)."""
+    causes = sorted((s.get("failed_causes") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    why = ", ".join(f"{n} {cause}" for cause, n in causes)
+    given_up = s.get("given_up", 0)
+    return (f"{s['fetched']} fetched (responses received, {s.get('fetched_with_errors', 0)} "
+            f"with errors: 4xx, 5xx, not HTML), {s['failed']} failed"
+            + (f" ({why})" if why else "")
+            + (f", {given_up} given up after retries" if given_up else ""))
+
+
+def _host_lines(s: dict[str, Any]) -> list[str]:
+    """The hosts with the most failures, each with its causes."""
+    hosts = s.get("failed_hosts") or {}
+    top = top_failed_hosts(hosts, TOP_HOSTS)
+    lines = [f"  host:   {format_host_failures(*row)}" for row in top]
+    if len(hosts) > len(top):
+        lines.append(f"          ... and {len(hosts) - len(top)} more host(s) with failures")
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """Multi-line end-of-run report."""
     elapsed = s.get("elapsed", 0.0)
@@ -62,9 +88,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
         f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
         f" pages/s)",
-        f"  pages:  {s['fetched']} fetched ({s['fetched_with_errors']} with errors: 4xx, too "
-        f"large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
-        f"{s['queued']} still queued",
+        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
+        *_host_lines(s),
         f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
@@ -82,9 +107,9 @@ def format_stats(s: dict[str, Any]) -> str:
     """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
     lines = [
         f"crawl {s['crawl_id']} in {s['state_dir']}",
-        f"  pages:  {s['fetched']} fetched ({s.get('fetched_with_errors', 0)} with errors: "
-        f"4xx, too large, not HTML), {s['failed']} failed (given up), {s['skipped']} skipped, "
+        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
+        *_host_lines(s),
         f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
         f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
@@ -171,32 +196,38 @@ class Progress:
 class SessionCounts:
     """What this run of a crawl did (the ledger's counts cover every run)."""
 
-    pages: int = 0  # fetched this run (successes and failures)
-    failed: int = 0  # given up this run
+    pages: int = 0  # taken and settled this run (fetched and failed)
+    failed: int = 0  # given up this run (the ledger's failed state)
     skipped: int = 0
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
                  queued_new: int, in_flight: int, hosts: int, counters: dict[str, int],
                  info: dict[str, Any], shards: int, state_dir: str,
-                 errors: dict[str, int] | None = None) -> dict[str, Any]:
+                 pages: dict[str, Any] | None = None) -> dict[str, Any]:
     """Live figures (cheap: no ledger scan) for the status line and the summary.
 
     ``base`` is the ledger's counts when the run started; ``queued_new`` the URLs
     this run queued; ``counters`` the
-    URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``errors`` the
-    pages recorded with an error over every run (``crawler.core.retry.ErrorCounts``).
+    URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``pages`` the
+    committed pages over every run, fetched and failed by cause and host
+    (``crawler.core.pagecounts.PageCounts``). ``given_up`` is the URLs with no
+    usable answer after every retry (the ledger's failed state: exit status 3).
     """
     marked = session.pages + session.skipped
+    pages = pages or {}
     out: dict[str, Any] = {
         "outcome": outcome,
         "elapsed": elapsed,
         "session_pages": session.pages,
         "rate": session.pages / elapsed if elapsed else 0.0,
-        "fetched": base["fetched"] + base["failed"] + session.pages,
-        "errors": base["failed"] + session.failed,
-        "failed": base["failed"] + session.failed,
-        "fetched_with_errors": (errors or {}).get("fetched_with_errors", 0),
+        "fetched": pages.get("fetched", 0),
+        "fetched_with_errors": pages.get("fetched_with_errors", 0),
+        "failed": pages.get("failed", 0),
+        "errors": pages.get("failed", 0),
+        "failed_causes": dict(pages.get("causes", {})),
+        "failed_hosts": {h: dict(by) for h, by in pages.get("hosts", {}).items()},
+        "given_up": base["failed"] + session.failed,
         "skipped": base["skipped"] + session.skipped,
         "queued": max(0, base["queued"] + queued_new - marked),
         "in_flight": in_flight,

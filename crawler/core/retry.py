@@ -6,7 +6,8 @@ minute (a restart, a deploy) outlasts a fetch's own quick retries. Such a URL
 is not an answer; turning it into a permanent "failed" (or a robots.txt
 "skipped") loses it. So it goes back to the frontier for a later round, with
 exponential backoff; only when its budget is spent is it given up, and what
-was given up is counted where ``bloomcrawl stats`` and the exit status see it.
+was given up is counted where ``bloomcrawl stats`` and the exit status see it
+(the ledger's failed state; its cause in ``crawler.core.pagecounts``).
 
 Why one budget per URL (``[crawl] max_retries``, like Scrapy's RETRY_TIMES and
 Crawlee's maxRequestRetries): quick retries within a fetch times rounds over
@@ -25,10 +26,8 @@ from typing import Any, NamedTuple
 from crawler.config.settings import Settings
 from crawler.core.frontier import Frontier, Item
 
-__all__ = ["ATTEMPTS_KEY", "ERRORS_KEY", "ErrorCounts", "Retries", "Tried"]
+__all__ = ["ATTEMPTS_KEY", "Retries", "Tried"]
 
-# Ledger meta key: {"failed": N, "fetched_with_errors": M} over every run.
-ERRORS_KEY = "page_errors"
 # Ledger meta key: {seq: [tries, requests, last error]} for each URL tried but not
 # settled yet (deferred to a later round, or in a round when the crawl stopped).
 ATTEMPTS_KEY = "retry_attempts"
@@ -151,25 +150,3 @@ class Retries:
         self._stored.add(seq)
         self._dirty = True
 
-
-class ErrorCounts:
-    """Pages recorded with an error, kept in the ledger's meta (O(1) for ``stats``).
-
-    ``failed``: given up (no usable answer after every retry round, or refused);
-    ``fetched_with_errors``: an answer that is an error (4xx, too large, not HTML).
-    Each update joins the ledger's open group-commit transaction, so it becomes
-    durable with the marks committed next (after a kill -9 it may be off by the
-    pages that were in flight, like the rest of the counters).
-    """
-
-    def __init__(self, ledger: Any) -> None:
-        self._ledger = ledger
-        self.counts: dict[str, int] = {"failed": 0, "fetched_with_errors": 0}
-        self.counts.update(ledger.meta_get(ERRORS_KEY) or {})
-
-    def count(self, error: str | None, *, failed: bool) -> None:
-        if error is None:
-            return
-        kind = "failed" if failed else "fetched_with_errors"
-        self.counts[kind] += 1
-        self._ledger.meta_set(ERRORS_KEY, self.counts)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawler.core.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.core.output import PAGES_FILE, read_json, read_pages, write_json_atomic
+from crawler.core.pagecounts import recount, rows_of_records
 from crawler.core.state import (
     FLEET_KEY,
     HOST_COUNTS_FILE,
@@ -124,6 +125,9 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
             if redis_url is not None and src.redis != LOCAL:
                 meta.update(redis=redact(redis_url), redis_auth=has_password(redis_url))
             ledger.meta_set(FLEET_KEY, meta)
+            # the pages' counts follow the pages.jsonl records that moved with their hosts
+            pages = worker_dir(out, i) / PAGES_FILE
+            recount(ledger, rows_of_records(read_pages(pages) if pages.exists() else []))
             if to * 2 == w:  # merged: the counters of both halves
                 a = _totals(dirs[i])
                 b = _totals(dirs[i + to])

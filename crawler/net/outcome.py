@@ -23,7 +23,7 @@ from crawler.net.netguard import PrivateAddressError
 if TYPE_CHECKING:
     from crawler.net.exchange import Exchange
 
-__all__ = ["Failure", "FetchResult", "classify_error"]
+__all__ = ["Failure", "FetchResult", "classify_error", "failure_cause"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +101,51 @@ def classify_error(exc: BaseException) -> Failure:
             return Failure("connection reset", True, True)
         return Failure(f"os error: {exc.strerror or type(exc).__name__}", True, False)
     return Failure(f"client error: {type(exc).__name__}", False, False)
+
+
+# The first words of each reason this package and the engine record for a page that
+# got no response, and the cause it is counted under (``failure_cause``).
+_CAUSES = (
+    ("connection refused", "connection refused"),
+    ("dns error", "dns error"),
+    ("timeout", "timeout"),
+    ("connection reset", "connection reset"),
+    ("tls error", "tls error"),
+    ("refused private address", "private address refused"),
+    ("retries exhausted", "given up (retry budget spent)"),
+    ("connect error", "connect error"),
+    ("os error", "os error"),
+    ("invalid url", "invalid url"),
+    ("bad http response", "bad http response"),
+    ("client error", "client error"),
+)
+_TOO_LARGE = ("too large", "over the limit", "over limit")
+_ROBOTS = "robots.txt unavailable: "
+_NO_RESPONSE = frozenset({"connection refused", "dns error", "timeout", "connection reset",
+                          "tls error", "private address refused", "connect error"})
+
+
+def failure_cause(status: int | None, error: str | None) -> str | None:
+    """What a recorded page failed of, or None: it counts as fetched (a response).
+
+    Why from the recorded ``(status, error)`` and not the exception: a URL given up
+    after a restart, or whose robots.txt was unavailable, has only its recorded
+    reason left, and every page must be counted the same way. Any HTTP status is
+    a response (a 404 or a 500 counts as fetched, with an error), except a body
+    over the size limit: its page was not received, so it counts as failed.
+    """
+    if error is None:
+        return None
+    if error.startswith(_TOO_LARGE):
+        return "too large"
+    if status is not None:
+        return None
+    robots, _, why = error.partition(_ROBOTS)
+    if not robots and why:
+        # no robots.txt because its host gave no response: the page failed of that
+        inner = failure_cause(None, why)
+        return inner if inner in _NO_RESPONSE else "robots.txt unavailable"
+    for prefix, cause in _CAUSES:
+        if error.startswith(prefix):
+            return cause
+    return error

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler.admin.report import state_stats
 from crawler.core.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
@@ -82,6 +83,8 @@ async def test_malformed_ledger_is_named_and_repaired(tmp_path, site):
             counts = seen.ledger.counts()
         assert counts["queued"] == 0
         assert counts["fetched"] + counts["failed"] + counts["skipped"] == len(after)
+        stats = state_stats(state)  # the pages' counts, recounted by the repair
+        assert stats["fetched"] + stats["failed"] + stats["skipped"] == len(after)
 
 
 @pytest.mark.slow

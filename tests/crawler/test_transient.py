@@ -162,7 +162,10 @@ async def test_transient_failures_are_given_up_after_their_rounds_and_counted(tm
     assert by["/hang"]["error"] == "timeout"
     assert sum(1 for r in log.records if r.query == "key=b&fail=9") == 3  # 1 + 2 rounds
     assert counts["failed"] == 2 and counts["queued"] == 0
-    assert summary["failed"] == 2 and summary["fetched_with_errors"] == 2  # 404, too large
+    # failed: no response (the hang) or over the limit (big); answers with errors: 404, 500
+    assert summary["failed"] == 2 and summary["fetched_with_errors"] == 2
+    assert summary["failed_causes"] == {"timeout": 1, "too large": 1}
+    assert summary["given_up"] == 2  # the 500 and the hang
     stats = state_stats(tmp_path / "state")
     assert (stats["failed"], stats["fetched_with_errors"]) == (2, 2)
     text = format_stats(stats)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from crawler.admin.report import state_stats
 from crawler.cli.main import main
 from crawler.config.scope import Scope
 from crawler.core.output import read_pages
@@ -407,6 +408,10 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
             with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
                 meta = ledger.meta_get(FLEET_KEY)
             assert (meta["worker_id"], meta["workers"]) == (i, 4)
+            # the pages' counts moved with the pages (resize recounts them)
+            stats = state_stats(d)
+            assert stats["fetched"] + stats["failed"] + stats["skipped"] == len(
+                read_pages(d / "pages.jsonl"))
 
 
 # -- clear errors ------------------------------------------------------------------------------

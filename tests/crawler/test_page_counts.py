@@ -1,0 +1,208 @@
+"""Pages fetched are responses received; failures are counted by cause and by host
+(issue 24), in the end-of-crawl summary and in ``bloomcrawl stats``, exactly
+across kill -9 and resume."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+from collections import Counter
+
+import pytest
+
+from crawler.admin.report import state_stats
+from crawler.core.output import read_pages
+from crawler.core.pagecounts import (
+    MAX_HOSTS,
+    OTHER_HOSTS,
+    PAGE_COUNTS_KEY,
+    UNKNOWN_HOST,
+    PageCounts,
+)
+from crawler.core.progress import format_stats, format_summary
+from crawler.net.outcome import failure_cause
+from dedup import State, UrlSeen, host_of
+from tests.crawler.test_engine import crawl
+from tests.crawler.test_resume import SPEC, run_until, setup_crawl
+from tests.support.faultserver import fault_server
+from tests.support.helpers import fast_settings, run_cli, start_cli, write_seeds
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _stats_json(state) -> dict:
+    done = await run_cli("stats", str(state), "--json")
+    assert done.rc == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def test_a_crawl_of_a_port_nothing_listens_on_fetched_nothing(tmp_path):
+    port = _closed_port()
+    host = f"127.0.0.1:{port}"
+    _, _, _, summary = await crawl(tmp_path, [f"http://{host}/", f"http://{host}/a"],
+                                   fast_settings())
+    assert (summary["fetched"], summary["failed"]) == (0, 2)
+    assert summary["failed_causes"] == {"connection refused": 2}
+    assert summary["failed_hosts"] == {host: {"connection refused": 2}}
+    text = format_summary(summary)
+    assert "0 fetched" in text and "2 failed (2 connection refused)" in text
+    assert f"{host}: 2 failed: connection refused" in text
+    stats = await _stats_json(tmp_path / "state")
+    assert (stats["fetched"], stats["failed"], stats["given_up"]) == (0, 2, 2)
+    assert stats["failed_hosts"] == {host: {"connection refused": 2}}
+    assert f"{host}: 2 failed: connection refused" in format_stats(state_stats(
+        tmp_path / "state"))
+
+
+async def test_a_server_that_resets_every_connection_fetched_nothing(tmp_path):
+    settings = fast_settings(fetch={"retries": 0})
+    async with fault_server() as srv:
+        _, _, _, summary = await crawl(
+            tmp_path, [srv.url("/reset?k=1"), srv.url("/reset?k=2")], settings)
+        host = host_of(srv.base + "/")
+    assert (summary["fetched"], summary["failed"]) == (0, 2)
+    assert summary["failed_hosts"] == {host: {"connection reset": 2}}
+    assert f"{host}: 2 failed: connection reset" in format_summary(summary)
+    stats = await _stats_json(tmp_path / "state")
+    assert (stats["fetched"], stats["failed"]) == (0, 2)
+    assert stats["failed_causes"] == {"connection reset": 2}
+
+
+async def test_404_answers_are_fetched_with_errors_not_failed(tmp_path):
+    async with fault_server() as srv:
+        _, _, _, summary = await crawl(
+            tmp_path, [srv.url("/status/404"), srv.url("/status/410")], fast_settings())
+    assert (summary["fetched"], summary["fetched_with_errors"], summary["failed"]) == (2, 2, 0)
+    assert summary["failed_hosts"] == {}
+    text = format_summary(summary)
+    assert "2 fetched (responses received, 2 with errors" in text and "0 failed" in text
+    stats = await _stats_json(tmp_path / "state")
+    assert (stats["fetched"], stats["fetched_with_errors"], stats["failed"]) == (2, 2, 0)
+
+
+async def test_a_mixed_crawl_counts_responses_as_fetched_and_the_rest_by_cause(tmp_path):
+    port = _closed_port()
+    settings = fast_settings(crawl={"max_retries": 1, "retry_delay": 0.05},
+                             fetch={"retries": 0, "read_timeout": 0.3, "total_timeout": 0.3,
+                                    "max_bytes": 100_000})
+    async with fault_server() as srv:
+        urls = [srv.url("/html?links=0"), srv.url("/status/404"), srv.url("/flaky?key=b&fail=9"),
+                srv.url("/hang"), srv.url("/big?mb=2"), f"http://127.0.0.1:{port}/"]
+        _, _, counts, summary = await crawl(tmp_path, urls, settings)
+        host = host_of(srv.base + "/")
+    # responses: the page, the 404 and the 500 given up; none: a timeout, a refused
+    # connection, and a body over the size limit
+    assert (summary["fetched"], summary["fetched_with_errors"]) == (3, 2)
+    assert summary["failed"] == 3
+    assert summary["failed_causes"] == {"timeout": 1, "too large": 1,
+                                        "connection refused": 1}
+    assert summary["failed_hosts"] == {host: {"timeout": 1, "too large": 1},
+                                       f"127.0.0.1:{port}": {"connection refused": 1}}
+    assert summary["given_up"] == counts["failed"] == 3  # 500, timeout, refused: exit 3
+    stats = state_stats(tmp_path / "state")
+    for key in ("fetched", "fetched_with_errors", "failed", "failed_causes",
+                "failed_hosts", "given_up"):
+        assert stats[key] == summary[key], key
+    assert f"{host}: 2 failed: 1 timeout, 1 too large" in format_stats(stats)
+
+
+def _counts_from_pages(records: list[dict]) -> tuple[int, int, dict[str, dict[str, int]]]:
+    """(fetched, failed, {host: {cause: n}}) from pages.jsonl, one line per done page."""
+    fetched = failed = 0
+    hosts: dict[str, Counter[str]] = {}
+    for r in records:
+        if r["error"] == "robots.txt" and r["status"] is None:
+            continue  # skipped: disallowed
+        cause = failure_cause(r["status"], r["error"])
+        if cause is None:
+            fetched += 1
+        else:
+            failed += 1
+            hosts.setdefault(host_of(r["url"]), Counter())[cause] += 1
+    return fetched, failed, {h: dict(c) for h, c in hosts.items()}
+
+
+@pytest.mark.slow
+async def test_counts_are_exact_after_kill9_and_resume(tmp_path, site):
+    rng = random.Random(24)
+    port = _closed_port()
+    down = [f"http://127.0.0.1:{port}/{i}" for i in range(6)]
+    async with site(SPEC) as running:
+        seeds, config, state = setup_crawl(tmp_path, running)
+        missing = [s.rstrip("/") + f"/no-such-page-{i}" for i, s in
+                   enumerate(running.seeds * 2)]
+        write_seeds(seeds, [*running.seeds, *missing, *down])
+        total = len(running.site.reachable().fetched)
+        kills = 0
+        args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet"]
+        for n in sorted(rng.sample(range(10, total - 40), 4)):
+            proc = await start_cli(*args)
+            await run_until(proc, running, n)
+            if proc.returncode is None:
+                proc.kill()
+                kills += 1
+            await proc.wait()
+            args = ["resume", str(state), "--quiet"]
+        assert kills >= 3
+        done = await run_cli(*args)
+        assert done.rc == 3, done.stderr  # the closed port's URLs were given up
+    records = read_pages(state / "pages.jsonl")
+    assert len({r["url"] for r in records}) == len(records)
+    fetched, failed, hosts = _counts_from_pages(records)
+    assert hosts[f"127.0.0.1:{port}"] == {"connection refused": len(down)}
+    stats = await _stats_json(state)
+    assert (stats["fetched"], stats["failed"], stats["failed_hosts"]) == (
+        fetched, failed, hosts)
+    assert stats["fetched_with_errors"] == sum(
+        1 for r in records if r["error"] is not None and r["status"] is not None)
+    assert stats["fetched"] + stats["failed"] + stats["skipped"] == len(records)
+
+
+async def test_a_crawl_state_from_before_the_counts_is_counted_from_its_ledger(tmp_path):
+    port = _closed_port()
+    async with fault_server() as srv:
+        await crawl(tmp_path, [srv.url("/status/404"), f"http://127.0.0.1:{port}/"],
+                    fast_settings())
+    with UrlSeen(tmp_path / "state") as seen:  # as an earlier version left it
+        seen.ledger.journal._db.execute("DELETE FROM meta WHERE key = ?", (PAGE_COUNTS_KEY,))
+        seen.ledger.journal._db.commit()
+    stats = state_stats(tmp_path / "state")
+    assert (stats["fetched"], stats["fetched_with_errors"], stats["failed"]) == (1, 1, 1)
+    assert stats["failed_hosts"] == {UNKNOWN_HOST: {"connection refused": 1}}
+
+
+class _Meta:
+    """The part of a ledger ``PageCounts`` uses, for counting without a crawl."""
+
+    def __init__(self) -> None:
+        self.meta: dict = {}
+
+    def meta_get(self, key, default=None):
+        return self.meta.get(key, default)
+
+    def meta_set(self, key, value) -> None:
+        self.meta[key] = json.loads(json.dumps(value))
+
+    def counts(self) -> dict:
+        return {}
+
+
+def test_hosts_past_the_limit_are_counted_together_and_nothing_is_lost():
+    ledger = _Meta()
+    pc = PageCounts(ledger)
+    pc.add((f"http://h{i}.example/", State.FAILED, None, "timeout")
+           for i in range(MAX_HOSTS + 10))
+    pc.add([("http://h0.example/x", State.FAILED, None, "dns error"),
+            ("http://h0.example/y", State.FETCHED, 200, None),
+            ("http://h0.example/z", State.SKIPPED, None, "robots.txt")])
+    stored = ledger.meta[PAGE_COUNTS_KEY]
+    assert (stored["fetched"], stored["failed"]) == (1, MAX_HOSTS + 11)
+    assert len(stored["hosts"]) == MAX_HOSTS + 1
+    assert stored["hosts"][OTHER_HOSTS] == {"timeout": 10}
+    assert stored["hosts"]["h0.example"] == {"timeout": 1, "dns error": 1}
+    assert PageCounts(ledger).counts == stored  # read back as written

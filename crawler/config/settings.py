@@ -54,6 +54,9 @@ class CrawlSettings:
     include: tuple[str, ...] = ()  # regexes over the canonical URL: one must match (if any)
     exclude: tuple[str, ...] = ()  # ... and none of these
     honor_nofollow: bool = False
+    sitemaps: bool = True  # robots.txt Sitemap: lines (else /sitemap.xml) of seed hosts
+    sitemap_max_files: int = 50  # sitemap files fetched per host (indexes and their children)
+    sitemap_max_bytes: int = 50 * 1024 * 1024  # per file, uncompressed (sitemaps.org)
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
     max_retries: int = 5
@@ -248,6 +251,8 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_depth"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
+    ("crawl", "sitemap_max_files"): (lambda v: v >= 1, ">= 1"),
+    ("crawl", "sitemap_max_bytes"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "max_retries"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),

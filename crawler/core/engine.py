@@ -270,8 +270,9 @@ class Engine:
         url = item.url
         frontier = self.frontier
         robots = self.robots
-        if robots is not None and not self.settings.fetch.allow_private and \
-                check_literal_host(hostname_of(item.host)) is not None:
+        refused = not self.settings.fetch.allow_private and \
+            check_literal_host(hostname_of(item.host)) is not None
+        if refused:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
         if robots is not None:
             try:
@@ -286,7 +287,7 @@ class Engine:
         sitemap_level = None
         if self.sitemaps is not None:
             sitemap_level = self.sitemaps.level(url)
-            if sitemap_level is None and item.depth == 0 and \
+            if sitemap_level is None and item.depth == 0 and not refused and \
                     item.host not in self._sitemap_hosts:
                 self._sitemap_hosts.add(item.host)
                 try:

@@ -6,7 +6,9 @@ read from the server's request log."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+from collections import Counter
 
 from aiohttp import web
 
@@ -16,7 +18,14 @@ from crawler.core.output import read_pages
 from crawler.core.state import create_crawl
 from crawler.net.sitemap import parse_sitemap
 from tests.support.faultserver import add_request_log, serve
-from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
+from tests.support.helpers import (
+    config_toml,
+    fast_settings,
+    run_cli,
+    start_cli,
+    until,
+    write_seeds,
+)
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -31,11 +40,15 @@ def index(locs: list[str]) -> bytes:
     return f'<?xml version="1.0"?><sitemapindex {NS}>{body}</sitemapindex>'.encode()
 
 
-def site_app(files: dict[str, tuple[bytes, str]]) -> tuple[web.Application, object]:
-    """``files``: path -> (body, content type); every other path is a page with no
-    links (so a page is reachable only through a sitemap) or, under /missing, a 404."""
+def site_app(files: dict[str, tuple[bytes, str]], routes: dict | None = None
+             ) -> tuple[web.Application, object]:
+    """``files``: path -> (body, content type); ``routes``: path -> handler; every
+    other path is a page with no links (so a page is reachable only through a
+    sitemap) or, under /missing, a 404."""
     app = web.Application()
     log = add_request_log(app)
+    for path, handler in (routes or {}).items():
+        app.router.add_get(path, handler)
 
     async def handle(request: web.Request) -> web.Response:
         got = files.get(request.path)
@@ -194,3 +207,44 @@ def test_parse_sitemap_limits():
         "too large (>1000 bytes uncompressed)"
     assert parse_sitemap(b"<html><body/></html>").error == "not a sitemap (<html>)"
     assert parse_sitemap(index(["http://h/s.xml"])).index
+
+
+async def test_kill_9_while_a_sitemap_is_fetched_then_resume(tmp_path):
+    """The sitemap's response is held until the crawl is killed: on resume it is
+    fetched again (still QUEUED in the ledger, known as a sitemap from
+    sitemaps.json) and its pages are admitted and recorded exactly once."""
+    files: dict[str, tuple[bytes, str]] = {}
+    release = asyncio.Event()
+    held = 0
+
+    async def sitemap(request: web.Request) -> web.Response:
+        nonlocal held
+        held += 1
+        if held == 1:
+            await release.wait()
+        return web.Response(body=files["/maps/s.xml"][0], content_type="application/xml")
+
+    app, _ = site_app(files, {"/maps/s.xml": sitemap})
+    config = tmp_path / "fast.toml"
+    config.write_text(config_toml(on()))
+    async with serve(app) as base:
+        files["/robots.txt"] = (f"Sitemap: {base}/maps/s.xml\n".encode(), "text/plain")
+        files["/maps/s.xml"] = (urlset([f"{base}/k/{i}" for i in range(30)]),
+                                "application/xml")
+        seeds = write_seeds(tmp_path / "seeds.txt", [base + "/"])
+        state = str(tmp_path / "state")
+        proc = await start_cli("crawl", str(seeds), "--state", state, "--config", str(config),
+                               "--quiet")
+        try:
+            await until(lambda: held >= 1, timeout=30, what="the sitemap request")
+        finally:
+            proc.kill()
+            await proc.wait()
+            release.set()
+        resumed = await run_cli("resume", state, "--quiet")
+        assert resumed.rc == 0, resumed.stderr
+    assert held == 2
+    urls = Counter(r["url"].removeprefix(base) for r in read_pages(tmp_path / "state" /
+                                                                   "pages.jsonl"))
+    want = {"/", "/maps/s.xml", *(f"/k/{i}" for i in range(30))}
+    assert set(urls) == want and set(urls.values()) == {1}, urls

@@ -362,9 +362,14 @@ def _upgrade_frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     Why mapped and not refused: a crawl must resume with what it started with.
     Its ``[crawl] retry_rounds`` R and ``[fetch] retries`` r allowed up to
     (1 + r) x (1 + R) requests per URL; ``max_retries`` keeps that total (and r,
-    the quick retries within one fetch), and now it is a real bound.
+    the quick retries within one fetch), and now it is a real bound. A crawl
+    frozen before ``[crawl] sitemaps`` existed read none, and resumes so.
     """
     crawl = data.get("crawl")
+    if isinstance(crawl, Mapping) and "sitemaps" not in crawl:
+        # it started without sitemaps: they are frozen with the crawl, so it goes on without
+        crawl = {**crawl, "sitemaps": False}
+        data = {**data, "crawl": crawl}
     if not isinstance(crawl, Mapping) or "retry_rounds" not in crawl:
         return data
     fetch = data.get("fetch")

@@ -12,7 +12,7 @@ from collections import Counter
 
 from aiohttp import web
 
-from crawler.config.settings import Settings
+from crawler.config.settings import Settings, settings_from_dict
 from crawler.core.engine import run_crawl
 from crawler.core.output import read_pages
 from crawler.core.state import create_crawl
@@ -248,3 +248,10 @@ async def test_kill_9_while_a_sitemap_is_fetched_then_resume(tmp_path):
                                                                    "pages.jsonl"))
     want = {"/", "/maps/s.xml", *(f"/k/{i}" for i in range(30))}
     assert set(urls) == want and set(urls.values()) == {1}, urls
+
+
+def test_a_crawl_frozen_before_sitemaps_resumes_without_them():
+    frozen = Settings().to_dict()
+    assert settings_from_dict(frozen).crawl.sitemaps is True
+    del frozen["crawl"]["sitemaps"]
+    assert settings_from_dict(frozen).crawl.sitemaps is False

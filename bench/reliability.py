@@ -122,7 +122,8 @@ class Loop:
                 "--warc-max-size", str(o.warc_max_size),
                 "--allow-private", "--concurrency", str(o.concurrency),
                 "--per-host", str(max(1, o.concurrency // 2)), "--delay", "0",
-                "--max-depth", str(o.max_depth), "--quiet"]
+                "--max-depth", str(o.max_depth), "--quiet",
+                "--no-sitemaps"]  # the expected set is the site's link graph
 
     def resume_args(self) -> list[str]:
         return ["resume", str(self.state), "--quiet"]

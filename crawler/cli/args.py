@@ -165,6 +165,9 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--exclude", dict(type=pattern, action="append", default=[], metavar="REGEX",
                        help="never crawl URLs whose canonical form contains a match of REGEX "
                        "(repeatable; beats --include; default: none)")),
+    ("--no-sitemaps", dict(action="store_true",
+                           help="do not read the seed hosts' sitemaps (robots.txt Sitemap: "
+                           "lines, else /sitemap.xml) for URLs (default: read them)")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
                            help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
@@ -207,7 +210,8 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay"),
                 "--proxy": ("fetch", "proxy")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--allow-private", "--warc",
+FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps",
+                "--allow-private", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
 _REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is read for its agent"
@@ -257,6 +261,8 @@ def crawl_settings(args: argparse.Namespace) -> Settings:
         crawl["include"] = list(dict.fromkeys([*settings.crawl.include, *args.include]))
     if args.exclude:
         crawl["exclude"] = list(dict.fromkeys([*settings.crawl.exclude, *args.exclude]))
+    if args.no_sitemaps:
+        crawl["sitemaps"] = False
     politeness: dict[str, Any] = {}
     if args.per_host is not None:
         politeness["per_host"] = args.per_host
@@ -311,7 +317,7 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in _LIST_FLAGS:
         for value in getattr(args, _dest(flag)):
             out += [flag, value]
-    for flag in ("--allow-private", "--cookies"):
+    for flag in ("--allow-private", "--cookies", "--no-sitemaps"):
         if getattr(args, _dest(flag)):
             out.append(flag)
     return out

@@ -54,6 +54,9 @@ class CrawlSettings:
     include: tuple[str, ...] = ()  # regexes over the canonical URL: one must match (if any)
     exclude: tuple[str, ...] = ()  # ... and none of these
     honor_nofollow: bool = False
+    sitemaps: bool = True  # robots.txt Sitemap: lines (else /sitemap.xml) of seed hosts
+    sitemap_max_files: int = 50  # sitemap files fetched per host (indexes and their children)
+    sitemap_max_bytes: int = 50 * 1024 * 1024  # per file, uncompressed (sitemaps.org)
     frontier_memory: int = 20_000
     stop_grace: float = 10.0
     max_retries: int = 5
@@ -248,6 +251,8 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("crawl", "max_depth"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "max_pages_per_host"): (lambda v: v >= 0, ">= 0 (0: no limit)"),
     ("crawl", "frontier_memory"): (lambda v: v >= 1, ">= 1"),
+    ("crawl", "sitemap_max_files"): (lambda v: v >= 1, ">= 1"),
+    ("crawl", "sitemap_max_bytes"): (lambda v: v >= 1, ">= 1"),
     ("crawl", "stop_grace"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "max_retries"): (lambda v: v >= 0, ">= 0"),
     ("crawl", "retry_delay"): (lambda v: v >= 0, ">= 0"),
@@ -357,9 +362,14 @@ def _upgrade_frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     Why mapped and not refused: a crawl must resume with what it started with.
     Its ``[crawl] retry_rounds`` R and ``[fetch] retries`` r allowed up to
     (1 + r) x (1 + R) requests per URL; ``max_retries`` keeps that total (and r,
-    the quick retries within one fetch), and now it is a real bound.
+    the quick retries within one fetch), and now it is a real bound. A crawl
+    frozen before ``[crawl] sitemaps`` existed read none, and resumes so.
     """
     crawl = data.get("crawl")
+    if isinstance(crawl, Mapping) and "sitemaps" not in crawl:
+        # it started without sitemaps: they are frozen with the crawl, so it goes on without
+        crawl = {**crawl, "sitemaps": False}
+        data = {**data, "crawl": crawl}
     if not isinstance(crawl, Mapping) or "retry_rounds" not in crawl:
         return data
     fetch = data.get("fetch")

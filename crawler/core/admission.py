@@ -43,23 +43,25 @@ class Admission:
         self.queued = 0  # URLs this process queued
 
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
-              local: Callable[[str], bool] | None = None
+              local: Callable[[str], bool] | None = None, *, patterns: bool = True
               ) -> tuple[tuple[Pairs, int] | None, list[Remote]]:
         """``((links to admit here, depth) or None, in-scope links of hosts another
         worker owns as (url, key, host, depth))``: scope, ownership and the per-host
         cap as it stands. ``local(host)`` says which hosts this worker owns (None:
-        all). The frontier expects the links to admit until ``admit_pages`` (the
-        page's group commit) has taken them."""
-        keep, remote = self._split(pairs, depth, local)
+        all). ``patterns=False`` skips include/exclude (for sitemap files: the
+        URLs they list are checked against them). The frontier expects the links
+        to admit until ``admit_pages`` (the page's group commit) has taken them."""
+        keep, remote = self._split(pairs, depth, local, patterns)
         if not keep:
             return None, remote
         self.frontier.expect()
         return (keep, depth), remote
 
     def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
-               local: Callable[[str], bool] | None) -> tuple[Pairs, list[Remote]]:
+               local: Callable[[str], bool] | None, patterns: bool = True
+               ) -> tuple[Pairs, list[Remote]]:
         allows = self.scope.allows_host
-        url_ok = self.scope.url_filter()
+        url_ok = self.scope.url_filter() if patterns else None
         cap = self.cap
         counts = self.host_counts
         keep: Pairs = []

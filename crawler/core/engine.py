@@ -42,11 +42,13 @@ from crawler.core.politeness import Politeness
 from crawler.core.progress import Progress, SessionCounts, crawl_status
 from crawler.core.retry import Retries
 from crawler.core.signals import stop_on_signals
+from crawler.core.sitemaps import SitemapFiles
 from crawler.core.state import HOST_COUNTS_FILE
-from crawler.net.fetch import Fetcher
+from crawler.net.fetch import Fetcher, FetchResult
 from crawler.net.links import extract_links
 from crawler.net.netguard import check_literal_host
-from crawler.net.robots import RobotsCache
+from crawler.net.robots import RobotsCache, origin_of
+from crawler.net.sitemap import MAX_URLS, parse_sitemap
 from dedup import State, UrlSeen
 
 if TYPE_CHECKING:
@@ -100,6 +102,9 @@ class Engine:
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output)
+        self.sitemaps = (SitemapFiles(self.state_dir, c.sitemap_max_files)
+                         if c.sitemaps else None)
+        self._sitemap_hosts: set[str] = set()  # seed hosts whose sitemaps this run queued
         self.retries = Retries(settings, self.frontier, seen.ledger)
         # a fleet worker's outbox (links it forwarded) is synced with each group, before
         # the group marks the pages that found them
@@ -267,8 +272,9 @@ class Engine:
         url = item.url
         frontier = self.frontier
         robots = self.robots
-        if robots is not None and not self.settings.fetch.allow_private and \
-                check_literal_host(hostname_of(item.host)) is not None:
+        refused = not self.settings.fetch.allow_private and \
+            check_literal_host(hostname_of(item.host)) is not None
+        if refused:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
         if robots is not None:
             try:
@@ -280,6 +286,17 @@ class Engine:
             if not answer.allowed:
                 await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
+        sitemap_level = None
+        if self.sitemaps is not None:
+            sitemap_level = self.sitemaps.level(url)
+            if sitemap_level is None and item.depth == 0 and not refused and \
+                    item.host not in self._sitemap_hosts:
+                self._sitemap_hosts.add(item.host)
+                try:
+                    await self._queue_sitemaps(url)
+                except BaseException:
+                    frontier.done(item, requested=False, counted=False)
+                    raise
         retries = self.retries
         seq = item.seq
         allowed = retries.allowance(seq)
@@ -294,7 +311,11 @@ class Engine:
             wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
             if wait > 0:
                 await asyncio.sleep(wait)
-            res = await self.fetcher.fetch(url, attempts=allowed)
+            if sitemap_level is None:
+                res = await self.fetcher.fetch(url, attempts=allowed)
+            else:
+                res = await self.fetcher.fetch_raw(
+                    url, limit=self.settings.crawl.sitemap_max_bytes + 1, attempts=allowed)
         except BaseException:
             frontier.done(item)
             raise
@@ -307,9 +328,17 @@ class Engine:
         links: Links | None = None
         remote: list[Remote] = []
         final_url: str | None = url
+        error = res.error
+        failed = res.failed
         try:
             status = res.status
-            if status is not None and 300 <= status < 400 and res.location is not None:
+            if sitemap_level is not None:
+                links_found, links, remote, final_url, sm_error = self._sitemap_links(
+                    item, res, sitemap_level)
+                if sm_error is not None:
+                    error = f"sitemap: {sm_error}"
+                    failed = failed or not sm_error.startswith(("over ", "an index"))
+            elif status is not None and 300 <= status < 400 and res.location is not None:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
                 final_url = target[0] if target is not None else None
@@ -331,15 +360,69 @@ class Engine:
         if remote:  # with their owners before this page counts as done
             assert self.relay is not None  # only a fleet worker has remote links
             await self.relay.forward(remote)
-        failed = res.failed
         self.session.pages += 1
         if failed:
             self.session.failed += 1
-        error = res.error
         retries.forget(seq)
         await self.committer.commit_page(item, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
+
+    async def _queue_sitemaps(self, url: str) -> None:
+        """Queue the sitemaps of a seed's host (its robots.txt's ``Sitemap:`` lines,
+        else /sitemap.xml) at depth 1, through the ledger like links: durable before
+        the seed is fetched, and exactly once (the seen-test) when a resume does it
+        again for a seed whose record a crash lost."""
+        assert self.sitemaps is not None
+        if self.settings.crawl.max_depth < 1:
+            return
+        found = self.robots.sitemaps(url) if self.robots is not None else []
+        if not found:
+            origin = origin_of(url)
+            if origin is None:
+                return
+            found = [origin + "/sitemap.xml"]
+        pairs = self.sitemaps.register(self._canon.resolve_many(found, url), 0)
+        links, _ = self.admission.route(pairs, 1, self._local, patterns=False)
+        # a sitemap on a host another fleet worker owns is not read (not forwarded:
+        # the owner would not know it for a sitemap)
+        if links is not None:
+            await self.committer.commit(None, None, [links])
+
+    def _sitemap_links(self, item: Item, res: FetchResult, level: int
+                       ) -> tuple[int, Links | None, list[Remote], str | None, str | None]:
+        """A fetched sitemap's URLs, routed at the sitemap's own depth: ``(found,
+        links, remote, final url, what was wrong with it or None)``. An index's
+        sitemaps are queued (level 1) only from a level-0 sitemap; a redirect's
+        target is a sitemap of the same level."""
+        assert self.sitemaps is not None
+        c = self.settings.crawl
+        url = item.url
+        status = res.status
+        if item.depth > c.max_depth:
+            return 0, None, [], url, None
+        if status is not None and 300 <= status < 400 and res.location is not None:
+            target = self._canon.resolve_many((res.location,), url)
+            final = target[0][0] if target[0] is not None else None
+            pairs = self.sitemaps.register(target, level)
+            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
+            return 1, links, [], final, None
+        if res.body is None or status is None or not 200 <= status < 300:
+            return 0, None, [], url, None  # the fetch's own error says why
+        if res.nbytes > c.sitemap_max_bytes:
+            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)"
+        parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
+        if parsed.error is not None:
+            return 0, None, [], url, parsed.error
+        resolved = self._canon.resolve_many(parsed.locs, url)
+        if parsed.index:
+            if level >= 1:
+                return len(parsed.locs), None, [], url, "an index listed by an index (not read)"
+            pairs = self.sitemaps.register(resolved, level + 1)
+            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
+            return len(parsed.locs), links, [], url, parsed.note
+        links, remote = self.admission.route(resolved, item.depth, self._local)
+        return len(parsed.locs), links, remote, url, parsed.note
 
     async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
         """robots.txt says no: skipped for good, retried later, or given up (failed)."""

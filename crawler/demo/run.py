@@ -30,7 +30,8 @@ HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 
 def demo_settings(max_depth: int) -> Settings:
     return Settings().with_values(
-        crawl={"concurrency": 32, "max_depth": max_depth},
+        # no sitemaps: the demo checks the crawl against the sample site's link graph
+        crawl={"concurrency": 32, "max_depth": max_depth, "sitemaps": False},
         politeness={"per_host": 4, "delay": 0.0},
         fetch={"allow_private": True},  # the demo site lives on loopback addresses
         dedup={"capacity": 200_000, "shards": 16},

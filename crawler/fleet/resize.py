@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from crawler.core.output import PAGES_FILE, read_json, read_pages, write_json_atomic
 from crawler.core.pagecounts import recount, rows_of_records
+from crawler.core.sitemaps import SITEMAPS_FILE
 from crawler.core.state import (
     FLEET_KEY,
     HOST_COUNTS_FILE,
@@ -193,8 +194,20 @@ def _totals(state_dir: Path) -> dict[str, int]:
         return dict(ledger.meta_get(TOTALS_KEY) or {})
 
 
+def _carry_sitemaps(dirs: list[Path], out: Path, to: int) -> None:
+    """A queued sitemap is known as one by its new owner (``crawler.core.sitemaps``)."""
+    parts: dict[int, dict[str, int]] = {}
+    for d in dirs:
+        for url, level in read_json(d / SITEMAPS_FILE, {}).items():
+            parts.setdefault(owner_of(host_of(url), to), {})[url] = level
+    for k, levels in parts.items():
+        write_json_atomic(worker_dir(out, k) / SITEMAPS_FILE, levels)
+
+
 def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
-    """pages.jsonl and host_counts.json follow their hosts to the new owners."""
+    """pages.jsonl, host_counts.json and sitemaps.json follow their hosts to the
+    new owners."""
+    _carry_sitemaps(dirs, out, to)
     if to * 2 == w:
         for i in range(to):
             pages = b"".join(ln for j in (i, i + to) for ln in committed_pages(dirs[j]))

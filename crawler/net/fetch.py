@@ -311,6 +311,14 @@ class Fetcher:
         return await self._fetch(url, html_only=True, limit=self.settings.max_bytes,
                                  attempts=most)
 
+    async def fetch_raw(self, url: str, *, limit: int, attempts: int | None = None
+                        ) -> FetchResult:
+        """Like ``fetch`` (one hop) for any content type, such as a sitemap: the body
+        is read up to ``limit`` bytes and cut there (``nbytes`` > ``limit`` says it
+        was), a Content-Encoding undone by aiohttp."""
+        most = 1 + self.settings.retries if attempts is None else max(1, attempts)
+        return await self._fetch(url, html_only=False, limit=limit, attempts=most)
+
     async def get_text(
         self, url: str, max_bytes: int = 512 * 1024, *, max_redirects: int = 5
     ) -> TextFetch:

@@ -163,6 +163,15 @@ class RobotsCache:
             return None
         return min(float(delay), self.max_crawl_delay)
 
+    def sitemaps(self, url: str) -> list[str]:
+        """The ``Sitemap:`` URLs of the robots.txt of ``url``'s origin, as cached
+        (empty when it is not, or names none)."""
+        origin = self._split(url)[0]
+        rules = self._rules.get(origin) if origin else None
+        if rules is None or rules.parser is None:
+            return []
+        return list(rules.parser.sitemaps)
+
     def __len__(self) -> int:
         return len(self._rules)
 

@@ -30,8 +30,10 @@ $(BENCH_STAMP): $(PKG_STAMP)
 $(STAMP): $(TEST_STAMP) $(BENCH_STAMP)
 	touch $(STAMP)
 
+# -n 2: two pytest workers (pytest-xdist), one per core of the 2-core CI machine;
+# every test starts its own servers on free loopback ports, so they run side by side.
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The whole suite under coverage, child processes included (see [tool.coverage] in
 # pyproject.toml); prints the per-file table and the total.

@@ -49,9 +49,9 @@ def store_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """Run a seen-store test (UrlSeen, the ledger, resize, migrate, repair) once on the
     compiled kernels and once on the numpy/Python code that replaces both of them.
 
-    The store's modules look ``kernel.kernel`` and ``kernel.lookup`` up at each call, so
+    The store's modules look ``compiled.kernel`` and ``compiled.lookup`` up at each call, so
     setting them to None switches the whole store in this process; the environment
-    variable (``BLOOMCRAWL_NO_KERNEL=1``, what ``dedup.native.kernel`` reads at import)
+    variable (``BLOOMCRAWL_NO_KERNEL=1``, what ``dedup.native.compiled`` reads at import)
     switches any child process a test starts, so a kill -9 child runs the same code."""
     if request.param == "python":
         monkeypatch.setattr(compiled, "kernel", None)

@@ -13,7 +13,7 @@ from dedup.admin.diagnose import Diagnosis, diagnose, index_damage
 from dedup.admin.migrate import V1_BACKUP, migrate
 from dedup.admin.repair import RepairReport, index_keys, repair
 from dedup.admin.resize import check_compatible, merge_states, resize
-from dedup.base.atomic import atomic_write_bytes
+from dedup.base.atomic import atomic_write_bytes, fsync_dir
 from dedup.base.errors import (
     GeometryMismatch,
     IndexDamaged,
@@ -76,6 +76,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_many",
     "first_difference",
+    "fsync_dir",
     "host_of",
     "in_use",
     "index_damage",

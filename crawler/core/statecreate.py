@@ -20,7 +20,7 @@ from pathlib import Path
 
 from crawler.config.settings import ConfigError, Settings
 from crawler.core.warc import first_warc
-from dedup import layer_geometry
+from dedup import fsync_dir, layer_geometry
 
 __all__ = ["building", "check_resources", "memory_needed", "physical_memory"]
 
@@ -127,11 +127,7 @@ def building(state_dir: Path, error: Callable[[str], Exception]) -> Iterator[Pat
     try:
         yield tmp
         os.rename(tmp, state_dir)  # replaces an empty directory of that name, atomically
-        fd = os.open(state_dir.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(state_dir.parent)
     except OSError as exc:
         _undo(tmp, made)
         raise error(f"cannot create state directory {state_dir}: "

@@ -47,6 +47,7 @@ from warcio.warcwriter import WARCWriter
 
 from crawler.core.output import _AppendFile, iso_time, truncate_to
 from crawler.net.exchange import Exchange
+from dedup import fsync_dir
 
 __all__ = ["WarcFiles", "build_records", "first_warc", "warc_prefix", "warc_start"]
 
@@ -211,7 +212,7 @@ class WarcFiles:
                     warc_path(self.prefix, s, self.gzip).unlink()
                     removed = True
             if removed:
-                _fsync_dir(self.prefix.parent)
+                fsync_dir(self.prefix.parent)
         else:  # no offsets (a state dir from before them, or repaired): a new file
             serial, size = _next_serial(self.prefix, self.gzip), 0
         self._serial = serial
@@ -226,7 +227,7 @@ class WarcFiles:
         if f.size == 0:
             await f._write(warcinfo(self.path.name, gzip=self.gzip))
             f.info_end = f.size
-            _fsync_dir(self.prefix.parent)  # the new name survives a crash once committed
+            fsync_dir(self.prefix.parent)  # the new name survives a crash once committed
         self._dirty.append(f)
 
     async def write(self, records: Sequence[bytes]) -> None:
@@ -277,11 +278,3 @@ class WarcFiles:
         if self._file is not None:
             f, self._file = self._file, None
             await f.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from dedup.base.atomic import fsync_dir
 from dedup.base.errors import LedgerDamaged, StateFormatError
 from dedup.index.fpindex import MANIFEST, _read_manifest
 from dedup.index.runs import TOMBSTONE, Run, RunFileError
@@ -304,12 +305,12 @@ def _swap(path: Path, fresh: Path, stamp: str, report: RepairReport) -> None:
             except OSError:
                 shutil.copy2(old, aside)
             report.set_aside.append(aside)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     # the old WAL would be replayed onto the new file: it goes first (its copy is kept)
     for suffix in ("-shm", "-wal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     os.replace(fresh, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _salvage(path: Path, scratch: Path, report: RepairReport) -> None:
@@ -410,11 +411,3 @@ def _kept(stream: Iterator[PortableRow], report: RepairReport,
 def _remove_db(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -108,34 +108,45 @@ def fetched_once(root: Path, a: str, b: str, a_log: RequestLog, b_log: RequestLo
     assert sum(n - 1 for n in served.values()) <= max_refetches, served.most_common(3)
 
 
+async def lose_waiting_links(tmp_path: Path, server, seeds_of: list[str], b_log: RequestLog,
+                             settings, *, restart: bool) -> tuple[asyncio.subprocess.Process, Path]:
+    """Start ``fleet --workers 2``, stop worker 0 from reading (SIGSTOP) until at least 3
+    links worker 1 forwarded wait unread in its stream, then kill -9 Redis with them
+    (and start it again, empty, on the same port if ``restart``). Returns the fleet's
+    process and its directory."""
+    seeds = write_seeds(tmp_path / "seeds.txt", seeds_of)
+    config = tmp_path / "worker.toml"
+    config.write_text(config_toml(settings))
+    root = tmp_path / "f"
+    proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
+                           "--redis", server.url, "--crawl-id", CRAWL_ID,
+                           "--config", str(config), "--quiet")
+    pid = None
+    try:
+        await until(lambda: b_log.count("/") > 0, timeout=30, what="worker 0 to start")
+        pid = worker_pid(proc.pid, 0)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while await undelivered(server.url, 0) < 3:
+            assert loop.time() < deadline, "no links waiting for worker 0"
+            await asyncio.sleep(0.01)
+        server.stop(force=True)  # kill -9: the waiting links are gone with it
+        if restart:
+            server.start()  # same port, empty
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return proc, root
+
+
 async def test_a_fleet_whose_redis_restarts_empty_loses_no_url(tmp_path, redis_factory):
     server = redis_factory()  # no persistence: a restart comes back empty
     async with two_hosts() as (a, b, a_log, b_log):
-        seeds = write_seeds(tmp_path / "seeds.txt", [a + "/", b + "/"])
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
-        root = tmp_path / "f"
-        proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
-                               "--redis", server.url, "--crawl-id", CRAWL_ID,
-                               "--config", str(config), "--quiet")
-        pid = None
-        try:
-            await until(lambda: b_log.count("/") > 0, timeout=30, what="worker 0 to start")
-            pid = worker_pid(proc.pid, 0)
-            assert pid is not None
-            # Worker 0 stops reading: links worker 1 forwards to it wait in its stream.
-            os.kill(pid, signal.SIGSTOP)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while await undelivered(server.url, 0) < 3:
-                assert loop.time() < deadline, "no links waiting for worker 0"
-                await asyncio.sleep(0.01)
-            server.stop(force=True)  # kill -9: the waiting links are gone with it
-            server.start()           # same port, empty
-        finally:
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+        proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
+                                              worker_settings(), restart=True)
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         text = err.decode()
         assert proc.returncode == 0, text  # recovered, not stopped
@@ -148,30 +159,10 @@ async def test_a_fleet_stopped_by_its_lost_redis_resumes_exactly(tmp_path, redis
     with the way out, and resume (Redis back, empty) re-sends what was lost."""
     server = redis_factory()
     async with two_hosts() as (a, b, a_log, b_log):
-        seeds = write_seeds(tmp_path / "seeds.txt", [a + "/", b + "/"])
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings().with_values(
-            distributed={"retry_for": 0.5, "max_restarts": 1})))
-        root = tmp_path / "f"
-        proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
-                               "--redis", server.url, "--crawl-id", CRAWL_ID,
-                               "--config", str(config), "--quiet")
-        pid = None
-        try:
-            await until(lambda: b_log.count("/") > 0, timeout=30, what="worker 0 to start")
-            pid = worker_pid(proc.pid, 0)
-            assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while await undelivered(server.url, 0) < 3:
-                assert loop.time() < deadline, "no links waiting for worker 0"
-                await asyncio.sleep(0.01)
-            server.stop(force=True)  # and it stays down: the workers give up
-        finally:
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+        settings = worker_settings().with_values(
+            distributed={"retry_for": 0.5, "max_restarts": 1})
+        proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
+                                              settings, restart=False)
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         text = err.decode()
         assert proc.returncode != 0, text

@@ -254,13 +254,7 @@ class RedisTransport(FleetMonitor):
         count = 0
 
         async def flush() -> None:
-            assert self._redis is not None
-            pipe = self._redis.pipeline(transaction=True)
-            for stream, fields in pending:
-                pipe.xadd(stream, fields)
-            pipe.hincrby(self.keys.counters, "forwarded", count)
-            pipe.hincrby(self.keys.counters, self._sent_field, count)
-            self._sent = max(self._sent, int((await pipe.execute())[-1]))
+            await self._send_entries(pending, count)
 
         for batch in self.outbox.batches():
             items = [it for it in batch if not self.is_local(it[2])]
@@ -299,22 +293,24 @@ class RedisTransport(FleetMonitor):
         if not entries:
             return 0
 
-        async def op() -> list[Any]:
-            assert self._redis is not None
-            pipe = self._redis.pipeline(transaction=True)
-            for stream, fields in entries:
-                pipe.xadd(stream, fields)
-            pipe.hincrby(self.keys.counters, "forwarded", total)
-            pipe.hincrby(self.keys.counters, self._sent_field, total)
-            return await pipe.execute()
-
         if self.outbox is not None:  # synced by the group commit that marks the page
             self.outbox.append(items)
-        done = await self._call("forward", op)
-        self._sent = max(self._sent, int(done[-1]))
+        await self._call("forward", lambda: self._send_entries(entries, total))
         self.stats["forwarded"] += total
         self.stats["forward_calls"] += 1
         return total
+
+    async def _send_entries(self, entries: list[tuple[str, dict[str, Any]]], count: int) -> None:
+        """Append ``entries`` (carrying ``count`` items) to their streams with the
+        ``forwarded`` and this worker's ``sent`` counters in one MULTI/EXEC, so the
+        counters and the streams always agree; remember what Redis counts as sent."""
+        assert self._redis is not None
+        pipe = self._redis.pipeline(transaction=True)
+        for stream, fields in entries:
+            pipe.xadd(stream, fields)
+        pipe.hincrby(self.keys.counters, "forwarded", count)
+        pipe.hincrby(self.keys.counters, self._sent_field, count)
+        self._sent = max(self._sent, int((await pipe.execute())[-1]))
 
     def _entries(self, items: Sequence[Item]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
         """Stream entries for ``items`` (grouped by owner, at most ``batch`` each) and

@@ -1,0 +1,333 @@
+"""Scrapy's duplicate filter on dedup's exact URL-seen test (``pip install bloomcrawl[scrapy]``).
+
+::
+
+    DUPEFILTER_CLASS = "dedup.scrapy.UrlSeenDupeFilter"
+    SPIDER_MIDDLEWARES = {"dedup.scrapy.UrlSeenSpiderMiddleware": 10}
+    BLOOMCRAWL_SEEN_DIR = "crawl-seen"   # else JOBDIR/bloomcrawl-seen, else a temp dir
+
+Scrapy's own ``RFPDupeFilter`` keeps every fingerprint in a Python set (RAM grows
+with the crawl) and, with ``JOBDIR``, in a file read whole at start. This filter
+answers from :class:`~dedup.store.seen.UrlSeen`: a Bloom filter whose every "maybe"
+is confirmed against the ledger, so it is exact (a false positive never drops a
+request), its RAM is bounded by the filter's geometry, and its state directory
+persists across runs and a kill -9.
+
+**The key** of a request: its canonical URL (dedup's canonicalizer: tracking
+parameters dropped, query sorted) for a GET without a body, so the seen-set is
+the one a bloomcrawl crawl keeps; for anything else ``"<METHOD> <canonical URL>"``
+followed by ``" sha256:<hex digest of the body>"`` when there is a body, so POSTs
+with different bodies are distinct and a HEAD never hides the GET of its URL.
+A URL the canonicalizer refuses (not http(s), over 2,083 characters) has no key:
+such a request is never filtered. ``dont_filter`` requests are never recorded.
+
+**Never lost after a kill -9.** A seen-set alone cannot promise it: a request
+answered "new" waits in Scrapy's scheduler, which a kill -9 empties (with JOBDIR
+too: its disk queue is only consistent after a clean close), and a page that
+linked to it is "seen" on the next run, so nothing would find it again. So the
+ledger also keeps each admitted GET's URL as *queued* until its response has been
+through the spider (marked by :class:`UrlSeenSpiderMiddleware` once the callback's
+output is exhausted, the pages it found being admitted before that mark), and the
+next run re-issues the queued URLs of earlier runs when the spider goes idle:
+``Request(url, dont_filter=True)`` to the spider's default callback, or what the
+spider's ``recover_request(url)`` returns (None skips it). After a clean close
+with ``JOBDIR`` Scrapy's own queue resumes them and nothing is re-issued. A request
+that never reaches a callback (failed after retries with no errback's output
+passing spider middlewares, or dropped by a downloader middleware) stays queued
+and is offered again on the next run. A non-GET request is recorded as done at
+once: its body is not kept, so it is not re-issued after a crash.
+
+Writes are group-committed (``BLOOMCRAWL_COMMIT_INTERVAL`` seconds, default 1.0,
+or every ``BLOOMCRAWL_COMMIT_EVERY`` admissions); ``close()`` commits and
+snapshots. A kill -9 loses at most the last group: those requests count as new
+again on the next run (fetched twice, never lost).
+
+Without the middleware the filter marks a request done when its response
+arrives (``response_received``): a kill -9 while a callback is still yielding can
+then lose the pages it had not yet yielded. A warning says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.request import referer_str
+
+from dedup.store.ledger import State
+from dedup.store.seen import UrlSeen
+from dedup.url.canonical import Canonicalizer, UrlRejected
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.spiders import Spider
+
+__all__ = ["SEQS_META", "UrlSeenDupeFilter", "UrlSeenSpiderMiddleware", "request_key"]
+
+logger = logging.getLogger(__name__)
+
+SEQS_META = "bloomcrawl_seqs"  # ledger seqs a request answers for (its redirect chain's)
+MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
+_CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
+_RECOVER_PAGE = 1000
+
+_filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()
+
+
+def request_key(request: Request, canonicalizer: Canonicalizer) -> str | None:
+    """The dedup key of ``request`` (module docstring), None if its URL is refused."""
+    try:
+        _, canon = canonicalizer.resolve(request.url)
+    except UrlRejected:
+        return None
+    method = request.method.upper()
+    body = request.body
+    if method == "GET" and not body:
+        return canon
+    key = f"{method} {canon}"
+    return f"{key} sha256:{hashlib.sha256(body).hexdigest()}" if body else key
+
+
+class UrlSeenDupeFilter(BaseDupeFilter):
+    """``DUPEFILTER_CLASS`` backed by a :class:`UrlSeen` state directory (module docstring)."""
+
+    def __init__(self, path: str | Path | None = None, *, debug: bool = False,
+                 crawler: Crawler | None = None, capacity: int | None = None,
+                 commit_interval: float = 1.0, commit_every: int = 10_000,
+                 recover: bool = True) -> None:
+        self._temporary = path is None
+        self.path = Path(tempfile.mkdtemp(prefix="bloomcrawl-seen-")) if path is None \
+            else Path(path)
+        self.debug = debug
+        self.logdupes = True
+        self.crawler = crawler
+        self.capacity = capacity
+        self.commit_interval = commit_interval
+        self.commit_every = commit_every
+        self.recover = recover
+        self.seen: UrlSeen | None = None
+        self._preadmitted: weakref.WeakKeyDictionary[Request, bool] = \
+            weakref.WeakKeyDictionary()
+        self._uncommitted = 0
+        self._last_commit = time.monotonic()
+        self._recover_upto = 0
+        self._recover_cursor = 0
+        self.recovered = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> UrlSeenDupeFilter:
+        s = crawler.settings
+        path = s.get("BLOOMCRAWL_SEEN_DIR")
+        if not path and s.get("JOBDIR"):
+            path = str(Path(s["JOBDIR"], "bloomcrawl-seen"))
+        if not path:
+            logger.warning("UrlSeenDupeFilter: neither BLOOMCRAWL_SEEN_DIR nor JOBDIR is set: "
+                           "the seen-set lives in a temporary directory and will not persist")
+        df = cls(path or None, debug=s.getbool("DUPEFILTER_DEBUG"), crawler=crawler,
+                 capacity=s.getint("BLOOMCRAWL_SEEN_CAPACITY") or None,
+                 commit_interval=s.getfloat("BLOOMCRAWL_COMMIT_INTERVAL", 1.0),
+                 commit_every=s.getint("BLOOMCRAWL_COMMIT_EVERY", 10_000),
+                 recover=s.getbool("BLOOMCRAWL_RECOVER", True))
+        _filters[crawler] = df
+        return df
+
+    # -- life cycle --------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open (or create) the state directory; plan the re-issue of earlier runs'
+        queued requests (module docstring)."""
+        self.seen = UrlSeen(self.path, capacity=self.capacity, autocommit=False)
+        ledger = self.seen.ledger
+        clean = ledger.meta_get(_CLEAN, True)
+        jobdir = self.crawler is not None and bool(self.crawler.settings.get("JOBDIR"))
+        if self.recover and not (clean and jobdir):
+            self._recover_upto = ledger.last_seq()
+        ledger.meta_set(_CLEAN, False)
+        self.commit()
+        if self.crawler is None:
+            return
+        self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+        mws = self.crawler.settings.getwithbase("SPIDER_MIDDLEWARES")
+        if mws.get(MIDDLEWARE) is None:
+            logger.warning("UrlSeenDupeFilter: %s is not in SPIDER_MIDDLEWARES: requests are "
+                           "marked done when their response arrives, so a kill -9 while a "
+                           "callback runs can lose the requests it had not yet yielded",
+                           MIDDLEWARE)
+            self.crawler.signals.connect(self._on_response, signal=signals.response_received)
+
+    def close(self, reason: str) -> None:
+        """Commit, record the clean close, snapshot the filter: durable."""
+        if self.seen is None:
+            return
+        seen, self.seen = self.seen, None
+        try:
+            seen.ledger.meta_set(_CLEAN, True)
+            seen.commit()
+            seen.snapshot()
+            if self.crawler is not None and self.crawler.stats is not None:
+                st = seen.stats()
+                for name in ("new", "repeats", "bloom_definitely_new", "bloom_maybe",
+                             "confirm_cache_hits", "ledger_queries", "false_positives",
+                             "fill", "expected_fpr"):
+                    self.crawler.stats.set_value(f"bloomcrawl/{name}", st[name])
+                self.crawler.stats.set_value("bloomcrawl/recovered", self.recovered)
+        finally:
+            seen.close()
+            if self._temporary:
+                shutil.rmtree(self.path, ignore_errors=True)
+
+    # -- the seen-test -----------------------------------------------------------
+
+    def request_seen(self, request: Request) -> bool:
+        """True if a request with the same key was recorded (this run or an earlier
+        one); otherwise record it and answer False. ``dont_filter`` requests are
+        never recorded (Scrapy does not ask for them; this says so again)."""
+        if request.dont_filter:
+            return False
+        answered = self._preadmitted.pop(request, None)
+        if answered is not None:
+            return not answered
+        key = self._key(request)
+        if key is None:
+            return False
+        if self._admit(request, key):
+            return False
+        self.done(request)  # a redirect chain that ends at a seen URL ends here
+        return True
+
+    def preadmit(self, request: Request) -> None:
+        """Record ``request`` now, before it leaves the callback's output, so that the
+        callback's "done" mark follows it in the ledger; ``request_seen`` then gives
+        the answer found here."""
+        if request.dont_filter or request in self._preadmitted:
+            return
+        key = self._key(request)
+        if key is not None:
+            self._preadmitted[request] = self._admit(request, key)
+
+    def _key(self, request: Request) -> str | None:
+        seen = self._require_open()
+        return request_key(request, seen.canonicalizer)
+
+    def _admit(self, request: Request, key: str) -> bool:
+        seen = self._require_open()
+        recoverable = request.method.upper() == "GET" and not request.body
+        got = seen.admit_resolved([(request.url, key)],
+                                  state=State.QUEUED if recoverable else State.FETCHED)
+        if got and recoverable:
+            request.meta[SEQS_META] = (*request.meta.get(SEQS_META, ()), got[0].seq)
+        self._tick(1)
+        return bool(got)
+
+    def done(self, request: Request, status: int | None = None) -> None:
+        """Mark the request's admitted seqs as fetched: a later run does not re-issue it."""
+        seqs = request.meta.pop(SEQS_META, None)
+        if seqs and self.seen is not None:
+            self.seen.ledger.mark_many([(seq, State.FETCHED, status, None) for seq in seqs])
+            self._tick(0)
+
+    def _tick(self, n: int) -> None:
+        self._uncommitted += n
+        if (self._uncommitted >= self.commit_every
+                or time.monotonic() - self._last_commit >= self.commit_interval):
+            self.commit()
+
+    def commit(self) -> None:
+        """Make every admission and mark so far durable (a group commit)."""
+        if self.seen is not None:
+            self.seen.commit()
+        self._uncommitted = 0
+        self._last_commit = time.monotonic()
+
+    def _require_open(self) -> UrlSeen:
+        if self.seen is None:
+            raise RuntimeError("UrlSeenDupeFilter used before open() or after close()")
+        return self.seen
+
+    # -- Scrapy's hooks ----------------------------------------------------------
+
+    def log(self, request: Request, spider: Spider) -> None:
+        """Log a filtered request as RFPDupeFilter does: the first one, or all of them
+        with DUPEFILTER_DEBUG; count it in ``dupefilter/filtered``."""
+        if self.debug:
+            logger.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                         {"request": request, "referer": referer_str(request)},
+                         extra={"spider": spider})
+        elif self.logdupes:
+            logger.debug("Filtered duplicate request: %(request)s - no more duplicates will "
+                         "be shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                         {"request": request}, extra={"spider": spider})
+            self.logdupes = False
+        spider.crawler.stats.inc_value("dupefilter/filtered")
+
+    def _on_response(self, response: Response, request: Request, spider: Spider) -> None:
+        self.done(request, response.status)
+
+    def _on_idle(self, spider: Spider) -> None:
+        """Re-issue a page of the queued requests earlier runs left behind."""
+        if self.seen is None or self._recover_cursor >= self._recover_upto:
+            return
+        rows = [r for r in self.seen.ledger.queued(_RECOVER_PAGE, after_seq=self._recover_cursor)
+                if r.seq <= self._recover_upto]
+        self._recover_cursor = rows[-1].seq if rows else self._recover_upto
+        fed = 0
+        make = getattr(spider, "recover_request", None)
+        for row in rows:
+            req = make(row.url) if make is not None else Request(row.url)
+            if req is None:
+                self.seen.ledger.mark_many([(row.seq, State.SKIPPED, None, "not recovered")])
+                continue
+            req = req.replace(dont_filter=True)
+            req.meta[SEQS_META] = (*req.meta.get(SEQS_META, ()), row.seq)
+            assert self.crawler is not None and self.crawler.engine is not None
+            self.crawler.engine.crawl(req)
+            fed += 1
+        self.recovered += fed
+        if rows or self._recover_cursor < self._recover_upto:
+            raise DontCloseSpider
+
+
+class UrlSeenSpiderMiddleware:
+    """Admits the requests a callback yields before they leave it, then marks the
+    response's request done once the output is exhausted (or the callback raised):
+    in the ledger every page's finds precede its "done" mark, which is what lets a
+    run after a kill -9 re-issue exactly what was not finished. Put it closest to
+    the engine (the lowest order), so that it sees the output the engine will get."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> UrlSeenSpiderMiddleware:
+        return cls(crawler)
+
+    def _filter(self) -> UrlSeenDupeFilter | None:
+        return _filters.get(self.crawler)
+
+    async def process_spider_output(self, response: Response, result: AsyncIterator[Any]
+                                    ) -> AsyncIterator[Any]:
+        df = self._filter()
+        async for out in result:
+            if df is not None and isinstance(out, Request):
+                df.preadmit(out)
+            yield out
+        if df is not None:
+            df.done(response.request, response.status)
+
+    def process_spider_exception(self, response: Response, exception: BaseException) -> None:
+        """The callback (or a middleware before it, e.g. HttpError) raised: Scrapy is
+        done with this request, so is the ledger."""
+        df = self._filter()
+        if df is not None and response.request is not None:
+            df.done(response.request, response.status)

@@ -4,6 +4,7 @@
 
     DUPEFILTER_CLASS = "dedup.scrapy.UrlSeenDupeFilter"
     SPIDER_MIDDLEWARES = {"dedup.scrapy.UrlSeenSpiderMiddleware": 10}
+    DOWNLOADER_MIDDLEWARES = {"dedup.scrapy.UrlSeenDownloaderMiddleware": 10}
     BLOOMCRAWL_SEEN_DIR = "crawl-seen"   # else JOBDIR/bloomcrawl-seen, else a temp dir
 
 Scrapy's own ``RFPDupeFilter`` keeps every fingerprint in a Python set (RAM grows
@@ -29,12 +30,14 @@ ledger also keeps each admitted GET's URL as *queued* until its response has bee
 through the spider (marked by :class:`UrlSeenSpiderMiddleware` once the callback's
 output is exhausted, the pages it found being admitted before that mark), and the
 next run re-issues the queued URLs of earlier runs when the spider goes idle:
-``Request(url, dont_filter=True)`` to the spider's default callback, or what the
+``Request(url)`` to the spider's default callback, or what the
 spider's ``recover_request(url)`` returns (None skips it). After a clean close
 with ``JOBDIR`` Scrapy's own queue resumes them and nothing is re-issued. A request
-that never reaches a callback (failed after retries with no errback's output
-passing spider middlewares, or dropped by a downloader middleware) stays queued
-and is offered again on the next run. A non-GET request is recorded as done at
+that Scrapy drops before its scheduler (off site) or a downloader middleware
+ignores (``IgnoreRequest``: robots.txt) is marked done (skipped), the latter by
+:class:`UrlSeenDownloaderMiddleware`; one that fails to download
+after Scrapy's retries reaches no spider middleware, stays queued and is offered
+again on the next run. A non-GET request is recorded as done at
 once: its body is not kept, so it is not re-issued after a crash.
 
 Writes are group-committed (``BLOOMCRAWL_COMMIT_INTERVAL`` seconds, default 1.0,
@@ -49,6 +52,7 @@ then lose the pages it had not yet yielded. A warning says so.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import shutil
@@ -61,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 from scrapy.utils.request import referer_str
 
 from dedup.store.ledger import State
@@ -73,7 +77,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.spiders import Spider
 
-__all__ = ["SEQS_META", "UrlSeenDupeFilter", "UrlSeenSpiderMiddleware", "request_key"]
+__all__ = ["SEQS_META", "UrlSeenDownloaderMiddleware", "UrlSeenDupeFilter",
+           "UrlSeenSpiderMiddleware", "request_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +122,12 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self.commit_every = commit_every
         self.recover = recover
         self.seen: UrlSeen | None = None
-        self._preadmitted: weakref.WeakKeyDictionary[Request, bool] = \
-            weakref.WeakKeyDictionary()
+        # requests answered before they reach request_seen (admitted from a callback's
+        # output, or re-issued): the answer, and what marks their seqs skipped if
+        # they are dropped before the scheduler (off site) and so never come back
+        self._pending: weakref.WeakKeyDictionary[
+            Request, tuple[bool, weakref.finalize | None]] = weakref.WeakKeyDictionary()
+        self._dropped: list[int] = []
         self._uncommitted = 0
         self._last_commit = time.monotonic()
         self._recover_upto = 0
@@ -172,6 +181,10 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             return
         seen, self.seen = self.seen, None
         try:
+            gc.collect()  # requests dropped before the scheduler: their marks (_expect)
+            if self._dropped:
+                seen.ledger.mark_many([(seq, State.SKIPPED, None, "dropped")
+                                       for seq in self._dropped])
             seen.ledger.meta_set(_CLEAN, True)
             seen.commit()
             seen.snapshot()
@@ -195,9 +208,12 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         never recorded (Scrapy does not ask for them; this says so again)."""
         if request.dont_filter:
             return False
-        answered = self._preadmitted.pop(request, None)
-        if answered is not None:
-            return not answered
+        pending = self._pending.pop(request, None)
+        if pending is not None:
+            answer, dropped = pending
+            if dropped is not None:
+                dropped.detach()
+            return not answer
         key = self._key(request)
         if key is None:
             return False
@@ -210,11 +226,17 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         """Record ``request`` now, before it leaves the callback's output, so that the
         callback's "done" mark follows it in the ledger; ``request_seen`` then gives
         the answer found here."""
-        if request.dont_filter or request in self._preadmitted:
+        if request.dont_filter or request in self._pending:
             return
         key = self._key(request)
         if key is not None:
-            self._preadmitted[request] = self._admit(request, key)
+            self._expect(request, self._admit(request, key))
+
+    def _expect(self, request: Request, new: bool) -> None:
+        """``request_seen(request)`` is to answer ``not new`` without asking again."""
+        seqs = request.meta.get(SEQS_META) if new else None
+        self._pending[request] = (new, weakref.finalize(request, self._dropped.extend, seqs)
+                                  if seqs else None)
 
     def _key(self, request: Request) -> str | None:
         seen = self._require_open()
@@ -230,15 +252,20 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self._tick(1)
         return bool(got)
 
-    def done(self, request: Request, status: int | None = None) -> None:
-        """Mark the request's admitted seqs as fetched: a later run does not re-issue it."""
+    def done(self, request: Request, status: int | None = None, *,
+             state: State = State.FETCHED) -> None:
+        """Mark the request's admitted seqs done: a later run does not re-issue it."""
         seqs = request.meta.pop(SEQS_META, None)
         if seqs and self.seen is not None:
-            self.seen.ledger.mark_many([(seq, State.FETCHED, status, None) for seq in seqs])
+            self.seen.ledger.mark_many([(seq, state, status, None) for seq in seqs])
             self._tick(0)
 
     def _tick(self, n: int) -> None:
         self._uncommitted += n
+        if self._dropped and self.seen is not None:
+            dropped, self._dropped = self._dropped, []
+            self.seen.ledger.mark_many([(seq, State.SKIPPED, None, "dropped")
+                                        for seq in dropped])
         if (self._uncommitted >= self.commit_every
                 or time.monotonic() - self._last_commit >= self.commit_interval):
             self.commit()
@@ -288,8 +315,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             if req is None:
                 self.seen.ledger.mark_many([(row.seq, State.SKIPPED, None, "not recovered")])
                 continue
-            req = req.replace(dont_filter=True)
             req.meta[SEQS_META] = (*req.meta.get(SEQS_META, ()), row.seq)
+            self._expect(req, True)  # not dont_filter: the off-site check still applies
             assert self.crawler is not None and self.crawler.engine is not None
             self.crawler.engine.crawl(req)
             fed += 1
@@ -331,3 +358,21 @@ class UrlSeenSpiderMiddleware:
         df = self._filter()
         if df is not None and response.request is not None:
             df.done(response.request, response.status)
+
+
+class UrlSeenDownloaderMiddleware:
+    """Marks a request that a downloader middleware ignored (``IgnoreRequest``: off
+    site, disallowed by robots.txt) as done, skipped: it never reaches a callback,
+    and without this mark every later run would offer it again."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> UrlSeenDownloaderMiddleware:
+        return cls(crawler)
+
+    def process_exception(self, request: Request, exception: BaseException) -> None:
+        df = _filters.get(self.crawler)
+        if df is not None and isinstance(exception, IgnoreRequest):
+            df.done(request, state=State.SKIPPED)

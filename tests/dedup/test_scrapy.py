@@ -35,6 +35,7 @@ import scrapy
 
 class Site(scrapy.Spider):
     name = "site"
+    allowed_domains = ["127.0.0.1"]
 
     def __init__(self, start, out, extra="", **kw):
         super().__init__(**kw)
@@ -68,13 +69,18 @@ class Site(scrapy.Spider):
 @dataclass
 class Site:
     """Pages /p/0 .. /p/N-1: page i links to 2i+1 and 2i+2 (a tree), back to /p/0
-    and to its own URL with a tracking parameter (duplicates to filter)."""
+    and to its own URL with a tracking parameter (duplicates to filter); page 0
+    also to /missing (404) and to an off-site URL (a downloader middleware drops it)."""
 
     delay: float = 0.0
     log: list[tuple[str, str, bytes]] = field(default_factory=list)
 
     def fetched(self) -> list[str]:
-        return [path for method, path, _ in self.log if method == "GET"]
+        return [path for method, path, _ in self.log
+                if method == "GET" and path.startswith("/p/")]
+
+    def count(self, method: str, path: str) -> int:
+        return sum(1 for m, p, _ in self.log if (m, p) == (method, path))
 
     async def page(self, request: web.Request) -> web.Response:
         i = int(request.match_info["i"])
@@ -83,11 +89,15 @@ class Site:
             await asyncio.sleep(self.delay)
         links = [f"/p/{j}" for j in (2 * i + 1, 2 * i + 2) if j < PAGES]
         links += ["/p/0", f"/p/{i}?utm_source=feed"]
+        if i == 0:
+            links += ["/missing", f"http://localhost:{request.url.port}/p/1"]
         body = "".join(f'<a href="{u}">{u}</a>' for u in links)
         return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
 
     async def other(self, request: web.Request) -> web.Response:
         self.log.append((request.method, request.path, await request.read()))
+        if request.path == "/missing":
+            raise web.HTTPNotFound()
         return web.Response(text="<html></html>", content_type="text/html")
 
 
@@ -99,6 +109,7 @@ async def site() -> AsyncIterator[tuple[Site, str]]:
     app.router.add_route("*", "/form", s.other)
     app.router.add_route("*", "/again", s.other)
     app.router.add_route("*", "/once", s.other)
+    app.router.add_get("/missing", s.other)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     tcp = web.TCPSite(runner, "127.0.0.1", 0)
@@ -122,6 +133,8 @@ async def start_scrapy(tmp: Path, origin: str, seen_dir: Path, run: int, *,
             "BLOOMCRAWL_SEEN_CAPACITY": "100000", **(settings or {})}
     if middleware:
         opts["SPIDER_MIDDLEWARES"] = json.dumps({"dedup.scrapy.UrlSeenSpiderMiddleware": 10})
+        opts["DOWNLOADER_MIDDLEWARES"] = json.dumps(
+            {"dedup.scrapy.UrlSeenDownloaderMiddleware": 10})
     args = [a for k, v in opts.items() for a in ("-s", f"{k}={v}")]
     args += ["-a", f"start={origin}/p/0", "-a", f"out={tmp / f'stats{run}.json'}"]
     if extra:
@@ -149,14 +162,17 @@ async def test_second_run_fetches_only_its_start_url(site, tmp_path: Path) -> No
     first = s.fetched()
     # each page once (the start URL is dont_filter: its first link back is new)
     assert sorted(first) == sorted([*ALL_PAGES, "/p/0"])
+    assert s.count("GET", "/missing") == 1
     assert stats["dupefilter/filtered"] >= PAGES  # every back link and tracking variant
-    assert stats["bloomcrawl/new"] == PAGES
+    assert stats["bloomcrawl/new"] == PAGES + 2  # and /missing, and the off-site URL
+    assert stats["offsite/filtered"] >= 1
     assert 0 < stats["bloomcrawl/fill"] < 1
     assert "bloomcrawl/ledger_queries" in stats and "bloomcrawl/false_positives" in stats
     s.log.clear()
     stats = await run_scrapy(tmp_path, origin, seen_dir, 2)
-    assert s.fetched() == ["/p/0"]
-    assert stats["bloomcrawl/new"] == 0 and stats.get("bloomcrawl/recovered") == 0
+    assert s.fetched() == ["/p/0"] and s.count("GET", "/missing") == 0
+    # nothing re-issued: the 404 and the off-site request were marked done too
+    assert stats["bloomcrawl/new"] == 0 and stats["bloomcrawl/recovered"] == 0
 
 
 async def test_second_run_without_the_middleware(site, tmp_path: Path) -> None:

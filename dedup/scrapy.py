@@ -59,7 +59,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,7 @@ __all__ = ["SEQS_META", "UrlSeenDownloaderMiddleware", "UrlSeenDupeFilter",
 logger = logging.getLogger(__name__)
 
 SEQS_META = "bloomcrawl_seqs"  # ledger seqs a request answers for (its redirect chain's)
+_DONE_META = "bloomcrawl_done"  # ... moved aside while its response is in the spider
 MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
 _CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
 _RECOVER_PAGE = 1000
@@ -255,9 +256,14 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def done(self, request: Request, status: int | None = None, *,
              state: State = State.FETCHED) -> None:
         """Mark the request's admitted seqs done: a later run does not re-issue it."""
-        seqs = request.meta.pop(SEQS_META, None)
-        if seqs and self.seen is not None:
-            self.seen.ledger.mark_many([(seq, state, status, None) for seq in seqs])
+        self.mark_done(request.meta.pop(SEQS_META, ()), status, state=state)
+
+    def mark_done(self, seqs: Iterable[int], status: int | None = None, *,
+                  state: State = State.FETCHED) -> None:
+        """Mark ledger seqs done (see :meth:`done`)."""
+        rows = [(seq, state, status, None) for seq in seqs]
+        if rows and self.seen is not None:
+            self.seen.ledger.mark_many(rows)
             self._tick(0)
 
     def _tick(self, n: int) -> None:
@@ -342,6 +348,14 @@ class UrlSeenSpiderMiddleware:
     def _filter(self) -> UrlSeenDupeFilter | None:
         return _filters.get(self.crawler)
 
+    def process_spider_input(self, response: Response) -> None:
+        """Move the request's seqs aside before the callback runs: a request the
+        callback builds with ``meta=response.meta`` must not carry them (its own
+        "done" or "seen" would mark this page done before its output is through)."""
+        request = response.request
+        if request is not None:
+            request.meta[_DONE_META] = request.meta.pop(SEQS_META, ())
+
     async def process_spider_output(self, response: Response, result: AsyncIterator[Any]
                                     ) -> AsyncIterator[Any]:
         df = self._filter()
@@ -349,15 +363,19 @@ class UrlSeenSpiderMiddleware:
             if df is not None and isinstance(out, Request):
                 df.preadmit(out)
             yield out
-        if df is not None:
-            df.done(response.request, response.status)
+        self._done(df, response)
 
     def process_spider_exception(self, response: Response, exception: BaseException) -> None:
         """The callback (or a middleware before it, e.g. HttpError) raised: Scrapy is
         done with this request, so is the ledger."""
-        df = self._filter()
-        if df is not None and response.request is not None:
-            df.done(response.request, response.status)
+        self._done(self._filter(), response)
+
+    @staticmethod
+    def _done(df: UrlSeenDupeFilter | None, response: Response) -> None:
+        request = response.request
+        if df is not None and request is not None:
+            seqs = request.meta.pop(_DONE_META, ())
+            df.mark_done(seqs, response.status)
 
 
 class UrlSeenDownloaderMiddleware:

@@ -269,3 +269,57 @@ def test_dedup_does_not_import_scrapy() -> None:
             "import dedup.scrapy; assert 'scrapy' in sys.modules")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=REPO, timeout=60)
+
+
+async def test_a_page_is_done_after_its_output_not_before(tmp_path: Path) -> None:
+    """The spider middleware's order of marks, without a crawl: a page stays queued
+    (re-issued after a kill -9) until its callback's output is through, even when
+    the callback builds its requests with ``meta=response.meta``."""
+    from scrapy.http import HtmlResponse
+
+    from dedup import scrapy as ds
+
+    class Owner:  # what the middleware finds its filter by (a crawler)
+        pass
+
+    owner = Owner()
+    df = UrlSeenDupeFilter(tmp_path / "seen")
+    df.open()
+    ds._filters[owner] = df
+    mw = ds.UrlSeenSpiderMiddleware(owner)  # type: ignore[arg-type]
+
+    def queued() -> set[str]:
+        assert df.seen is not None
+        return {row.url for row in df.seen.ledger.queued(100)}
+
+    try:
+        page = Request("http://a.example/page")
+        assert df.request_seen(page) is False
+        response = HtmlResponse(page.url, request=page, body=b"<html></html>")
+        mw.process_spider_input(response)
+        first = Request("http://a.example/1", meta=response.meta)  # meta copied
+        second = Request("http://a.example/2")
+        again = Request("http://a.example/page", meta=response.meta)  # a duplicate
+
+        async def nothing() -> AsyncIterator[Request]:
+            return
+            yield
+
+        async def output() -> AsyncIterator[Request]:
+            yield first
+            assert queued() == {page.url, first.url}  # admitted as it left the callback
+            yield again
+            # `first` fetched and through its callback while this one still runs
+            child = HtmlResponse(first.url, request=first, body=b"<html></html>")
+            mw.process_spider_input(child)
+            assert [r async for r in mw.process_spider_output(child, nothing())] == []
+            assert queued() == {page.url}  # neither it nor the duplicate marked the page
+            yield second
+
+        answers = []
+        async for r in mw.process_spider_output(response, output()):
+            answers.append((r, df.request_seen(r)))  # the scheduler asks as it gets each
+        assert answers == [(first, False), (again, True), (second, False)]
+        assert queued() == {second.url}  # the page is done only now
+    finally:
+        df.close("finished")

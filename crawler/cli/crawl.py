@@ -17,6 +17,7 @@ from crawler.cli.args import (
     add_resume_options,
     add_seeded_command,
     crawl_id,
+    crawl_options,
     crawl_settings,
     describe,
     int_at_least,
@@ -26,8 +27,9 @@ from crawler.cli.args import (
 )
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
-from crawler.core.engine import run_crawl
-from crawler.core.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
+from crawler.core.crawl import RESUME_OPTIONS, Crawler
+from crawler.core.page import HandlerError
+from crawler.core.state import FLEET_KEY, CrawlError, fleet_identity, open_crawl, store_changes
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
@@ -42,6 +44,7 @@ def add_crawl(sub: Any) -> None:
                            "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    _add_hook_options(p, resume=False)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
         "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
@@ -57,6 +60,36 @@ def add_crawl(sub: Any) -> None:
                    help="the fleet's id in Redis and in its filters (default: derived from "
                    "the seeds file's content and W, so every worker agrees)")
     p.set_defaults(func=cmd_crawl)
+
+
+def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
+    again = " (default: the one the crawl was started with, if any)" if resume else \
+        " (default: none)"
+    g = p.add_argument_group(
+        "page handler", "Python code run on every page with a response, as with "
+        "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
+        "current directory or the Python path")
+    g.add_argument("--handler", metavar="MODULE:FUNCTION",
+                   help="handler(page) returns the page's items (dicts, or None), written "
+                   "to DIR/items.jsonl with the page" + again)
+    g.add_argument("--follow", metavar="MODULE:FUNCTION",
+                   help="follow(page) returns the URLs to enqueue (default: all of the "
+                   "page's in-scope links)" + ("" if not resume else "; " + again.strip()))
+    g.add_argument("--on-error", choices=("continue", "stop"), default=None,
+                   help="when the handler raises: record its traceback in pages.jsonl "
+                   "(handler_error) and go on, or stop the crawl (resumable; that page is "
+                   "handled again) (default: continue)")
+
+
+def _run(crawl: Crawler) -> int:
+    """Run a crawl to its exit status; a handler that stopped it has its traceback shown."""
+    try:
+        return exit_status(asyncio.run(crawl.run()))
+    except HandlerError as exc:
+        warn("the page handler raised:\n" + exc.traceback.rstrip())
+        raise
+    finally:
+        crawl.close()
 
 
 def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
@@ -80,22 +113,24 @@ def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
 def cmd_crawl(args: argparse.Namespace) -> int:
     """Start a new crawl. SEEDS_FILE holds one URL per line (# comments and blank lines
     ignored)."""
-    settings = crawl_settings(args)
     fleet = _fleet_args(args)
-    progress = progress_for(settings, args.quiet)
     if fleet is not None:
+        if args.handler or args.follow:
+            raise UsageError("--handler and --follow are for a single-process crawl, not "
+                             "a fleet worker")
+        settings = crawl_settings(args)
+        progress = progress_for(settings, args.quiet)
         url, workers, worker_id = fleet
         return exit_status(asyncio.run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
             worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
-    seen, scope, problems = create_crawl(args.state, settings, args.seeds)
-    for problem in problems:
+    crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
+                    follow=args.follow, on_error=args.on_error or "continue",
+                    progress=not args.quiet, handle_signals=True, **crawl_options(args))
+    crawl.open()
+    for problem in crawl.problems:
         warn(f"{problem} (skipped)")
-    try:
-        return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                 install_signals=True)))
-    finally:
-        seen.close()
+    return _run(crawl)
 
 
 def add_resume(sub: Any) -> None:
@@ -106,6 +141,7 @@ def add_resume(sub: Any) -> None:
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    _add_hook_options(p, resume=True)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
@@ -140,6 +176,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
                              "each worker's directory (DIR/worker-I) with them")
         return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
+    if fleet_identity(args.dir) is None:
+        if args.redis:
+            raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
+                             "worker's; resume it without --redis")
+        crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
+                        on_error=args.on_error or "continue", progress=not args.quiet,
+                        handle_signals=True,
+                        **{name: getattr(args, name) for name in RESUME_OPTIONS})
+        return _run(crawl)
+    if args.handler or args.follow:
+        raise UsageError("--handler and --follow are for a single-process crawl, not a "
+                         "fleet worker")
     seen, settings, scope = open_crawl(args.dir)
     try:
         if changes:
@@ -151,12 +199,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
         meta = seen.ledger.meta_get(FLEET_KEY)
-        if meta is None:
-            if args.redis:
-                raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
-                                 "worker's; resume it without --redis")
-            return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                     install_signals=True)))
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
         return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
                                                         progress)))

@@ -26,10 +26,11 @@ import aiofiles
 
 from dedup import atomic_write_bytes
 
-__all__ = ["PAGES_FILE", "PageLog", "iso_time", "read_json", "read_pages",
+__all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_json", "read_pages",
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
+ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.page``)
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -180,6 +181,35 @@ class PageLog(_AppendFile):
             while view:
                 view = view[os.write(fd, view):]
         await self._write(view)
+
+
+class ItemLog(_AppendFile):
+    """items.jsonl: the JSON lines page handlers returned, appended with their pages'
+    group commit and cut back to its committed size like pages.jsonl.
+
+    Opened only when it is written to or already exists (a crawl without a handler
+    leaves no file); unopened, ``size`` stays the committed size, which every commit
+    carries over, so a later run with a handler appends after the committed items."""
+
+    def __init__(self, path: str | Path, committed: int | None = None) -> None:
+        super().__init__(path, committed)
+        self.size = committed or 0
+        self._dirty = False
+
+    async def open(self) -> ItemLog:
+        await self._open_append()
+        return self
+
+    async def append_bytes(self, data: bytes) -> None:
+        """Append encoded lines (each ending with a newline)."""
+        if data:
+            self._dirty = True
+            await self._write(data)
+
+    async def sync(self) -> None:
+        if self._dirty:  # a group without items costs no fdatasync
+            self._dirty = False
+            await super().sync()
 
 
 def complete_lines(path: str | Path, *, missing_ok: bool = False) -> list[bytes]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,8 @@ class FetchResult:
     retryable: bool = False
     # What was sent and received, for the WARC (only when the fetcher records).
     exchange: Exchange | None = None
+    # The response's headers (case-insensitive names), for page handlers.
+    headers: Mapping[str, str] | None = None
 
     @property
     def ok(self) -> bool:

@@ -63,22 +63,21 @@ def add_crawl(sub: Any) -> None:
 
 
 def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
-    again = " (default: the one the crawl was started with, if any)" if resume else \
-        " (default: none)"
     g = p.add_argument_group(
         "page handler", "Python code run on every page with a response, as with "
         "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
-        "current directory or the Python path")
+        "current directory or the Python path" + (
+            ". Default: the ones the crawl was started with, if any" if resume else ""))
     g.add_argument("--handler", metavar="MODULE:FUNCTION",
                    help="handler(page) returns the page's items (dicts, or None), written "
-                   "to DIR/items.jsonl with the page" + again)
+                   "to DIR/items.jsonl with the page" + ("" if resume else " (default: none)"))
     g.add_argument("--follow", metavar="MODULE:FUNCTION",
-                   help="follow(page) returns the URLs to enqueue (default: all of the "
-                   "page's in-scope links)" + ("" if not resume else "; " + again.strip()))
+                   help="follow(page) returns the URLs to enqueue" + (
+                       "" if resume else " (default: all of the page's in-scope links)"))
     g.add_argument("--on-error", choices=("continue", "stop"), default=None,
                    help="when the handler raises: record its traceback in pages.jsonl "
-                   "(handler_error) and go on, or stop the crawl (resumable; that page is "
-                   "handled again) (default: continue)")
+                   "(handler_error) and go on, or stop the crawl (exit status 1, resumable: "
+                   "that page is handled again)" + ("" if resume else " (default: continue)"))
 
 
 def _run(crawl: Crawler) -> int:
@@ -125,7 +124,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             args.state, settings, args.seeds, redis_url=url, workers=workers,
             worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
-                    follow=args.follow, on_error=args.on_error or "continue",
+                    follow=args.follow, on_error=args.on_error,
                     progress=not args.quiet, handle_signals=True, **crawl_options(args))
     crawl.open()
     for problem in crawl.problems:
@@ -181,7 +180,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
                              "worker's; resume it without --redis")
         crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
-                        on_error=args.on_error or "continue", progress=not args.quiet,
+                        on_error=args.on_error, progress=not args.quiet,
                         handle_signals=True,
                         **{name: getattr(args, name) for name in RESUME_OPTIONS})
         return _run(crawl)

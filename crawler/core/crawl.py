@@ -203,7 +203,7 @@ class Crawler:
 
     def __init__(self, seeds: Seeds | Iterable[str] | None = None, *, state: str | os.PathLike[str],
                  handler: Handler | str | None = None, follow: Follow | str | None = None,
-                 on_error: OnError = "continue", progress: bool | Progress = False,
+                 on_error: OnError | None = None, progress: bool | Progress = False,
                  handle_signals: bool = False, **options: Any) -> None:
         """Checks everything that can be checked without touching ``state``: unknown
         options (TypeError), bad values (ConfigError), a handler that cannot be
@@ -222,15 +222,16 @@ class Crawler:
         self._settings: Settings | None = None
         if not self._resume:
             self._settings = settings_from_options(self._options)
-        if on_error not in ("continue", "stop"):
+        if on_error not in (None, "continue", "stop"):
             raise ValueError(f"on_error must be 'continue' or 'stop', not {on_error!r}")
         self._specs = {name: spec for name, spec in (("handler", handler), ("follow", follow))
                        if isinstance(spec, str)}
         if self._specs:
-            self._specs["on_error"] = on_error
+            self._specs["on_error"] = on_error or "continue"
         self._handler = load_callable(handler) if isinstance(handler, str) else handler
         self._follow = load_callable(follow) if isinstance(follow, str) else follow
-        self._on_error: OnError = on_error
+        self._on_error_given = on_error is not None
+        self._on_error: OnError = on_error or "continue"
         self._explicit_hooks = handler is not None or follow is not None
         self._progress = progress
         self._signals = handle_signals
@@ -294,7 +295,7 @@ class Crawler:
             self._handler = load_callable(stored["handler"])
         if stored.get("follow"):
             self._follow = load_callable(stored["follow"])
-        if stored.get("on_error") in ("continue", "stop"):
+        if not self._on_error_given and stored.get("on_error") in ("continue", "stop"):
             self._on_error = stored["on_error"]  # type: ignore[assignment]
 
     def close(self) -> None:

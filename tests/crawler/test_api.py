@@ -240,8 +240,10 @@ async def test_the_command_line_runs_the_same_handler_and_resumes_with_it(tmp_pa
                               env=env)
         assert first.rc == 0, first.stderr
         assert len(items_of(state)) == 2
-        done = await run_cli("resume", str(state), "--quiet", "--max-pages", "0", env=env)
+        done = await run_cli("resume", str(state), "--max-pages", "0", env=env)
         assert done.rc == 0, done.stderr
+        assert f"items:  {len(DOCS) - 2} written to items.jsonl this run, 0 page(s)" \
+            in done.stderr  # the summary
         bad = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "other"),
                             "--handler", "hooks_mod:nothing", env=env)
     assert bad.rc == 2 and "hooks_mod has no nothing" in bad.stderr

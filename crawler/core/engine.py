@@ -388,21 +388,16 @@ class Engine:
         if failed:
             self.session.failed += 1
         retries.forget(seq)
-        if outcome is None:
-            await self.committer.commit_page(item, res, final_url, links_found, links,
-                                             State.FAILED if failed else State.FETCHED,
-                                             error, warc=self._warc_pages,
-                                             attempts=tried.requests)
-            return
-        assert self.hooks is not None and page is not None
-        await self.committer.commit_page(
-            item, res, final_url, links_found, links,
-            State.FAILED if failed else State.FETCHED, error, warc=self._warc_pages,
-            attempts=tried.requests, items=outcome.items,
-            extra={"items": outcome.count, "handler_error": outcome.error}
-            if self.hooks.records else None)
-        if self.hooks.deliver is not None:
-            await self.hooks.deliver(page)
+        hooks = self.hooks
+        extra = ({"items": outcome.count, "handler_error": outcome.error}
+                 if outcome is not None and hooks is not None and hooks.records else None)
+        await self.committer.commit_page(item, res, final_url, links_found, links,
+                                         State.FAILED if failed else State.FETCHED, error,
+                                         warc=self._warc_pages, attempts=tried.requests,
+                                         items=outcome.items if outcome is not None else b"",
+                                         extra=extra)
+        if page is not None and hooks is not None and hooks.deliver is not None:
+            await hooks.deliver(page)
 
     async def _hooked(self, item: Item, res: FetchResult
                       ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote]]:
@@ -599,14 +594,11 @@ class Engine:
 
 async def run_crawl(seen: UrlSeen, settings: Settings, scope: Scope, *,
                     progress: Progress | None = None, install_signals: bool = False,
-                    transport: RedisTransport | None = None,
-                    hooks: Hooks | None = None) -> dict[str, Any]:
+                    transport: RedisTransport | None = None) -> dict[str, Any]:
     """Run an engine over an open state directory; returns the summary figures.
 
     With a connected ``transport`` the engine is one worker of a fleet: it
     fetches only the hosts it owns and ends when the whole fleet is done.
-    ``hooks``: the user code each page goes through (``crawler.core.page``).
     """
-    engine = Engine(seen, settings, scope, progress=progress, transport=transport,
-                    hooks=hooks)
+    engine = Engine(seen, settings, scope, progress=progress, transport=transport)
     return await engine.run(install_signals=install_signals)

@@ -63,21 +63,23 @@ def add_crawl(sub: Any) -> None:
 
 
 def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
+    started = " (default: the one the crawl was started with, if any)"
     g = p.add_argument_group(
         "page handler", "Python code run on every page with a response, as with "
         "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
-        "current directory or the Python path" + (
-            ". Default: the ones the crawl was started with, if any" if resume else ""))
+        "current directory or the Python path")
     g.add_argument("--handler", metavar="MODULE:FUNCTION",
                    help="handler(page) returns the page's items (dicts, or None), written "
-                   "to DIR/items.jsonl with the page" + ("" if resume else " (default: none)"))
+                   "to DIR/items.jsonl with the page" + (started if resume else
+                                                         " (default: none)"))
     g.add_argument("--follow", metavar="MODULE:FUNCTION",
                    help="follow(page) returns the URLs to enqueue" + (
-                       "" if resume else " (default: all of the page's in-scope links)"))
+                       started if resume else " (default: all of the page's in-scope links)"))
     g.add_argument("--on-error", choices=("continue", "stop"), default=None,
                    help="when the handler raises: record its traceback in pages.jsonl "
                    "(handler_error) and go on, or stop the crawl (exit status 1, resumable: "
-                   "that page is handled again)" + ("" if resume else " (default: continue)"))
+                   "that page is handled again) (default: " + (
+                       "the crawl's, else continue)" if resume else "continue)"))
 
 
 def _run(crawl: Crawler) -> int:

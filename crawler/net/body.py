@@ -83,7 +83,7 @@ class Body:
         """The first ``n`` stored bytes (in one allocation, read back from the file)."""
         n = min(n, self.stored)
         if self._file is None:
-            return bytes(self._buf[:n])
+            return bytes(memoryview(self._buf)[:n])  # one copy, not a slice and a copy
         parts = []
         got = 0
         while got < n:

@@ -243,3 +243,18 @@ def test_a_body_spills_to_a_temp_file_and_keeps_its_head_and_digest(tmp_path) ->
     assert (kept.size, len(kept), kept.head(100)) == (5000, 10, data[:10])
     assert kept.digest() == Body.of(data[:5000]).digest()
     body.close()
+
+
+def test_the_limits_come_from_flags_for_a_crawl_its_fleet_workers_and_resume() -> None:
+    from crawler.cli.args import crawl_settings, resume_changes, worker_flags
+    from crawler.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    options = ["--max-bytes", "200_000_000", "--parse-limit", "16777216"]
+    fleet = parse(["fleet", "seeds", "--state", "d", "--workers", "2", *options])
+    worker = parse(["crawl", "seeds", "--state", "d/worker-1", *worker_flags(fleet, 1)])
+    s = crawl_settings(worker)
+    assert (s.fetch.max_bytes, s.fetch.parse_limit) == (200_000_000, 16_777_216)
+    assert crawl_settings(parse(["crawl", "seeds", "--state", "d"])).fetch.max_bytes == 1 << 26
+    assert resume_changes(parse(["resume", "d", *options])) == {
+        "fetch": {"max_bytes": 200_000_000, "parse_limit": 16_777_216}}

@@ -49,8 +49,8 @@ from crawler.core.frontier import Frontier, Item
 from crawler.core.output import PAGES_FILE, PageLog, iso_time
 from crawler.core.pagecounts import PageCounts
 from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
-from crawler.core.warc import WarcFiles, build_records
-from crawler.net.exchange import Exchange, payload_digest
+from crawler.core.warc import Blob, WarcFiles, build_records
+from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
 from dedup import State, UrlSeen
 
@@ -84,9 +84,13 @@ def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFi
     return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
 
 
-def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool
-               ) -> list[bytes]:
-    return [build_records(ex, gzip=gz, refers_to=ref) for ex, ref in records]
+def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool,
+               spool_dir: Path) -> list[Blob]:
+    out = []
+    for ex, ref in records:
+        out.append(build_records(ex, gzip=gz, refers_to=ref, spool_dir=spool_dir))
+        ex.payload.close()  # its temp file, if any: the records hold it now
+    return out
 
 
 def _dedupable(ex: Exchange) -> bool:
@@ -185,7 +189,8 @@ class GroupCommit:
                 await self._pagelog.append([e.record for e in batch if e.record is not None])
                 if self._warc is not None and records:
                     # warcio and gzip take ms per MB: off the loop
-                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip)
+                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip,
+                                                    self._warc.prefix.parent)
                     await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
@@ -295,9 +300,10 @@ class GroupCommit:
         ex = res.exchange if warc and res is not None else None
         payload = ex.payload if ex is not None and ex.truncated is None else (
             res.body if res is not None else None)
-        digest = payload_digest(payload) if payload is not None else None
-        if ex is not None and payload is ex.payload:
-            ex.digest = digest
+        # streamed in with the body (``res.body`` may be only its head)
+        digest = (None if payload is None or res is None
+                  else ex.payload_digest() if ex is not None and payload is ex.payload
+                  else res.digest)
         content = None
         if digest is not None and payload and status is not None and 200 <= status < 300:
             content = (digest, ex.url if ex is not None else item.url,

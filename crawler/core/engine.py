@@ -95,7 +95,8 @@ class Engine:
                                      host_counts if cap else None)
         out = settings.output
         self.fetcher = Fetcher(settings.fetch, record=bool(out.warc),
-                               record_types=out.warc_content_types)
+                               record_types=out.warc_content_types,
+                               spool_dir=str(self.state_dir))
         # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
                                    max_crawl_delay=settings.politeness.max_crawl_delay,

@@ -18,12 +18,12 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     d = require_state_dir(state_dir)
     with UrlSeen(d, readonly=True) as seen:
         st = seen.stats()
-        totals = seen.ledger.meta_get(TOTALS_KEY) or {}
+        totals = seen.meta_get(TOTALS_KEY) or {}
         # hosts with frontier text kept (an upper bound: done rows are compacted
         # lazily); none when nothing is queued
-        hosts = len(seen.ledger.queued_hosts()) if st.get("queued") else 0
-        config = seen.ledger.meta_get(CONFIG_KEY)
-        pages = PageCounts(seen.ledger).counts  # O(1): kept in the ledger's meta
+        hosts = len(seen.queued_hosts()) if st.get("queued") else 0
+        config = seen.meta_get(CONFIG_KEY)
+        pages = PageCounts(seen).counts  # O(1): kept in the ledger's meta
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     out.update(st)
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})

@@ -97,7 +97,7 @@ class Admission:
         per_page = self.seen.admit_resolved_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
-            self.seen.ledger.journal.note_runs(
+            self.seen.note_referrers(
                 (page[0].seq, page[-1].seq, source)
                 for page, source in zip(per_page, sources, strict=True) if page)
         cap = self.cap
@@ -121,7 +121,7 @@ class Admission:
                 new.extend(page)
                 queued.append(len(page))
         if over:  # several links of a group went past the cap together
-            self.seen.ledger.mark_many(over)
+            self.seen.record_outcomes(over)
         if new:
             new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
             self.frontier.add(new)

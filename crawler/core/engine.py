@@ -81,10 +81,10 @@ class Engine:
                                      delay=settings.politeness.delay,
                                      max_crawl_delay=settings.politeness.max_crawl_delay,
                                      max_backoff=settings.fetch.max_retry_after)
-        self._base = seen.ledger.counts()
+        self._base = seen.counts()
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
-        self.frontier = Frontier(seen.ledger, self.politeness, memory=c.frontier_memory,
+        self.frontier = Frontier(seen, self.politeness, memory=c.frontier_memory,
                                  max_take=max_take, on_idle=self.end)
         self._canon = seen.canonicalizer
         cap = c.max_pages_per_host
@@ -105,11 +105,11 @@ class Engine:
         self.sitemaps = (SitemapFiles(self.state_dir, c.sitemap_max_files)
                          if c.sitemaps else None)
         self._sitemap_hosts: set[str] = set()  # seed hosts whose sitemaps this run queued
-        self.retries = Retries(settings, self.frontier, seen.ledger)
+        self.retries = Retries(settings, self.frontier, seen)
         # a fleet worker's outbox (links it forwarded) is synced with each group, before
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
-        self.pages = PageCounts(seen.ledger)
+        self.pages = PageCounts(seen)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,

@@ -69,7 +69,8 @@ class _Host:
 class Frontier:
     """Per-host queues, a heap of (ready time, host), paging from the ledger.
 
-    ``ledger`` needs ``queued(limit, *, after_seq, host)`` and ``queued_hosts()``.
+    ``ledger`` (the ``UrlSeen``) needs ``queued(limit, *, after_seq, host)`` and
+    ``queued_hosts()``.
     ``max_take``: stop handing out URLs after this many were taken and counted
     (``done(counted=False)`` gives one back); None means no limit.
     """

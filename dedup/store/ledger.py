@@ -214,6 +214,10 @@ class Ledger:
         """Record fetch outcomes in the open transaction."""
         self.journal.mark_many(rows)
 
+    def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
+        """``(seq, state, status, error, at)`` of every row marked done, in seq order."""
+        return self.journal.outcomes()
+
     def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
                ) -> list[QueuedRow]:
         """Page in the durable frontier, oldest first (optionally one host's)."""

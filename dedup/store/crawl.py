@@ -101,7 +101,7 @@ class CrawlRecords:
         return self.ledger.journal.verify()
 
     def index_stats(self) -> dict[str, Any]:
-        """The fingerprint index's figures (runs, records, buffer, bytes)."""
+        """The fingerprint index's figures (runs and their records, buffer, bytes, mark)."""
         return self.ledger.index_stats()
 
     def contains_hashes(self, h: np.ndarray) -> np.ndarray:

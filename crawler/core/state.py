@@ -19,7 +19,7 @@ from crawler.config.settings import Settings, settings_from_dict
 from crawler.core.output import PAGES_FILE, read_json, write_json_atomic
 from crawler.core.statecreate import building, check_resources
 from crawler.core.warc import warc_start
-from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir, ledger_path
+from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
            "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
@@ -191,7 +191,7 @@ def committed_pages(state_dir: Path) -> list[bytes]:
     """The pages.jsonl lines of ``state_dir`` its ledger counts as committed (each with
     its newline): what a merge or resize carries over, never a line of a page that a
     crash left unmarked (it is fetched again)."""
-    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+    with Ledger.in_dir(state_dir, readonly=True) as ledger:
         size = (ledger.meta_get(OUTPUTS_KEY) or {}).get("pages")
     try:
         with open(state_dir / PAGES_FILE, "rb") as fh:
@@ -210,7 +210,7 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
     crawl that writes it, and the settings copied from a source still name the
     source's file; the new crawl gets its own file of that name in ``state_dir``."""
     size = _size(state_dir / PAGES_FILE)
-    with Ledger(ledger_path(state_dir)) as ledger:
+    with Ledger.in_dir(state_dir) as ledger:
         ledger.meta_set(OUTPUTS_KEY, {"pages": size})
         config = ledger.meta_get(CONFIG_KEY)
         if new_warc and config and config.get("output", {}).get("warc"):

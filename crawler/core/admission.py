@@ -49,12 +49,12 @@ class Admission:
         worker owns as (url, key, host, depth))``: scope, ownership and the per-host
         cap as it stands. ``local(host)`` says which hosts this worker owns (None:
         all). ``patterns=False`` skips include/exclude (for sitemap files: the
-        URLs they list are checked against them). The frontier expects the links
-        to admit until ``admit_pages`` (the page's group commit) has taken them."""
+        URLs they list are checked against them). The links are admitted by
+        ``admit_pages`` at the page's group commit; until it returns the page is
+        pending (``crawler.core.pending``), so the crawl cannot end before."""
         keep, remote = self._split(pairs, depth, local, patterns)
         if not keep:
             return None, remote
-        self.frontier.expect()
         return (keep, depth), remote
 
     def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,

@@ -141,7 +141,7 @@ class GroupCommit:
                      content: Content | None = None, page_exchange: Exchange | None = None
                      ) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
-        ``Admission.route`` (which has the frontier expect each one);
+        ``Admission.route``;
         ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
@@ -258,7 +258,6 @@ class GroupCommit:
             n = sum(next(queued) for _ in e.links)
             if e.record is not None:
                 e.record["links_new"] = n
-        self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
         files: list[Syncable] = [self._pagelog, *self._also_sync]

@@ -43,6 +43,7 @@ from dedup.url.host import host_of
 
 __all__ = ["NewUrl", "UrlSeen"]
 
+
 @dataclass(frozen=True, slots=True)
 class NewUrl:
     """A URL admitted by the seen-test: fetch it at ``url``; it is deduplicated as ``key``."""
@@ -181,13 +182,13 @@ class UrlSeen(CrawlRecords):
               state: State = State.QUEUED) -> list[NewUrl]:
         """Resolve raw links against ``base_url`` and admit the new ones, keeping their
         URL text in the ledger's frontier."""
-        return self.admit_resolved([p for p in self._resolve(links, base_url)[0] if p],
-                                   depth=depth, state=state)
+        pairs = [p for p in self._resolve(links, base_url)[0] if p is not None]
+        return self.admit_resolved(pairs, depth=depth, state=state)
 
     def _resolve(self, links: Iterable[str], base_url: str | None
                  ) -> tuple[list[tuple[str, str] | None], int]:
-        """``(fetch_url, key)`` per link, None where rejected (the confirm cache skips
-        them), and how many are not."""
+        """``(fetch_url, key)`` per link, None where rejected, and how many are not:
+        the confirm cache skips the Nones, so they need no pass of their own."""
         resolved = self.canonicalizer.resolve_many(links, base_url)
         rejected = resolved.count(None)
         self.counters["rejected"] += rejected

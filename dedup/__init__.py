@@ -9,7 +9,7 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
 
 These names are dedup's public API: the crawler imports dedup only from here
 (the ``dedup-public-api`` contract in pyproject.toml); the subpackages are its
-layers (README.md, "Architecture"). They come in two groups (``__all__`` below):
+layers (README.md, "Architecture"). They come in two groups:
 
 - the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
   ``ShardedBloom``, ``Ledger``, ``canonicalize``, ``fingerprint``, ...) and its

@@ -24,8 +24,7 @@ layers (README.md, "Architecture"). They come in two groups:
   ``merge_files``, ``check_compatible``, ``resize``, ``migrate``, ``V1_BACKUP``,
   ``read_header``, ``first_difference``, ``layer_geometry``, ``planned_capacity``,
   ``PortableRow``, ``CRAWL_ID_BYTES``, ``LEDGER_FILE``, ``shards_dir``,
-  ``is_state_dir``, ``in_use``, ``atomic_write_bytes``, ``fsync_dir`` and
-  ``RecentKeys`` (the fleet relay's forward cache).
+  ``is_state_dir``, ``in_use``, ``atomic_write_bytes`` and ``fsync_dir``.
 """
 
 
@@ -48,7 +47,6 @@ from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.journal.format import PortableRow
 from dedup.store.ledger import Ledger, State
-from dedup.store.recent import RecentKeys
 from dedup.store.seen import NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
 from dedup.url.canonical import (
@@ -79,7 +77,6 @@ __all__ = [
     "LedgerDamaged",
     "NewUrl",
     "PortableRow",
-    "RecentKeys",
     "RepairReport",
     "ShardedBloom",
     "SnapshotError",

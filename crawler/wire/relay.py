@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 from crawler.config.settings import DistributedSettings
 from crawler.wire.protocol import Delivery, Item
+from crawler.wire.recent import RecentKeys
 from crawler.wire.transport import RedisTransport
-from dedup import RecentKeys
 
 __all__ = ["Relay"]
 

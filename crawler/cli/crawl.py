@@ -150,7 +150,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
-        meta = seen.ledger.meta_get(FLEET_KEY)
+        meta = seen.meta_get(FLEET_KEY)
         if meta is None:
             if args.redis:
                 raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "

@@ -78,7 +78,7 @@ class _Entry:
 def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
     """The crawl's pages.jsonl and WARC files (``output.warc`` = "" for none), to be
     cut back on opening to the sizes the ledger has committed."""
-    committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
+    committed = seen.meta_get(OUTPUTS_KEY) or {}
     warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
             if output.warc else None)
     return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
@@ -145,7 +145,7 @@ class GroupCommit:
                      content: Content | None = None, page_exchange: Exchange | None = None
                      ) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
-        ``Admission.route`` (which has the frontier expect each one);
+        ``Admission.route``;
         ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
@@ -195,16 +195,16 @@ class GroupCommit:
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
                 marks = [e.mark for e in batch if e.mark is not None]
-                ledger = self._seen.ledger
-                ledger.meta_set(OUTPUTS_KEY, self.offsets())
+                seen = self._seen
+                seen.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
-                    ledger.meta_set(TOTALS_KEY, self._totals())
+                    seen.meta_set(TOTALS_KEY, self._totals())
                 if self._before_commit is not None:
                     self._before_commit([m[0] for m in marks])
                 if self._counts is not None:
                     self._counts.add((e.record["url"], *e.mark[1:]) for e in batch
                                      if e.record is not None and e.mark is not None)
-                ledger.mark_many(marks)
+                seen.record_outcomes(marks)
                 self._seen.commit()
             except BaseException as exc:
                 for e in batch:
@@ -222,12 +222,12 @@ class GroupCommit:
         before (same payload digest, earlier in the crawl or in this group) is a
         revisit of its first capture ``(uri, date)``. New digests go into the ledger's
         ``contents`` in this group's transaction: exact across kill -9."""
-        journal = self._seen.ledger.journal
+        seen = self._seen
         group: dict[str, tuple[str, str]] = {}
         added: list[tuple[str, str, str]] = []
 
         def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
-            ref = group.get(digest) or journal.content_first(digest)
+            ref = group.get(digest) or seen.first_capture(digest)
             if ref is None:
                 group[digest] = (url, date)
                 added.append((digest, url, date))
@@ -246,7 +246,7 @@ class GroupCommit:
                 else:
                     ref = None
                 out.append((ex, ref))
-        journal.content_add(added)
+        seen.note_captures(added)
         return out
 
     def _admit_links(self, batch: list[_Entry]) -> None:
@@ -263,7 +263,6 @@ class GroupCommit:
             n = sum(next(queued) for _ in e.links)
             if e.record is not None:
                 e.record["links_new"] = n
-        self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
         files: list[Syncable] = [self._pagelog, *self._also_sync]
@@ -311,7 +310,7 @@ class GroupCommit:
         record = {
             "url": item.url,
             "final_url": final_url,
-            "referrer": self._seen.ledger.journal.note_of(item.seq) if item.depth else None,
+            "referrer": self._seen.referrer_of(item.seq) if item.depth else None,
             "status": status,
             "content_type": res.content_type if res is not None else None,
             "bytes": res.nbytes if res is not None else 0,

@@ -2,12 +2,31 @@
 
 A plain synchronous library (no asyncio, no network) usable for any string keys::
 
-    from dedup import BloomFilter, ShardedBloom, Ledger, UrlSeen, canonicalize, fingerprint
+    from dedup import UrlSeen
+
+    with UrlSeen("state") as seen:
+        new = seen.filter_new(links, base_url)   # canonical keys never seen before
 
 These names are dedup's public API: the crawler imports dedup only from here
 (the ``dedup-public-api`` contract in pyproject.toml); the subpackages are its
-layers (README.md, "Architecture").
+layers (README.md, "Architecture"). They come in two groups:
+
+- the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
+  ``ShardedBloom``, ``Ledger``, ``canonicalize``, ``fingerprint``, ...) and its
+  errors. ``UrlSeen.filter_new`` keeps keys only; ``UrlSeen.admit`` and the
+  methods of ``dedup.store.crawl`` are its crawl-specific part (frontier text,
+  hosts, fetch outcomes ``State``, referrers): dedup keeps them because they
+  commit in the same transaction as the keys, and says so there;
+- state-directory administration, what tools over a state directory need
+  (inspect, merge, resize, repair, migrate: the crawler's commands of those names)
+  and the seen-test itself never calls: ``diagnose``, ``index_damage``,
+  ``index_keys``, ``repair``, ``RepairReport``, ``Diagnosis``, ``merge_states``,
+  ``merge_files``, ``check_compatible``, ``resize``, ``migrate``, ``V1_BACKUP``,
+  ``read_header``, ``first_difference``, ``layer_geometry``, ``planned_capacity``,
+  ``PortableRow``, ``CRAWL_ID_BYTES``, ``LEDGER_FILE``, ``shards_dir``,
+  ``is_state_dir``, ``in_use``, ``atomic_write_bytes`` and ``fsync_dir``.
 """
+
 
 from dedup.admin.diagnose import Diagnosis, diagnose, index_damage
 from dedup.admin.migrate import V1_BACKUP, migrate
@@ -27,10 +46,9 @@ from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.journal.format import PortableRow
-from dedup.store.ledger import Ledger, QueuedRow, State
-from dedup.store.recent import RecentKeys
+from dedup.store.ledger import Ledger, State
 from dedup.store.seen import NewUrl, UrlSeen
-from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, ledger_path, shards_dir
+from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
 from dedup.url.canonical import (
     DEFAULT_TRACKING_PARAMS,
     Canonicalizer,
@@ -59,8 +77,6 @@ __all__ = [
     "LedgerDamaged",
     "NewUrl",
     "PortableRow",
-    "QueuedRow",
-    "RecentKeys",
     "RepairReport",
     "ShardedBloom",
     "SnapshotError",
@@ -83,7 +99,6 @@ __all__ = [
     "index_keys",
     "is_state_dir",
     "layer_geometry",
-    "ledger_path",
     "merge_files",
     "merge_states",
     "migrate",

@@ -28,7 +28,6 @@ from dedup import (
     UrlSeen,
     atomic_write_bytes,
     is_state_dir,
-    ledger_path,
     merge_files,
     read_header,
     shards_dir,
@@ -49,7 +48,7 @@ class MergedFiles:
 
 def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
     """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
-    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+    with Ledger.in_dir(state_dir, readonly=True) as ledger:
         hwm = ledger.last_seq()
     files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
     if files and all(read_header(f).hwm >= hwm for f in files):
@@ -140,7 +139,7 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[
     ins = [require_state_dir(raw) for raw in inputs]
     out = Path(output)
     result = merge_states(out, ins)
-    with Ledger(ledger_path(out)) as ledger:
+    with Ledger.in_dir(out) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(b"".join(committed_pages(d)) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)

@@ -81,11 +81,11 @@ def repair_state_dir(state_dir: Path) -> tuple[RepairReport, int]:
         if report.damage.journal:
             report.recovered = _recover_frontier(seen, pages)
         # the pages' counts, from the records that now match the ledger's marks
-        recount(seen.ledger, ((r["url"], _state_of(r), r.get("status"), r.get("error"))
+        recount(seen, ((r["url"], _state_of(r), r.get("status"), r.get("error"))
                               for r in _records(pages)))
         seen.commit()
         if len(before):
-            report.unaccounted = int((~seen.ledger.contains_hashes(before)).sum())
+            report.unaccounted = int((~seen.contains_hashes(before)).sum())
         seen.snapshot()
     set_committed_pages(state_dir)
     return report, restored
@@ -119,7 +119,7 @@ def _recover_frontier(seen: UrlSeen, pages: Path) -> int:
     depth limit): the ones the ledger still knows are seen, the others are the
     queued URLs whose text was lost. Links are read from the WARC's pages (2xx HTML
     pages) and the redirects pages.jsonl records; returns how many were admitted."""
-    frozen, scope = seen.ledger.meta_get(CONFIG_KEY), seen.ledger.meta_get(SCOPE_KEY)
+    frozen, scope = seen.meta_get(CONFIG_KEY), seen.meta_get(SCOPE_KEY)
     if frozen is None or scope is None:
         return 0
     settings = settings_from_dict(frozen)
@@ -265,7 +265,7 @@ def _restore_pages(seen: UrlSeen, pages: Path) -> int:
             seq = row["seq"]
         else:
             continue
-        seen.ledger.mark_many([(seq, _state_of(record), record.get("status"),
+        seen.record_outcomes([(seq, _state_of(record), record.get("status"),
                                 record.get("error"))])
         restored += 1
     return restored

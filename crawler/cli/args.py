@@ -192,6 +192,14 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--proxy", dict(type=proxy, metavar="URL",
                      help="send requests through the proxy http://HOST:PORT (default: "
                      "$HTTP_PROXY / $HTTPS_PROXY; $NO_PROXY hosts go direct either way)")),
+    ("--max-bytes", dict(type=int_at_least(1), metavar="BYTES",
+                         help="the most bytes of a response body read; a page past it is "
+                         "recorded 'too large (>BYTES bytes)' and counted as failed "
+                         f"(default: {_D.fetch.max_bytes})")),
+    ("--parse-limit", dict(type=int_at_least(1), metavar="BYTES",
+                           help="links are taken from the first BYTES of a page; the whole "
+                           "body still goes to the WARC and the digest "
+                           f"(default: {_D.fetch.parse_limit})")),
     ("--warc", dict(metavar="FILE", help="also write every fetch (request, response, "
                     "revisit records) to WARC files FILE-less-.warc[.gz]-NNNNN.warc[.gz] "
                     "(default: none)")),
@@ -203,13 +211,14 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                  "(default: all)")),
 ]
 _VALUE_FLAGS = ("--max-pages", "--max-depth", "--concurrency", "--per-host", "--delay",
-                "--user-agent", "--proxy")
+                "--user-agent", "--proxy", "--max-bytes", "--parse-limit")
 _LIST_FLAGS = ("--allow-domain", "--include", "--exclude", "--header")
 # what `resume` may change (stored as the new values), and where each lives in Settings
 RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", "max_depth"),
                 "--concurrency": ("crawl", "concurrency"),
                 "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay"),
-                "--proxy": ("fetch", "proxy")}
+                "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
+                "--parse-limit": ("fetch", "parse_limit")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
 FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps",
                 "--allow-private", "--warc",

@@ -199,7 +199,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
-        meta = seen.ledger.meta_get(FLEET_KEY)
+        meta = seen.meta_get(FLEET_KEY)
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
         return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
                                                         progress)))

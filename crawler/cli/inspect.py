@@ -137,9 +137,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     d = require_state_dir(args.dir)
     seen = UrlSeen.rebuild(d)
     try:
-        n = len(seen.ledger)
+        n = len(seen)
         shards = seen.nshards
-        index = seen.ledger.index_stats()
+        index = seen.index_stats()
     finally:
         seen.close()
     print(f"rebuilt the fingerprint index ({sum(index['run_records'])} record(s) in "

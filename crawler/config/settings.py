@@ -127,7 +127,8 @@ class FetchSettings:
     connect_timeout: float = 10.0
     read_timeout: float = 20.0  # max gap between body chunks / headers
     total_timeout: float = 60.0  # one fetch: every attempt, its body and backoff included
-    max_bytes: int = 5 * 1024 * 1024  # body cap; streamed, stop reading past it
+    max_bytes: int = 64 * 1024 * 1024  # body cap; streamed, stop reading past it
+    parse_limit: int = 8 * 1024 * 1024  # links come from a page's first this many bytes
     # quick extra attempts within one fetch on connection errors, timeouts and 5xx; a
     # crawl caps them with what is left of the URL's budget ([crawl] max_retries)
     retries: int = 0
@@ -270,6 +271,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("fetch", "read_timeout"): (lambda v: v > 0, "> 0"),
     ("fetch", "total_timeout"): (lambda v: v > 0, "> 0"),
     ("fetch", "max_bytes"): (lambda v: v >= 1, ">= 1"),
+    ("fetch", "parse_limit"): (lambda v: v >= 1, ">= 1"),
     ("fetch", "retries"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "backoff_base"): (lambda v: v >= 0, ">= 0"),
     ("fetch", "backoff_max"): (lambda v: v >= 0, ">= 0"),

@@ -49,12 +49,12 @@ class Admission:
         worker owns as (url, key, host, depth))``: scope, ownership and the per-host
         cap as it stands. ``local(host)`` says which hosts this worker owns (None:
         all). ``patterns=False`` skips include/exclude (for sitemap files: the
-        URLs they list are checked against them). The frontier expects the links
-        to admit until ``admit_pages`` (the page's group commit) has taken them."""
+        URLs they list are checked against them). The links are admitted by
+        ``admit_pages`` at the page's group commit; until it returns the page is
+        pending (``crawler.core.pending``), so the crawl cannot end before."""
         keep, remote = self._split(pairs, depth, local, patterns)
         if not keep:
             return None, remote
-        self.frontier.expect()
         return (keep, depth), remote
 
     def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
@@ -97,7 +97,7 @@ class Admission:
         per_page = self.seen.admit_resolved_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
-            self.seen.ledger.journal.note_runs(
+            self.seen.note_referrers(
                 (page[0].seq, page[-1].seq, source)
                 for page, source in zip(per_page, sources, strict=True) if page)
         cap = self.cap
@@ -121,7 +121,7 @@ class Admission:
                 new.extend(page)
                 queued.append(len(page))
         if over:  # several links of a group went past the cap together
-            self.seen.ledger.mark_many(over)
+            self.seen.record_outcomes(over)
         if new:
             new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
             self.frontier.add(new)

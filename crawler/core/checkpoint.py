@@ -36,7 +36,7 @@ class Checkpoint:
         self.host_counts = host_counts
         self._path = Path(seen.state_dir) / HOST_COUNTS_FILE
         self._lock = asyncio.Lock()
-        self._totals_before: dict[str, int] = dict(seen.ledger.meta_get(TOTALS_KEY, {}) or {})
+        self._totals_before: dict[str, int] = dict(seen.meta_get(TOTALS_KEY, {}) or {})
         self._counters_at_open = {k: seen.counters.get(k, 0) for k in COUNTER_KEYS}
 
     def totals(self) -> dict[str, int]:
@@ -50,7 +50,7 @@ class Checkpoint:
         async with self._lock:
             for i in range(self.seen.nshards):
                 await asyncio.to_thread(self.seen.snapshot_shard, i)
-            self.seen.ledger.meta_set(TOTALS_KEY, self.totals())
+            self.seen.meta_set(TOTALS_KEY, self.totals())
             if self.host_counts is not None:
                 # URLs admitted per host: approximate after a crash (counts since this
                 # write are lost, so a trap host may get that many more), never blocking

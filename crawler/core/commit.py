@@ -50,8 +50,8 @@ from crawler.core.frontier import Frontier, Item
 from crawler.core.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
 from crawler.core.pagecounts import PageCounts
 from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
-from crawler.core.warc import WarcFiles, build_records
-from crawler.net.exchange import Exchange, payload_digest
+from crawler.core.warc import Blob, WarcFiles, build_records
+from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
 from dedup import State, UrlSeen
 
@@ -80,7 +80,7 @@ class _Entry:
 def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
     """The crawl's pages.jsonl and WARC files (``output.warc`` = "" for none), to be
     cut back on opening to the sizes the ledger has committed."""
-    committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
+    committed = seen.meta_get(OUTPUTS_KEY) or {}
     warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
             if output.warc else None)
     return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
@@ -89,13 +89,17 @@ def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFi
 def items_file(seen: UrlSeen) -> ItemLog:
     """The crawl's items.jsonl, to be cut back on opening to its committed size (0
     when no commit ever recorded one: every line past it is a killed run's)."""
-    committed = seen.ledger.meta_get(OUTPUTS_KEY) or {}
+    committed = seen.meta_get(OUTPUTS_KEY) or {}
     return ItemLog(Path(seen.state_dir) / ITEMS_FILE, committed.get("items", 0))
 
 
-def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool
-               ) -> list[bytes]:
-    return [build_records(ex, gzip=gz, refers_to=ref) for ex, ref in records]
+def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool,
+               spool_dir: Path) -> list[Blob]:
+    out = []
+    for ex, ref in records:
+        out.append(build_records(ex, gzip=gz, refers_to=ref, spool_dir=spool_dir))
+        ex.payload.close()  # its temp file, if any: the records hold it now
+    return out
 
 
 def _dedupable(ex: Exchange) -> bool:
@@ -152,7 +156,7 @@ class GroupCommit:
                      content: Content | None = None, page_exchange: Exchange | None = None,
                      items: bytes = b"") -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
-        ``Admission.route`` (which has the frontier expect each one);
+        ``Admission.route``;
         ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
@@ -198,21 +202,22 @@ class GroupCommit:
                     await self._items.append_bytes(b"".join(e.items for e in batch))
                 if self._warc is not None and records:
                     # warcio and gzip take ms per MB: off the loop
-                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip)
+                    blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip,
+                                                    self._warc.prefix.parent)
                     await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
                 marks = [e.mark for e in batch if e.mark is not None]
-                ledger = self._seen.ledger
-                ledger.meta_set(OUTPUTS_KEY, self.offsets())
+                seen = self._seen
+                seen.meta_set(OUTPUTS_KEY, self.offsets())
                 if self._totals is not None:
-                    ledger.meta_set(TOTALS_KEY, self._totals())
+                    seen.meta_set(TOTALS_KEY, self._totals())
                 if self._before_commit is not None:
                     self._before_commit([m[0] for m in marks])
                 if self._counts is not None:
                     self._counts.add((e.record["url"], *e.mark[1:]) for e in batch
                                      if e.record is not None and e.mark is not None)
-                ledger.mark_many(marks)
+                seen.record_outcomes(marks)
                 self._seen.commit()
             except BaseException as exc:
                 for e in batch:
@@ -230,12 +235,12 @@ class GroupCommit:
         before (same payload digest, earlier in the crawl or in this group) is a
         revisit of its first capture ``(uri, date)``. New digests go into the ledger's
         ``contents`` in this group's transaction: exact across kill -9."""
-        journal = self._seen.ledger.journal
+        seen = self._seen
         group: dict[str, tuple[str, str]] = {}
         added: list[tuple[str, str, str]] = []
 
         def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
-            ref = group.get(digest) or journal.content_first(digest)
+            ref = group.get(digest) or seen.first_capture(digest)
             if ref is None:
                 group[digest] = (url, date)
                 added.append((digest, url, date))
@@ -254,7 +259,7 @@ class GroupCommit:
                 else:
                     ref = None
                 out.append((ex, ref))
-        journal.content_add(added)
+        seen.note_captures(added)
         return out
 
     def _admit_links(self, batch: list[_Entry]) -> None:
@@ -271,7 +276,6 @@ class GroupCommit:
             n = sum(next(queued) for _ in e.links)
             if e.record is not None:
                 e.record["links_new"] = n
-        self._frontier.arrived(len(pages))  # each was expected once (``Admission.route``)
 
     async def _sync(self) -> None:
         files: list[Syncable] = [self._pagelog, *self._also_sync]
@@ -314,9 +318,10 @@ class GroupCommit:
         ex = res.exchange if warc and res is not None else None
         payload = ex.payload if ex is not None and ex.truncated is None else (
             res.body if res is not None else None)
-        digest = payload_digest(payload) if payload is not None else None
-        if ex is not None and payload is ex.payload:
-            ex.digest = digest
+        # streamed in with the body (``res.body`` may be only its head)
+        digest = (None if payload is None or res is None
+                  else ex.payload_digest() if ex is not None and payload is ex.payload
+                  else res.digest)
         content = None
         if digest is not None and payload and status is not None and 200 <= status < 300:
             content = (digest, ex.url if ex is not None else item.url,
@@ -324,7 +329,7 @@ class GroupCommit:
         record = {
             "url": item.url,
             "final_url": final_url,
-            "referrer": self._seen.ledger.journal.note_of(item.seq) if item.depth else None,
+            "referrer": self._seen.referrer_of(item.seq) if item.depth else None,
             "status": status,
             "content_type": res.content_type if res is not None else None,
             "bytes": res.nbytes if res is not None else 0,

@@ -50,13 +50,14 @@ __all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "Crawler", "HandlerError", "Page",
 CRAWL_OPTIONS = (
     "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "no_sitemaps",
     "concurrency", "per_host", "delay", "allow_private", "user_agent", "header", "cookies",
-    "proxy", "warc", "warc_max_size", "warc_content_type",
+    "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
 )
 # What a resume may change (stored as the crawl's new values), and where it lives.
 RESUME_OPTIONS = {
     "max_pages": ("crawl", "max_pages"), "max_depth": ("crawl", "max_depth"),
     "concurrency": ("crawl", "concurrency"), "per_host": ("politeness", "per_host"),
     "delay": ("politeness", "delay"), "proxy": ("fetch", "proxy"),
+    "max_bytes": ("fetch", "max_bytes"), "parse_limit": ("fetch", "parse_limit"),
 }
 _LISTS = ("allow_domain", "include", "exclude", "header")
 
@@ -123,6 +124,9 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
         fetch["headers"] = [*settings.fetch.headers, *lists["header"]]
     if o.get("cookies"):
         fetch["cookies"] = True
+    for key in ("max_bytes", "parse_limit"):
+        if key in o:
+            fetch[key] = o[key]
     if "proxy" in o:
         fetch["proxy"] = o["proxy"]
     elif not settings.fetch.proxy:
@@ -177,10 +181,11 @@ class Crawler:
     """A crawl of a state directory, from Python.
 
     ``Crawler(seeds, state=DIR, **options)`` starts a new crawl in DIR (new or
-    empty); ``Crawler(state=DIR)`` resumes the crawl in DIR (and may change
-    ``max_pages``, ``max_depth``, ``concurrency``, ``per_host``, ``delay`` and
-    ``proxy``, stored as its new values). ``seeds``: a URL, a list of URLs, or a
-    seeds file (a ``pathlib.Path``: one URL per line, ``#`` comments).
+    empty); ``Crawler(state=DIR)`` resumes the crawl in DIR (and may change the
+    ``RESUME_OPTIONS``: ``max_pages``, ``max_depth``, ``concurrency``, ``per_host``,
+    ``delay``, ``proxy``, ``max_bytes``, ``parse_limit``, stored as its new values).
+    ``seeds``: a URL, a list of URLs, or a seeds file (a ``pathlib.Path``: one URL
+    per line, ``#`` comments).
 
     Use it as ``async with Crawler(...) as crawl:`` and either iterate
     (``async for page in crawl``: each fetched page once its group is committed)
@@ -263,7 +268,7 @@ class Crawler:
         if self._resume:
             seen, settings, scope = open_crawl(self.state_dir)
             try:
-                if seen.ledger.meta_get(FLEET_KEY) is not None:
+                if seen.meta_get(FLEET_KEY) is not None:
                     raise CrawlError(f"{self.state_dir} is a fleet worker's state directory: "
                                      f"resume it with 'bloomcrawl resume {self.state_dir}'")
                 changes: dict[str, dict[str, Any]] = {}
@@ -274,7 +279,7 @@ class Crawler:
                     settings = store_changes(seen, settings, changes)
                 if not settings.fetch.proxy:
                     _check_env_proxies()
-                self._stored_hooks(seen.ledger.meta_get(HOOKS_KEY) or {})
+                self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
             except BaseException:
                 seen.close()
                 raise

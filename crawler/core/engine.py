@@ -14,11 +14,13 @@ with a response also becomes a ``Page``: its handler's items are committed with
 it (items.jsonl), ``follow`` chooses which of its links are admitted, and the
 page is handed on (``deliver``) once committed.
 
-When the crawl ends is decided in one place, ``Engine.end``: the frontier
-closes, every worker returns after its current page, and ``run`` snapshots.
-Three things call it: the frontier running dry (a single process), the fleet
-being done (``crawler.wire.relay``), and ``stop`` (a signal, a fleet-wide stop
-request, an error).
+Whether anything is left is decided in one place, ``crawler.core.pending``
+(the frontier, the pages under way and, in a fleet, the deliveries being
+received: ``Pending.idle``). The crawl ends in one place, ``Engine.end``: the
+frontier closes, every worker returns after its current page, and ``run``
+snapshots. Three things call it: ``Pending.idle`` turning true in a single
+process, the fleet being done (``crawler.wire.relay``), and ``stop`` (a signal,
+a fleet-wide stop request, an error).
 
 As a fleet worker (``transport`` given: ``crawl --redis``), the engine fetches
 only the hosts it owns (``hash(host) mod W``); a page's in-scope links for
@@ -32,6 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,7 @@ from crawler.core.frontier import Frontier, Item
 from crawler.core.output import read_json
 from crawler.core.page import HandlerError, Hooks, Outcome, Page
 from crawler.core.pagecounts import PageCounts
+from crawler.core.pending import Pending
 from crawler.core.politeness import Politeness
 from crawler.core.progress import Progress, SessionCounts, crawl_status
 from crawler.core.retry import Retries
@@ -89,11 +93,12 @@ class Engine:
                                      delay=settings.politeness.delay,
                                      max_crawl_delay=settings.politeness.max_crawl_delay,
                                      max_backoff=settings.fetch.max_retry_after)
-        self._base = seen.ledger.counts()
+        self._base = seen.counts()
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
-        self.frontier = Frontier(seen.ledger, self.politeness, memory=c.frontier_memory,
-                                 max_take=max_take, on_idle=self.end)
+        self.frontier = Frontier(seen, self.politeness, memory=c.frontier_memory,
+                                 max_take=max_take, on_idle=self._settle)
+        self.pending = Pending(self.frontier, self._settle)
         self._canon = seen.canonicalizer
         cap = c.max_pages_per_host
         host_counts: dict[str, int] = (
@@ -103,7 +108,8 @@ class Engine:
                                      host_counts if cap else None)
         out = settings.output
         self.fetcher = Fetcher(settings.fetch, record=bool(out.warc),
-                               record_types=out.warc_content_types)
+                               record_types=out.warc_content_types,
+                               spool_dir=str(self.state_dir))
         # robots.txt that had no answer is asked again when its URL's next round comes
         self.robots = (RobotsCache(self.fetcher, settings.fetch.user_agent,
                                    max_crawl_delay=settings.politeness.max_crawl_delay,
@@ -114,11 +120,11 @@ class Engine:
         self.sitemaps = (SitemapFiles(self.state_dir, c.sitemap_max_files)
                          if c.sitemaps else None)
         self._sitemap_hosts: set[str] = set()  # seed hosts whose sitemaps this run queued
-        self.retries = Retries(settings, self.frontier, seen.ledger)
+        self.retries = Retries(settings, self.frontier, seen)
         # a fleet worker's outbox (links it forwarded) is synced with each group, before
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
-        self.pages = PageCounts(seen.ledger)
+        self.pages = PageCounts(seen)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
@@ -136,7 +142,6 @@ class Engine:
         self._closing = asyncio.Event()
         self._started = 0.0
         self._info: dict[str, Any] | None = None
-        self._processing = 0  # pages between frontier.get() and their commit
         self.relay: Relay | None = None
         self._local = None  # which hosts this worker fetches: all, unless in a fleet
         if transport is not None:
@@ -144,8 +149,6 @@ class Engine:
 
             self.relay = Relay(transport, settings.distributed, self)
             self._local = self.relay.is_local
-            # Locally idle is not the end: the fleet decides (see crawler.wire.relay).
-            self.frontier.on_idle = self.relay.wake
 
     # -- control ---------------------------------------------------------------------
 
@@ -182,10 +185,22 @@ class Engine:
         if self.relay is not None:  # every worker of the fleet stops too
             self.relay.request_stop()
 
+    def _settle(self) -> None:
+        """The frontier ran dry, or a page or a delivery finished: a single process
+        ends the crawl if nothing is pending; locally idle is not the end of a fleet
+        worker, whose relay asks the fleet (see crawler.wire.relay)."""
+        if self.relay is not None:
+            self.relay.wake()
+        elif self.pending.idle():
+            self.end()
+
     def locally_idle(self) -> bool:
         """Nothing to fetch, nothing in flight or being forwarded, no delivery un-acked."""
-        return (self.frontier.finished() and not self._processing
-                and not (self.relay is not None and self.relay.receiving) and not self.stopping)
+        return self.pending.idle() and not self.stopping
+
+    def receiving(self) -> AbstractContextManager[None]:
+        """Held by the relay while a delivery is read, admitted and acked."""
+        return self.pending.delivery()
 
     async def admit_received(self, by_depth: Sequence[Links]) -> None:
         """Admit links another fleet worker forwarded, with the next group commit,
@@ -267,19 +282,15 @@ class Engine:
             item = await frontier.get()
             if item is None:
                 return
-            self._processing += 1
-            try:
-                await self._process(item)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self.abort(exc):
-                    log.error("crawl aborted on %s: %r", item.url, exc)
-                return
-            finally:
-                self._processing -= 1
-                if not self._processing and self.relay is not None:
-                    self.relay.wake()
+            with self.pending.page():
+                try:
+                    await self._process(item)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if self.abort(exc):
+                        log.error("crawl aborted on %s: %r", item.url, exc)
+                    return
 
     async def _process(self, item: Item) -> None:
         url = item.url
@@ -429,7 +440,7 @@ class Engine:
             if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1])))
         page = Page(url=url, final_url=final_url, status=status, headers=res.headers or {},
                     depth=item.depth,
-                    referrer=self.seen.ledger.journal.note_of(item.seq) if item.depth else None,
+                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
                     content_type=res.content_type, body=res.body or b"", text=text,
                     links=list(in_scope), error=res.error)
         assert self.hooks is not None

@@ -69,7 +69,8 @@ class _Host:
 class Frontier:
     """Per-host queues, a heap of (ready time, host), paging from the ledger.
 
-    ``ledger`` needs ``queued(limit, *, after_seq, host)`` and ``queued_hosts()``.
+    ``ledger`` (the ``UrlSeen``) needs ``queued(limit, *, after_seq, host)`` and
+    ``queued_hosts()``.
     ``max_take``: stop handing out URLs after this many were taken and counted
     (``done(counted=False)`` gives one back); None means no limit.
     """
@@ -89,7 +90,6 @@ class Frontier:
         self._heap: list[tuple[float, int, str]] = []
         self._tick = itertools.count()
         self._busy: set[int] = set()  # seqs handed out and not yet settled in the ledger
-        self._arriving = 0  # pages done whose links are not admitted yet (``expect``)
         self._waiters: deque[asyncio.Future[Item | None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -199,16 +199,6 @@ class Frontier:
         """URLs waiting to be retried after a transient failure."""
         return len(self._deferred)
 
-    def expect(self) -> None:
-        """A page about to be ``done`` has links still to be admitted (at its group
-        commit): the frontier is not finished until ``arrived`` says they were."""
-        self._arriving += 1
-
-    def arrived(self, pages: int) -> None:
-        """The links of ``pages`` expected pages were admitted (``add``ed, if new)."""
-        self._arriving -= pages
-        self._dispatch()
-
     def settled(self, seqs: Iterable[int]) -> None:
         """These rows are no longer QUEUED in the ledger (the engine marked them)."""
         self._busy.difference_update(seqs)
@@ -230,8 +220,9 @@ class Frontier:
     # -- state -------------------------------------------------------------------------
 
     def finished(self) -> bool:
-        """Nothing left to hand out, nothing in flight, deferred or arriving (locally)."""
-        if self.in_flight or self._deferred or self._arriving:
+        """Nothing left to hand out, nothing in flight or deferred. Pages done but not
+        yet committed may still add URLs: ``crawler.core.pending`` counts them."""
+        if self.in_flight or self._deferred:
             return False
         if self.max_take is not None and self.taken >= self.max_take:
             return True

@@ -39,7 +39,9 @@ class Page:
     depth: int  # hops from a seed
     referrer: str | None  # the page this URL was first found on (None for a seed)
     content_type: str | None  # the media type only, lowercased ("text/html")
-    body: bytes  # the HTML body as received (b"" when not HTML or not read)
+    # the HTML body as received: its first [fetch] parse_limit bytes (the part links
+    # are taken from) for a bigger page; b"" when not HTML or not read
+    body: bytes
     text: str | None  # ``body`` decoded with its charset (None when not HTML)
     # absolute, normalized URLs in the crawl's scope (hosts, include/exclude) that
     # the page links to (a redirect: its target), each once, in page order

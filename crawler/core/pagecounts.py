@@ -73,7 +73,7 @@ class PageCounts:
         c = ledger.counts()
         if not (c.get("fetched") or c.get("failed")):
             return
-        for _seq, state, status, error, _at in ledger.journal.outcomes():
+        for _seq, state, status, error, _at in ledger.outcomes():
             self._count(UNKNOWN_HOST, state, status, error)
 
     def add(self, rows: Iterable[Row]) -> None:

@@ -19,7 +19,7 @@ from crawler.config.settings import Settings, settings_from_dict
 from crawler.core.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
 from crawler.core.statecreate import building, check_resources
 from crawler.core.warc import warc_start
-from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir, ledger_path
+from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_FILE",
            "OUTPUTS_KEY",
@@ -130,23 +130,23 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
     with building(state_dir, CrawlError) as tmp:
         seen = _open_seen(tmp, settings, create=True, crawl_id=crawl_id)
         try:
-            seen.ledger.meta_set(CONFIG_KEY, settings.to_dict())
-            seen.ledger.meta_set(SCOPE_KEY, scope.to_dict())
+            seen.meta_set(CONFIG_KEY, settings.to_dict())
+            seen.meta_set(SCOPE_KEY, scope.to_dict())
             outputs: dict[str, Any] = {"pages": 0, "items": 0}
             if settings.output.warc:
                 outputs["warc"] = warc_start(settings.output.warc)
-            seen.ledger.meta_set(OUTPUTS_KEY, outputs)
+            seen.meta_set(OUTPUTS_KEY, outputs)
             if meta is not None:
-                seen.ledger.meta_set(FLEET_KEY, meta)
+                seen.meta_set(FLEET_KEY, meta)
             if hooks:
-                seen.ledger.meta_set(HOOKS_KEY, hooks)
+                seen.meta_set(HOOKS_KEY, hooks)
             admitted = seen.admit_resolved(seeds, depth=0)
             if settings.crawl.max_pages_per_host:
                 write_json_atomic(tmp / HOST_COUNTS_FILE,
                                   dict(Counter(n.host for n in admitted)))
-            seen.ledger.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
+            seen.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
             seen.commit()
-            save_settings_copy(tmp, seen.ledger)
+            save_settings_copy(tmp, seen)
             counters = dict(seen.counters)
         finally:
             seen.close()
@@ -163,9 +163,9 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
     try:
         # every row and its checksum, before the first fetch: O(ledger), measured in
         # bench/README.md ("Damaged ledger"); the error names `bloomcrawl repair DIR`
-        seen.ledger.journal.verify()
-        frozen = seen.ledger.meta_get(CONFIG_KEY)
-        scope = seen.ledger.meta_get(SCOPE_KEY)
+        seen.verify()
+        frozen = seen.meta_get(CONFIG_KEY)
+        scope = seen.meta_get(SCOPE_KEY)
         if frozen is None or scope is None:
             raise CrawlError(f"{state_dir} holds a URL-seen ledger but no crawl configuration "
                              "(it was not created by 'bloomcrawl crawl')")
@@ -181,13 +181,13 @@ def store_changes(seen: UrlSeen, settings: Settings,
     """``settings`` with ``changes`` (limits, politeness) frozen into the ledger as the new
     values, committed before the crawl continues so every later resume keeps them."""
     changed = settings.with_values(**changes)
-    seen.ledger.meta_set(CONFIG_KEY, changed.to_dict())
+    seen.meta_set(CONFIG_KEY, changed.to_dict())
     seen.commit()
-    save_settings_copy(seen.state_dir, seen.ledger)
+    save_settings_copy(seen.state_dir, seen)
     return changed
 
 
-def save_settings_copy(state_dir: Path, ledger: Ledger) -> None:
+def save_settings_copy(state_dir: Path, ledger: Ledger | UrlSeen) -> None:
     """Write ``SETTINGS_COPY_FILE`` from the ledger's meta (atomically), after the
     ledger committed them: the copy never holds settings the ledger does not."""
     write_json_atomic(Path(state_dir) / SETTINGS_COPY_FILE,
@@ -207,7 +207,7 @@ def fleet_identity(state_dir: str | Path) -> dict[str, Any] | None:
     """A fleet worker's identity (``FLEET_KEY``) read without opening the crawl, or None
     for a single-process crawl; CrawlError if ``state_dir`` holds no crawl."""
     d = require_state_dir(state_dir)
-    with Ledger(ledger_path(d), readonly=True) as ledger:
+    with Ledger.in_dir(d, readonly=True) as ledger:
         meta = ledger.meta_get(FLEET_KEY)
     return meta if isinstance(meta, dict) else None
 
@@ -216,7 +216,7 @@ def committed_pages(state_dir: Path) -> list[bytes]:
     """The pages.jsonl lines of ``state_dir`` its ledger counts as committed (each with
     its newline): what a merge or resize carries over, never a line of a page that a
     crash left unmarked (it is fetched again)."""
-    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+    with Ledger.in_dir(state_dir, readonly=True) as ledger:
         size = (ledger.meta_get(OUTPUTS_KEY) or {}).get("pages")
     try:
         with open(state_dir / PAGES_FILE, "rb") as fh:
@@ -236,7 +236,7 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
     source's file; the new crawl gets its own file of that name in ``state_dir``."""
     size = _size(state_dir / PAGES_FILE)
     items = _size(state_dir / ITEMS_FILE)
-    with Ledger(ledger_path(state_dir)) as ledger:
+    with Ledger.in_dir(state_dir) as ledger:
         ledger.meta_set(OUTPUTS_KEY, {"pages": size, "items": items})
         config = ledger.meta_get(CONFIG_KEY)
         if new_warc and config and config.get("output", {}).get("warc"):

@@ -16,6 +16,11 @@ are kept as ``X-Crawler-Transfer-Encoding``/``X-Crawler-Content-Encoding`` and
 ``Content-Length`` is the stored payload's (the original as
 ``X-Crawler-Content-Length``), the convention wget and pywb's recorder use.
 
+Why big records go through a temp file: a payload is streamed from its spool
+(``crawler.net.body``) into the records, and a record pair over ``MEMORY`` bytes
+is built in an anonymous temp file and copied into the WARC file a MiB at a
+time, so a 50 MB page costs the crawl a few MB of memory, not its size.
+
 Why revisits: a body identical to one archived earlier (same SHA-1 payload
 digest) is written as a ``revisit`` record with the identical-payload-digest
 profile, naming the earlier capture — content dedup as Heritrix does it. The
@@ -38,6 +43,7 @@ import asyncio
 import io
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,10 +52,12 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from crawler.core.output import _AppendFile, iso_time, truncate_to
+from crawler.net.body import MEMORY
 from crawler.net.exchange import Exchange
 from dedup import fsync_dir
 
-__all__ = ["WarcFiles", "build_records", "first_warc", "warc_prefix", "warc_start"]
+__all__ = ["RecordFile", "WarcFiles", "build_records", "first_warc", "warc_prefix",
+           "warc_start"]
 
 _RENAMED = {"transfer-encoding", "content-encoding"}
 _SERIAL = "{prefix}-{serial:05d}.warc{gz}"
@@ -68,19 +76,55 @@ def _response_headers(ex: Exchange) -> list[tuple[str, str]]:
             length = value
         else:
             out.append((name, value))
-    real = str(len(ex.payload))
+    real = str(ex.payload.stored)
     if length is not None and length != real:
         out.append(("X-Crawler-Content-Length", length))
     out.append(("Content-Length", real))
     return out
 
 
-def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None = None
-                  ) -> bytes:
+class RecordFile:
+    """Records too big to hold in memory: an anonymous temp file, ``len`` bytes long."""
+
+    __slots__ = ("file", "size")
+
+    def __init__(self, file: io.FileIO, size: int) -> None:
+        self.file = file
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        self.file.close()
+
+
+Blob = bytes | RecordFile
+
+
+def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None = None,
+                  spool_dir: str | Path | None = None) -> Blob:
     """The request and response (or revisit, with ``refers_to`` = the earlier
     capture's (URI, WARC-Date)) records of one exchange, each its own gzip member
-    with ``gzip``: request first, pointing at the response by WARC-Concurrent-To."""
-    out = io.BytesIO()
+    with ``gzip``: request first, pointing at the response by WARC-Concurrent-To.
+    Bytes, or a ``RecordFile`` (in ``spool_dir``; None: the system's temp directory)
+    when the payload written is over ``MEMORY`` bytes."""
+    big = refers_to is None and ex.payload.stored > MEMORY
+    # the RecordFile owns it: closed when written (WarcFiles.write)
+    out: Any = (tempfile.TemporaryFile(dir=spool_dir, buffering=0)  # noqa: SIM115
+                if big else io.BytesIO())
+    try:
+        _write_records(out, ex, gzip=gzip, refers_to=refers_to)
+    except BaseException:
+        out.close()
+        raise
+    if big:
+        return RecordFile(out, out.tell())
+    return out.getvalue()
+
+
+def _write_records(out: Any, ex: Exchange, *, gzip: bool,
+                   refers_to: tuple[str, str] | None) -> None:
     writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
     date = iso_time(ex.started)
     common = {"WARC-Date": date}
@@ -89,11 +133,12 @@ def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None
     resp_headers = StatusAndHeaders(f"{ex.status} {ex.reason}".rstrip(), _response_headers(ex),
                                     protocol=ex.version)
     if refers_to is None:
-        extra = dict(common)
+        # the digest streamed in with the body: warcio need not read it for that
+        extra = {**common, "WARC-Payload-Digest": ex.payload_digest()}
         if ex.truncated:
             extra["WARC-Truncated"] = ex.truncated
-        resp = writer.create_warc_record(ex.url, "response", payload=io.BytesIO(ex.payload),
-                                         length=len(ex.payload), http_headers=resp_headers,
+        resp = writer.create_warc_record(ex.url, "response", payload=ex.payload.reader(),
+                                         length=ex.payload.stored, http_headers=resp_headers,
                                          warc_headers_dict=extra)
     else:
         resp = writer.create_revisit_record(ex.url, ex.payload_digest(), refers_to[0],
@@ -108,7 +153,6 @@ def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None
                                resp.rec_headers.get_header("WARC-Record-ID"))
     writer.write_record(req)
     writer.write_record(resp)
-    return out.getvalue()
 
 
 def warcinfo(filename: str, *, gzip: bool) -> bytes:
@@ -176,6 +220,25 @@ class _File(_AppendFile):
         await self._open_append()
         return self
 
+    async def copy_from(self, blob: RecordFile) -> None:
+        """Append ``blob``'s bytes, a MiB at a time in a thread (no sendfile: it
+        refuses a file opened for appending)."""
+        def copy() -> None:
+            buf = memoryview(bytearray(MEMORY))
+            src, dst = blob.file.fileno(), self._fh.fileno()
+            done = 0
+            while done < blob.size:
+                n = os.preadv(src, [buf[:min(MEMORY, blob.size - done)]], done)
+                if n == 0:
+                    raise OSError(f"WARC record temp file ended at {done} of {blob.size}")
+                view = buf[:n]
+                while view:
+                    view = view[os.write(dst, view):]
+                done += n
+
+        self.size += blob.size
+        await asyncio.to_thread(copy)
+
 
 class WarcFiles:
     """The crawl's WARC files: appends record blobs, rotates by size, and says
@@ -230,26 +293,38 @@ class WarcFiles:
             fsync_dir(self.prefix.parent)  # the new name survives a crash once committed
         self._dirty.append(f)
 
-    async def write(self, records: Sequence[bytes]) -> None:
+    async def write(self, records: Sequence[Blob]) -> None:
         """Append each record blob (a request + response pair), rotating first when
         it would take the open file past ``max_size`` (never leaving one empty);
-        the blobs bound for one file go out in one write."""
+        the blobs bound for one file go out in one write, a ``RecordFile`` copied
+        a MiB at a time (and closed)."""
         assert self._file is not None
         if self._file not in self._dirty:
             self._dirty.append(self._file)
         batch: list[bytes] = []
         size = self._file.size
-        for blob in records:
-            if self.max_size and size + len(blob) > self.max_size and size > self._file.info_end:
+        try:
+            for blob in records:
+                if (self.max_size and size + len(blob) > self.max_size
+                        and size > self._file.info_end):
+                    await self._file._write(b"".join(batch))
+                    batch = []
+                    self._serial += 1
+                    await self._open_file()
+                    size = self._file.size
+                if isinstance(blob, RecordFile):
+                    await self._file._write(b"".join(batch))
+                    batch = []
+                    await self._file.copy_from(blob)
+                else:
+                    batch.append(blob)
+                size += len(blob)
+            if batch:
                 await self._file._write(b"".join(batch))
-                batch = []
-                self._serial += 1
-                await self._open_file()
-                size = self._file.size
-            batch.append(blob)
-            size += len(blob)
-        if batch:
-            await self._file._write(b"".join(batch))
+        finally:
+            for blob in records:
+                if isinstance(blob, RecordFile):
+                    blob.close()
         self.records += len(records)
 
     async def sync(self) -> None:

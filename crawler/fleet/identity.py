@@ -25,7 +25,7 @@ from crawler.config.scope import Scope
 from crawler.config.settings import Settings
 from crawler.core.state import FLEET_KEY
 from crawler.wire.redis_url import has_password, redact
-from dedup import CanonRules, Ledger, atomic_write_bytes, is_state_dir, ledger_path
+from dedup import CanonRules, Ledger, atomic_write_bytes, is_state_dir
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.wire.transport import RedisTransport
@@ -150,7 +150,7 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     for i, d in enumerate(dirs):
         if _worker_index(d) != i:
             raise FleetError(f"{root}: worker-{i} is missing (found {d.name})")
-        with Ledger(ledger_path(d), readonly=True) as ledger:
+        with Ledger.in_dir(d, readonly=True) as ledger:
             meta = ledger.meta_get(FLEET_KEY)
         if meta is None:
             raise FleetError(f"{d} is not a fleet worker's state (it was crawled without "

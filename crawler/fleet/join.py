@@ -66,7 +66,7 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
     try:
         now = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], redis_url)
         if now != meta:  # Redis moved: remember where (without a password)
-            seen.ledger.meta_set(FLEET_KEY, now)
+            seen.meta_set(FLEET_KEY, now)
             seen.commit()
         await transport.attach_outbox(seen.state_dir)
         return await run_crawl(seen, settings, scope, progress=progress, install_signals=True,

@@ -26,7 +26,7 @@ from crawler.core.state import (
 )
 from crawler.wire.owner import owner_function, owner_of
 from crawler.wire.protocol import Item
-from dedup import Ledger, atomic_write_bytes, host_of, in_use, ledger_path
+from dedup import Ledger, atomic_write_bytes, host_of, in_use
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
@@ -120,7 +120,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     for i in range(to):
         set_committed_pages(worker_dir(out, i), new_warc=True)
     for i in range(to):
-        with Ledger(ledger_path(worker_dir(out, i))) as ledger:
+        with Ledger.in_dir(worker_dir(out, i)) as ledger:
             meta = dict(ledger.meta_get(FLEET_KEY))
             meta.update(workers=to, worker_id=i)
             if redis_url is not None and src.redis != LOCAL:
@@ -190,7 +190,7 @@ def _refuse_if_running(state_dir: Path) -> None:
 
 
 def _totals(state_dir: Path) -> dict[str, int]:
-    with Ledger(ledger_path(state_dir), readonly=True) as ledger:
+    with Ledger.in_dir(state_dir, readonly=True) as ledger:
         return dict(ledger.meta_get(TOTALS_KEY) or {})
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from crawler.net.body import Body
 
 __all__ = ["Exchange", "payload_digest"]
 
@@ -34,11 +36,13 @@ class Exchange:
     reason: str
     response_headers: list[tuple[str, str]]  # as received, in order
     ip: str | None = None
-    payload: bytes = b""
+    # the body as received (bytes are taken too, for a body already in hand)
+    payload: Body = field(default_factory=Body)
     truncated: str | None = None  # WARC-Truncated: "length" (the body was cut or not read)
-    digest: str | None = None  # payload_digest(payload), computed once
+
+    def __post_init__(self) -> None:
+        if isinstance(self.payload, bytes | bytearray):
+            self.payload = Body.of(self.payload)
 
     def payload_digest(self) -> str:
-        if self.digest is None:
-            self.digest = payload_digest(self.payload)
-        return self.digest
+        return self.payload.digest()

@@ -41,6 +41,7 @@ from yarl import URL
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.settings import FetchSettings
+from crawler.net.body import Body
 from crawler.net.exchange import Exchange
 from crawler.net.headers import (
     content_length,
@@ -190,8 +191,8 @@ class _Hop:
     """What one attempt learned, filled in as the response arrives."""
 
     __slots__ = (
-        "body", "charset", "content_type", "error", "exchange", "headers", "interrupted",
-        "location", "nbytes", "retry", "retry_after", "status",
+        "body", "charset", "content_type", "digest", "error", "exchange", "headers",
+        "interrupted", "location", "nbytes", "retry", "retry_after", "status",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -199,6 +200,7 @@ class _Hop:
         self.content_type: str | None = None
         self.charset: str | None = None
         self.body: bytes | None = None
+        self.digest: str | None = None
         self.nbytes = 0
         self.location: str | None = None
         self.retry_after: float | None = None
@@ -220,6 +222,7 @@ class Fetcher:
         rng: random.Random | None = None,
         record: bool = False,
         record_types: str = "",
+        spool_dir: str | None = None,
     ) -> None:
         """`resolver` replaces aiohttp's default DNS resolver (the Fetcher takes
         ownership and closes it); it is still wrapped by the private-address guard
@@ -228,8 +231,12 @@ class Fetcher:
         With `record` every answered hop's ``Exchange`` (for the WARC) is kept in
         the result, and 2xx bodies of any type are read (up to the cap) when their
         media type matches the `record_types` regex ("" matches all); a 2xx page
-        whose type does not match has no exchange. robots.txt is always kept."""
+        whose type does not match has no exchange. robots.txt is always kept.
+
+        A body past ``body.MEMORY`` bytes goes to an anonymous temp file in
+        `spool_dir` (None: the system's temp directory) while it streams in."""
         self.settings = settings
+        self._spool_dir = spool_dir
         self.record = record
         self._record_types = re.compile(record_types) if record_types else None
         self._inner_resolver = resolver
@@ -311,7 +318,7 @@ class Fetcher:
         """
         most = 1 + self.settings.retries if attempts is None else max(1, attempts)
         return await self._fetch(url, html_only=True, limit=self.settings.max_bytes,
-                                 attempts=most)
+                                 attempts=most, head=self.settings.parse_limit)
 
     async def fetch_raw(self, url: str, *, limit: int, attempts: int | None = None
                         ) -> FetchResult:
@@ -354,7 +361,9 @@ class Fetcher:
         return TextFetch(r.status, None, "too many redirects", exchanges=tuple(hops))
 
     async def _fetch(self, url: str, *, html_only: bool, limit: int,
-                     attempts: int | None = None) -> FetchResult:
+                     attempts: int | None = None, head: int | None = None) -> FetchResult:
+        """``head``: the result's ``body`` holds the body's first ``head`` bytes
+        (default: all of it, up to ``limit``)."""
         s = self.settings
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -374,6 +383,7 @@ class Fetcher:
         while True:
             sent += 1
             hop = await self._once(target, html_only=html_only, limit=limit,
+                                   head=limit if head is None else head,
                                    budget=deadline - loop.time())
             if not hop.retry or sent >= most:
                 break
@@ -387,6 +397,7 @@ class Fetcher:
             content_type=hop.content_type,
             charset=hop.charset,
             body=hop.body,
+            digest=hop.digest,
             nbytes=hop.nbytes,
             location=hop.location,
             retry_after=hop.retry_after,
@@ -399,7 +410,8 @@ class Fetcher:
             headers=hop.headers,
         )
 
-    async def _once(self, url: URL, *, html_only: bool, limit: int, budget: float) -> _Hop:
+    async def _once(self, url: URL, *, html_only: bool, limit: int, head: int,
+                    budget: float) -> _Hop:
         hop = _Hop()
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=max(budget, 0.001), sock_connect=s.connect_timeout,
@@ -427,13 +439,15 @@ class Fetcher:
                                    **_proxy_args(proxy, url)) as resp:
                 if self.record:
                     hop.exchange = _exchange(resp, started, peer[0], proxied=proxy is not None)
-                await self._read(resp, hop, html_only=html_only, limit=limit)
+                await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
             failure = classify_error(e)
             hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                                       failure.interrupted)
-            hop.body = None
-            hop.exchange = None  # a transfer that broke is not archived
+            hop.body = hop.digest = None
+            if hop.exchange is not None:  # a transfer that broke is not archived
+                hop.exchange.payload.close()
+                hop.exchange = None
         finally:
             if token is not None:
                 _PEER.reset(token)
@@ -457,7 +471,8 @@ class Fetcher:
         self._checked[host] = loop.time() + self.settings.dns_cache_ttl
 
     async def _read(
-        self, resp: aiohttp.ClientResponse, hop: _Hop, *, html_only: bool, limit: int
+        self, resp: aiohttp.ClientResponse, hop: _Hop, *, html_only: bool, limit: int,
+        head: int,
     ) -> None:
         s = self.settings
         status = hop.status = resp.status
@@ -505,28 +520,40 @@ class Fetcher:
                 ex.truncated = "length"
             resp.close()
             return
-        buf = bytearray()
-        async for chunk in resp.content.iter_chunked(_CHUNK):
-            buf += chunk
-            hop.nbytes = len(buf)
-            if len(buf) > limit:
-                resp.close()  # drop the connection instead of draining the rest
-                del buf[limit:]
-                if ex is not None:
-                    ex.truncated = "length"
-                    ex.payload = bytes(buf)
-                if html_only:
-                    hop.error = f"too large (>{limit} bytes)"
-                    return
-                break
-        if not_html or (html_only and ctype is None and not looks_like_html(bytes(buf[:512]))):
+        # Streamed: an archived body whole (to a temp file past body.MEMORY), else only
+        # its first ``head`` bytes; the digest covers every byte either way.
+        body = Body(None if ex is not None else head, spool_dir=self._spool_dir)
+        try:
+            cut = await _stream(resp, body, hop, limit)
+        except BaseException:
+            body.close()
+            raise
+        if ex is not None:
+            ex.payload = body
+            if cut:
+                ex.truncated = "length"
+        if cut and html_only:
+            hop.error = f"too large (>{limit} bytes)"
+        elif not_html or (html_only and ctype is None and not looks_like_html(body.head(512))):
             hop.error = "not html"
-            if ex is not None and ex.truncated is None:
-                ex.payload = bytes(buf)  # archived, not parsed
-            return
-        hop.body = bytes(buf)
-        if ex is not None and ex.truncated is None:
-            ex.payload = hop.body
+        else:
+            hop.body = body.head(head)
+            hop.digest = body.digest()
+        if ex is None:
+            body.close()
+
+
+async def _stream(resp: aiohttp.ClientResponse, body: Body, hop: _Hop, limit: int) -> bool:
+    """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
+    (the connection dropped instead of draining the rest, however much more comes)."""
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        hop.nbytes += len(chunk)
+        if hop.nbytes > limit:
+            body.write(chunk[:len(chunk) - (hop.nbytes - limit)])
+            resp.close()
+            return True
+        body.write(chunk)
+    return False
 
 
 async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) -> None:
@@ -537,7 +564,7 @@ async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) 
             data = await resp.read()
             hop.nbytes = len(data)
             if hop.exchange is not None:
-                hop.exchange.payload = data
+                hop.exchange.payload = Body.of(data)
             return
         except (aiohttp.ClientError, OSError, TimeoutError):
             pass

@@ -12,6 +12,7 @@ canonicalizer's job (done for a whole page in one batch by the caller).
 from __future__ import annotations
 
 import codecs
+import re
 
 import ada_url
 from selectolax.lexbor import LexborHTMLParser
@@ -24,6 +25,16 @@ _URL_STRIP = "".join(map(chr, range(0x21)))
 _HTML_SPACE = " \t\n\r\f"
 
 _SELECT_ANCHORS = "a[href], area[href]"
+
+# A page longer than PIECE bytes is parsed in pieces of about that size, each cut just
+# before an <a or <area start tag (so every anchor's start tag is whole in one piece,
+# TAG_ROOM bytes allowed for the one a cut falls in): lexbor's tree costs ~16-19x
+# the HTML it holds (8 MiB of dense markup: 130-150 MB), one piece's ~10 MB.
+PIECE = 512 * 1024
+TAG_ROOM = 64 * 1024
+_ANCHOR_START = re.compile(rb"<(?:a|area)[\s/>]", re.IGNORECASE)
+_META_CHARSET = re.compile(rb"<meta[^>]*charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)",
+                           re.IGNORECASE)
 
 
 def _parse(body: bytes, charset: str | None) -> LexborHTMLParser:
@@ -92,7 +103,12 @@ def extract_links(
     of the tree does not. Image-map <area> links are rare: only a page that has
     some goes through the selector, which keeps <a> and <area> in document order.
     """
-    tree = _parse(body, charset)
+    if len(body) > PIECE:
+        return _extract_in_pieces(body, page_url, charset, nofollow)
+    return _extract(_parse(body, charset), page_url, nofollow)
+
+
+def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool) -> tuple[str, list[str]]:
     base_url = page_url
     for node in tree.tags("base"):
         attrs = node.attrs
@@ -101,6 +117,10 @@ def extract_links(
             break
     if nofollow and any(_is_nofollow_meta(node.attributes) for node in tree.tags("meta")):
         return base_url, []
+    return base_url, _anchors(tree, nofollow)
+
+
+def _anchors(tree: LexborHTMLParser, nofollow: bool) -> list[str]:
     nodes = tree.css(_SELECT_ANCHORS) if tree.tags("area") else tree.tags("a")
     hrefs: list[str] = []
     append = hrefs.append
@@ -117,6 +137,44 @@ def extract_links(
         href = href.strip(strip)
         if href:
             append(href)
+    return hrefs
+
+
+def _extract_in_pieces(body: bytes, page_url: str, charset: str | None, nofollow: bool
+                       ) -> tuple[str, list[str]]:
+    """``extract_links`` of a long page, a piece at a time (see ``PIECE``).
+
+    The first piece holds the <head>: its <base> and <meta robots> count for the
+    page, and a <meta charset> in its first 1024 bytes (what lexbor sniffs) is the
+    charset of every later piece. Why a cut can differ from one whole parse: a cut
+    that falls inside a comment, a <script> or an attribute value starts the next
+    piece there, so an "<a href" written inside one is taken for a link."""
+    if not charset:
+        found = _META_CHARSET.search(body, 0, 1024)
+        if found is not None:
+            charset = found.group(1).decode("ascii")
+    view = memoryview(body)
+    n = len(body)
+    start = 0
+    hrefs: list[str] = []
+    base_url = page_url
+    while start < n:
+        end = start + PIECE
+        nxt = _ANCHOR_START.search(body, end) if end < n else None
+        stop = n if end >= n else min(nxt.start() if nxt else n, end + TAG_ROOM)
+        tree = _parse(bytes(view[start:stop]), charset)
+        if start == 0:
+            base_url, found_hrefs = _extract(tree, page_url, nofollow)
+            if nofollow and not found_hrefs and any(
+                    _is_nofollow_meta(node.attributes) for node in tree.tags("meta")):
+                return base_url, []
+            hrefs += found_hrefs
+        else:
+            hrefs += _anchors(tree, nofollow)
+        del tree  # one piece's tree at a time
+        if nxt is None:
+            break  # no anchor past this piece
+        start = nxt.start()
     return base_url, hrefs
 
 

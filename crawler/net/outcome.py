@@ -33,7 +33,9 @@ class FetchResult:
     status: int | None  # None when no HTTP response (error)
     content_type: str | None  # media type only, lowercased ("text/html")
     charset: str | None
-    body: bytes | None  # only for HTML responses within the cap; None otherwise
+    # only for HTML responses within the cap, and of those only the first
+    # ``parse_limit`` bytes (a sitemap's: all of it up to its cap); None otherwise
+    body: bytes | None
     nbytes: int  # body bytes received, or the declared Content-Length when not read
     location: str | None  # raw Location header for 3xx (engine resolves it)
     retry_after: float | None
@@ -48,6 +50,8 @@ class FetchResult:
     retryable: bool = False
     # What was sent and received, for the WARC (only when the fetcher records).
     exchange: Exchange | None = None
+    # ``sha1:BASE32`` of the whole body when ``body`` is set (``body`` may be its head)
+    digest: str | None = None
     # The response's headers (case-insensitive names), for page handlers.
     headers: Mapping[str, str] | None = None
 

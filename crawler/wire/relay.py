@@ -23,12 +23,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from crawler.config.settings import DistributedSettings
 from crawler.wire.protocol import Delivery, Item
+from crawler.wire.recent import RecentKeys
 from crawler.wire.transport import RedisTransport
-from dedup import RecentKeys
 
 __all__ = ["Relay"]
 
@@ -50,6 +51,7 @@ class Crawl(Protocol):
     async def admit_received(self, by_depth: Sequence[tuple[list[tuple[str, str]], int]]
                              ) -> None: ...
     def locally_idle(self) -> bool: ...
+    def receiving(self) -> AbstractContextManager[None]: ...
     def end(self) -> None: ...
     def stop(self, reason: str = "stopped") -> None: ...
     def abort(self, exc: BaseException) -> bool: ...
@@ -64,7 +66,6 @@ class Relay:
         self.transport = transport
         self.settings = settings
         self._crawl = crawl
-        self.receiving = False  # a delivery taken from the stream and not yet acked
         self._wake = asyncio.Event()
         self._recent = RecentKeys(settings.forward_cache_size)
         self._sending: dict[str, asyncio.Future[None]] = {}  # key -> the batch carrying it
@@ -157,12 +158,8 @@ class Relay:
             deliveries = await self.transport.receive(block_ms=block_ms)
             if not deliveries:
                 continue
-            self.receiving = True
-            try:
+            with self._crawl.receiving():  # not idle until acked; wakes the fleet loop
                 await self._take(deliveries)
-            finally:
-                self.receiving = False
-                self._wake.set()
 
     async def _take(self, deliveries: list[Delivery]) -> None:
         """Admit forwarded links (one batch per depth), commit, then acknowledge."""

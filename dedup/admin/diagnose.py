@@ -66,10 +66,12 @@ def diagnose(state_dir: str | Path) -> Diagnosis:
                      index_records=records)
 
 
-def index_damage(state_dir: str | Path) -> str:
-    """What is wrong with ``state_dir``'s fingerprint index ("" if whole)."""
+def index_damage(state_dir: str | Path, *, records: bool = True) -> str:
+    """What is wrong with ``state_dir``'s fingerprint index ("" if whole).
+    ``records=False``: the manifest and each run's header and size only
+    (``verify_index``), what ``bloomcrawl stats`` checks."""
     try:
-        verify_index(_index_dir(Path(state_dir)))
+        verify_index(_index_dir(Path(state_dir)), records=records)
     except IndexDamaged as exc:
         return str(exc)
     return ""

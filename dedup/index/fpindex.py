@@ -55,7 +55,15 @@ from dedup.base.heap import give_back
 from dedup.index import fptable
 from dedup.index.fpbuffer import Buffer
 from dedup.index.merging import key_order, merge_runs
-from dedup.index.runs import SEQ_MASK, TOMBSTONE, Run, RunFileError, verify_run, write_run
+from dedup.index.runs import (
+    SEQ_MASK,
+    TOMBSTONE,
+    Run,
+    RunFileError,
+    check_run_header,
+    verify_run,
+    write_run,
+)
 from dedup.index.sortedkeys import BLOCK_RECORDS, Query
 
 MANIFEST = "MANIFEST"
@@ -392,11 +400,17 @@ class _Merge:
             self.done.set()
 
 
-def verify_index(directory: str | os.PathLike[str], *, attempts: int = 5) -> int:
+def verify_index(directory: str | os.PathLike[str], *, attempts: int = 5,
+                 records: bool = True) -> int:
     """Check the index in ``directory`` whole without opening it: the MANIFEST and
     every run it names (header, size, records' CRC; :func:`dedup.index.runs.verify_run`),
     in bounded memory and no directory built. Returns the records checked; raises
     :class:`~dedup.base.errors.IndexDamaged`. A missing directory is an empty index.
+
+    ``records=False`` checks each run's header and size only
+    (:func:`dedup.index.runs.check_run_header`): O(runs), not O(records), for a
+    report beside a running crawl; a run truncated or cut short is still found,
+    a flipped byte inside its records only by the full check or by opening it.
 
     Safe beside the writer: a run that vanishes while it is read is a merge that
     replaced it (the manifest changed), and the check starts again, up to
@@ -405,7 +419,8 @@ def verify_index(directory: str | os.PathLike[str], *, attempts: int = 5) -> int
     for attempt in range(attempts):
         _, _, names = _read_manifest(directory / MANIFEST)
         try:
-            return sum(verify_run(directory / name) for name in names)
+            check = verify_run if records else check_run_header
+            return sum(check(directory / name) for name in names)
         except RunFileError:
             if attempt == attempts - 1 or _read_manifest(directory / MANIFEST)[2] == names:
                 raise

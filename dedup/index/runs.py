@@ -324,6 +324,17 @@ def verify_run(path: str | os.PathLike[str]) -> int:
     return count
 
 
+def check_run_header(path: str | os.PathLike[str]) -> int:
+    """Check a run file's header (magic, version, its own CRC, fields) and that the
+    file's size is what the header says, without reading its records: what a
+    reader that only reports damage can afford (``bloomcrawl stats``). A flipped
+    byte inside the records passes; :func:`verify_run` and opening the run catch it.
+    Returns its record count; raises :class:`RunFileError`."""
+    path = Path(path)
+    size, head = _read_head(path)
+    return _parse_header(path, head, size)[1]
+
+
 def _read_head(path: Path) -> tuple[int, bytes]:
     """``(file size, its first HEADER_SIZE bytes)``; a missing file is damage too
     (the MANIFEST names it)."""

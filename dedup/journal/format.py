@@ -23,20 +23,8 @@ from dedup.url.host import host_of
 FP = 16  # bytes per fingerprint
 FORMAT = 2
 ADMIT, FORGET = 0, 1
-# Tables:
-# - meta: geometry, rules, crawl id, format = 2 and the kept counters ("counters"),
-#   written in the same transaction as the rows they count.
-# - log(seq, n, kind, depth, fps): seqs seq .. seq+n-1; kind 0 admits, kind 1
-#   forgets (tombstones for the fingerprints).
-# - queue(id, host, depth, seqs, urls): the durable frontier text, one row per
-#   (batch, host); id is the group's smallest seq (unique, since a batch's groups
-#   partition its seqs), seqs the offsets from id, urls the packed text (below).
-# - outcomes(seq, state, status, error, at): fetch results; no row = queued.
-# Every log, queue and outcomes row carries ``crc``, a CRC-32 of its other columns
-# (``row_crc``): SQLite checks its pages' structure, never their contents, so a
-# flipped byte inside a fingerprint blob would otherwise be read as a different
-# fingerprint (a page fetched twice). A NULL crc (a ledger written before the
-# column: ``CRC_COLUMNS`` adds it) is not checked.
+# The tables and their crc column are described in dedup.journal.journal's docstring
+# (``Journal._open`` adds the crc column to a ledger written before it).
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, kind INTEGER NOT NULL,
@@ -110,8 +98,6 @@ class QueuedRow:
     url: str
     host: str
     depth: int
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +192,3 @@ def decode_group(first: int, seqs: bytes, urls: bytes) -> tuple[np.ndarray, list
     texts = body.decode().split("\n")
     dtype = np.uint8 if len(seqs) == len(texts) else np.dtype("<u4")
     return np.frombuffer(seqs, dtype=dtype).astype(np.int64) + first, texts
-
-
-def flatten_log_rows(rows: list[tuple]) -> tuple[np.ndarray, bytes, np.ndarray]:
-    """Log rows ``(seq, n, kind, fps)`` as one run of per-seq arrays."""
-    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    ns = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-    kinds = np.repeat(np.fromiter((r[2] for r in rows), np.uint8, len(rows)), ns)
-    before = np.cumsum(ns) - ns
-    seqs = np.arange(int(ns.sum()), dtype=np.int64) + np.repeat(starts - before, ns)
-    return seqs, b"".join(r[3] for r in rows), kinds

@@ -10,7 +10,37 @@ in bench/README.md, "Ledger format 2".) The exact seen-set lives in the
 fingerprint index (``dedup.index.fpindex``), which is rebuilt from this log; the log
 never deletes, so seqs are never reused and snapshot high-water marks stay sound.
 
-The tables are described beside ``SCHEMA`` (``dedup.journal.format``).
+Tables (``SCHEMA``, ``dedup.journal.format``):
+
+- ``meta``: geometry, rules, crawl id, ``format`` = 2 and the kept counters
+  (``counters``), written in the same transaction as the rows they count; and a
+  caller's JSON values (``meta_get``/``meta_set``).
+- ``log(seq, n, kind, depth, fps)``: seqs ``seq .. seq+n-1``; kind 0 admits,
+  kind 1 forgets (tombstones for the fingerprints).
+- ``queue(id, host, depth, seqs, urls)``: the durable frontier text, one row per
+  (batch, host); ``id`` is the group's smallest seq (unique, since a batch's
+  groups partition its seqs), ``seqs`` the offsets from ``id`` (uint8 when they
+  fit, else uint32), ``urls`` the newline-joined text behind a tag byte, zlib-
+  deflated when that is smaller (a lone URL is not).
+- ``outcomes(seq, state, status, error, at)``: fetch results; no row = queued.
+- ``notes(first, last, text)``: a caller's text per run of seqs (the crawler: the
+  page a run of URLs was found on, pages.jsonl's ``referrer``).
+- ``contents(digest, name, at)``: the first ``(name, date)`` seen with each content
+  digest (the crawler: WARC revisits and pages.jsonl's ``duplicate_of``).
+
+Every row of ``log``, ``queue``, ``outcomes``, ``notes`` and ``contents`` carries
+``crc``, a CRC-32 of its other columns (``row_crc``): SQLite checks its pages'
+structure, never their contents, so a flipped byte inside a fingerprint blob
+would otherwise be read as a different fingerprint (a page fetched twice). A
+NULL crc (a row written before the column existed) is not checked.
+
+Crawl-specific: ``log`` and ``meta`` are all a seen-set of plain keys needs
+(``UrlSeen.filter_new`` writes nothing else). ``queue``, ``outcomes``, ``notes``
+and ``contents`` hold crawler concepts (URL text and hosts, fetch states
+FETCHED/FAILED/SKIPPED, referrers, body digests). They are kept here, not in a
+layer above, because they must commit in the same transaction as the keys they
+describe; the crawler reaches them only through ``dedup.store.crawl``.
+
 One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.
 """
 
@@ -43,16 +73,17 @@ from dedup.journal.format import (
     State,
     crc_ok,
     encode_group,
-    flatten_log_rows,
     groups_by_host,
     with_crc,
 )
 from dedup.journal.queue import QueueTable, select_in
 from dedup.journal.walcheck import check_wal
 
-# bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB pages wrote no less than
-# 4 KiB ones; checkpoints every 1,000 pages keep the WAL near 4 MiB (10,000: 40 MiB, filling
-# small disks) for ~35% more bytes written with URL text. The WAL is cut to 8 MiB after one.
+# Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
+# pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
+# WAL near 4 MiB (10,000 let it reach 40 MiB, filling small disks long before the
+# data did); it costs ~35% more bytes written per URL with URL text, whose host index
+# pages get checkpointed more often. After a checkpoint the WAL is cut to 8 MiB.
 PAGE_SIZE = 4096
 WAL_AUTOCHECKPOINT = 1_000
 JOURNAL_SIZE_LIMIT = 8 << 20
@@ -345,7 +376,7 @@ class Journal:
             if more and size < chunk:
                 continue
             if rows:
-                seqs, fps, kinds = flatten_log_rows(rows)
+                seqs, fps, kinds = _flatten(rows)
                 k = int(np.searchsorted(seqs, seq, side="right"))
                 if k < len(seqs):
                     yield seqs[k:], fps[k * FP:], kinds[k:]
@@ -508,3 +539,12 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _flatten(rows: list[tuple]) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """Log rows ``(seq, n, kind, fps)`` as one run of per-seq arrays."""
+    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+    ns = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    kinds = np.repeat(np.fromiter((r[2] for r in rows), np.uint8, len(rows)), ns)
+    before = np.cumsum(ns) - ns
+    seqs = np.arange(int(ns.sum()), dtype=np.int64) + np.repeat(starts - before, ns)
+    return seqs, b"".join(r[3] for r in rows), kinds

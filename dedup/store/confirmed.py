@@ -8,7 +8,7 @@ strings kept each ~100-byte key alive and cost three hash-table probes a link.
 The pass fingerprints each link as it checks it, so the keys it does not hold
 come out with their fingerprints, ready for the filter and the ledger.
 
-Eviction is by two generations, as :class:`dedup.store.recent.RecentKeys`: keys go into
+Eviction is by two generations (as the fleet relay's ``RecentKeys``): keys go into
 the young table; when it holds ``size // 2`` keys it becomes the old one and the
 previous old one is dropped; a key found in the old table moves back to the
 young one, so keys in steady use survive every swap. A table is at most half

@@ -34,6 +34,7 @@ from dedup.journal.format import FORGET, PortableRow, QueuedRow, State
 from dedup.journal.journal import Journal
 from dedup.journal.transfer import import_rows as _import_rows
 from dedup.journal.transfer import rows as _rows
+from dedup.store.statedir import ledger_path
 from dedup.url.fingerprint import halves
 
 __all__ = ["INDEX_SUFFIX", "Ledger", "QueuedRow", "State", "StateFormatError"]
@@ -63,6 +64,12 @@ class Ledger:
         self.journal = Journal(self.path, readonly=readonly, autocommit=autocommit)
         self._index: FingerprintIndex | None = None
         self._index_buffer = index_buffer
+
+    @classmethod
+    def in_dir(cls, state_dir: str | Path, *, readonly: bool = False) -> Ledger:
+        """The ledger of a state directory (its meta and rows, without the filter or
+        the lock ``UrlSeen`` takes): for tools that only read or fix its metadata."""
+        return cls(ledger_path(state_dir), readonly=readonly)
 
     @property
     def index_dir(self) -> Path:
@@ -213,6 +220,10 @@ class Ledger:
     def mark_many(self, rows: Iterable[tuple[int, State, int | None, str | None]]) -> None:
         """Record fetch outcomes in the open transaction."""
         self.journal.mark_many(rows)
+
+    def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
+        """``(seq, state, status, error, at)`` of every row marked done, in seq order."""
+        return self.journal.outcomes()
 
     def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
                ) -> list[QueuedRow]:

@@ -32,6 +32,7 @@ import numpy as np
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.store.confirmed import CacheMisses, ConfirmCache
+from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
 from dedup.store.restore import load_shards, replay
@@ -41,6 +42,7 @@ from dedup.url.fingerprint import fingerprint, halves
 from dedup.url.host import host_of
 
 __all__ = ["NewUrl", "UrlSeen"]
+
 
 @dataclass(frozen=True, slots=True)
 class NewUrl:
@@ -53,8 +55,12 @@ class NewUrl:
     depth: int
 
 
-class UrlSeen:
+class UrlSeen(CrawlRecords):
     """Exact "have we seen this URL?" for a crawl, backed by a state directory.
+
+    ``filter_new`` is the generic seen-test (keys in, new keys out); ``admit``
+    and the methods of :class:`~dedup.store.crawl.CrawlRecords` are the
+    crawl-specific part (frontier text, outcomes, referrers, metadata).
 
     Geometry (capacity, error rate, shards, seed, growth) and the
     canonicalization rules are frozen into the ledger the first time a directory
@@ -138,8 +144,8 @@ class UrlSeen:
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        misses, idx, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
-                                      keep_urls=False)
+        misses, idx, _, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
+                                         keep_urls=False)
         keys = misses.keys
         return [keys[i] for i in idx]
 
@@ -153,8 +159,8 @@ class UrlSeen:
         otherwise pay each step's fixed cost alone."""
         misses, ends, n_links, hits = self._misses_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
-        idx, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
-                                    State.QUEUED, keep_urls=False)
+        idx, _, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
+                                       State.QUEUED, keep_urls=False)
         keys = misses.keys
         return [[keys[i] for i in part] for part in _split(idx, ends)]
 
@@ -176,13 +182,13 @@ class UrlSeen:
               state: State = State.QUEUED) -> list[NewUrl]:
         """Resolve raw links against ``base_url`` and admit the new ones, keeping their
         URL text in the ledger's frontier."""
-        return self.admit_resolved([p for p in self._resolve(links, base_url)[0] if p],
-                                   depth=depth, state=state)
+        pairs = [p for p in self._resolve(links, base_url)[0] if p is not None]
+        return self.admit_resolved(pairs, depth=depth, state=state)
 
     def _resolve(self, links: Iterable[str], base_url: str | None
                  ) -> tuple[list[tuple[str, str] | None], int]:
-        """``(fetch_url, key)`` per link, None where rejected (the confirm cache skips
-        them), and how many are not."""
+        """``(fetch_url, key)`` per link, None where rejected, and how many are not:
+        the confirm cache skips the Nones, so they need no pass of their own."""
         resolved = self.canonicalizer.resolve_many(links, base_url)
         rejected = resolved.count(None)
         self.counters["rejected"] += rejected
@@ -191,10 +197,10 @@ class UrlSeen:
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
                        state: State = State.QUEUED) -> list[NewUrl]:
         """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        misses, idx, seqs = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
+        misses, idx, seqs, hosts = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
         keys, urls = misses.keys, misses.values
-        return [NewUrl(seq, urls[i], keys[i], host_of(urls[i]), depth)
-                for seq, i in zip(seqs, idx, strict=True)]
+        return [NewUrl(seq, urls[i], keys[i], host, depth)
+                for seq, i, host in zip(seqs, idx, hosts, strict=True)]
 
     def admit_resolved_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str]], int]]
                              ) -> list[list[NewUrl]]:
@@ -209,20 +215,25 @@ class UrlSeen:
         misses, ends, n_links, hits = self._misses_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
-        idx, seqs = self._admit_misses(misses, n_links, hits,
-                                       list(zip(ends, depths, strict=True)), State.QUEUED,
-                                       keep_urls=True)
-        seq_of = dict(zip(idx, seqs, strict=True))
+        idx, seqs, hosts = self._admit_misses(misses, n_links, hits,
+                                              list(zip(ends, depths, strict=True)),
+                                              State.QUEUED, keep_urls=True)
         keys, urls = misses.keys, misses.values
-        return [[NewUrl(seq_of[i], urls[i], keys[i], host_of(urls[i]), depth) for i in part]
-                for part, depth in zip(_split(idx, ends), depths, strict=True)]
+        out: list[list[NewUrl]] = []
+        j = 0  # each page's new keys are the next slice of idx (and of seqs, hosts)
+        for part, depth in zip(_split(idx, ends), depths, strict=True):
+            k = j + len(part)
+            out.append([NewUrl(seq, urls[i], keys[i], host, depth)
+                        for i, seq, host in zip(part, seqs[j:k], hosts[j:k], strict=True)])
+            j = k
+        return out
 
     def _admit(self, pairs: Sequence[tuple[str, str] | None], n_links: int, depth: int,
                state: State, *, keep_urls: bool
-               ) -> tuple[CacheMisses, list[int], Sequence[int]]:
+               ) -> tuple[CacheMisses, list[int], Sequence[int], list[str]]:
         """The seen-test for one page's ``pairs`` (``n_links`` links; Nones skipped):
         ``(the keys the confirm cache did not hold, with their first URLs; indexes
-        of the new ones among them; their seqs)``.
+        of the new ones among them; their seqs; their hosts, with keep_urls)``.
 
         Keys confirmed or admitted lately are answered from memory: navigation
         repeats on every page, so most links never reach the filter or the ledger.
@@ -236,10 +247,12 @@ class UrlSeen:
 
     def _admit_misses(self, misses: CacheMisses, n_links: int, hits: int,
                       spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
-                      ) -> tuple[list[int], Sequence[int]]:
+                      ) -> tuple[list[int], Sequence[int], list[str]]:
         """:meth:`_admit` once the confirm cache has answered: ``misses`` holds the
         keys it did not, of ``n_links`` links of which ``hits`` it did: ``(indexes of
-        the new ones, their seqs)``. ``spans``: ``(end, depth)`` of consecutive runs
+        the new ones, their seqs, their hosts)``; the hosts (with ``keep_urls``, else
+        empty) are computed here once, for the journal's frontier rows and the
+        caller's ``NewUrl``. ``spans``: ``(end, depth)`` of consecutive runs
         of its keys; the new keys of a depth are one ledger append, shallowest first."""
         counters = self.counters
         counters["links"] += n_links
@@ -247,7 +260,7 @@ class UrlSeen:
         counters["confirm_cache_hits"] += hits
         if not len(misses):
             counters["repeats"] += n_links
-            return [], range(0)
+            return [], range(0), []
         h = halves(misses.fps)
         probed = self.bloom.probe_hashes(h)
         new_mask = ~probed.found
@@ -265,14 +278,15 @@ class UrlSeen:
         counters["new"] += len(new)
         counters["repeats"] += n_links - len(new)
         if not len(new):
-            return [], range(0)
+            return [], range(0), []
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
         idx = new.tolist()
+        values = misses.values
+        hosts = [host_of(values[i]) for i in idx] if keep_urls else []
         depths = {d for _, d in spans}
         if len(depths) == 1:
-            seqs: Sequence[int] = self._append(new, misses, h, depths.pop(),
-                                               keep_urls=keep_urls)
+            seqs: Sequence[int] = self._append(new, misses, h, depths.pop(), hosts)
             last = seqs[-1]
         else:  # one append per depth; idx keeps key order, seqs follow it
             depth_of = np.array([d for _, d in spans])[
@@ -281,7 +295,8 @@ class UrlSeen:
             for d in sorted(depths):
                 at = np.flatnonzero(depth_of == d)
                 if len(at):
-                    got = self._append(new[at], misses, h, d, keep_urls=keep_urls)
+                    got = self._append(new[at], misses, h, d,
+                                       [hosts[j] for j in at.tolist()] if keep_urls else [])
                     seq_arr[at] = np.arange(got.start, got.stop)
                     last = got.stop - 1
             seqs = seq_arr.tolist()
@@ -292,18 +307,19 @@ class UrlSeen:
         if self.ledger.autocommit:
             self._covered_seq = self._appended_seq
         confirmed.add(h[new])
-        return idx, seqs
+        return idx, seqs, hosts
 
-    def _append(self, new: np.ndarray, misses: CacheMisses, h: np.ndarray, depth: int, *,
-                keep_urls: bool) -> range:
-        """One ledger append of the keys at ``new`` (indexes into ``misses``)."""
+    def _append(self, new: np.ndarray, misses: CacheMisses, h: np.ndarray, depth: int,
+                hosts: list[str]) -> range:
+        """One ledger append of the keys at ``new`` (indexes into ``misses``), with
+        their URL text and ``hosts`` (the frontier's) if given, none if empty."""
         blob = np.frombuffer(misses.fps, dtype="V16")[new].tobytes()
-        urls = hosts = None
-        if keep_urls:
+        urls = None
+        if hosts:
             values = misses.values
             urls = [values[i] for i in new.tolist()]
-            hosts = [host_of(u) for u in urls]
-        return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h[new])
+        return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts or None,
+                                  h=h[new])
 
     # -- inspection and forgetting ----------------------------------------------------
 

@@ -130,9 +130,9 @@ class Canonicalizer:
 
     Two generations of dicts approximate LRU at plain-dict cost: lookups hit the
     young one; when it is full it becomes the old one, and entries still in use
-    are promoted back on their next hit (the eviction of
-    :class:`dedup.store.recent.RecentKeys` and the confirm cache, which keep sets
-    of keys in the store layer above this one; this cache maps to values).
+    are promoted back on their next hit (the eviction of the confirm cache,
+    ``dedup.store.confirmed``, which keeps a set of fingerprints in the store
+    layer above this one; this cache maps to values).
     Rejections are cached too (every page has its ``javascript:void(0)``).
     Entries are tuples of strings, which the garbage collector stops tracking:
     mutable entries made every collection walk the whole cache (measured 1.7x

@@ -13,6 +13,8 @@ import pytest
 import pytest_asyncio
 
 from crawler.config.settings import FetchSettings
+from crawler.net.body import MEMORY
+from crawler.net.exchange import payload_digest
 from crawler.net.fetch import Fetcher, TextFetch
 from crawler.net.headers import looks_like_html, parse_content_type, parse_retry_after
 from crawler.net.links import extract_links
@@ -236,6 +238,25 @@ async def test_declared_length_over_the_cap_is_refused_unread(srv: FaultServer) 
 async def test_body_at_the_cap_is_kept(srv: FaultServer) -> None:
     r = await fetch(srv.url("/big?mb=1"), max_bytes=1 * MB)
     assert r.error is None and r.body is not None and len(r.body) == 1 * MB
+
+
+async def test_links_come_from_the_head_while_the_digest_covers_the_whole_body(
+        srv: FaultServer) -> None:
+    r = await fetch(srv.url("/big?mb=3"), max_bytes=4 * MB, parse_limit=1 * MB)
+    whole = await fetch(srv.url("/big?mb=3"), max_bytes=4 * MB, parse_limit=4 * MB)
+    assert whole.body is not None and len(whole.body) == 3 * MB
+    assert (r.error, r.nbytes, r.body) == (None, 3 * MB, whole.body[:1 * MB])
+    assert r.digest == whole.digest == payload_digest(whole.body)
+
+
+async def test_a_recorded_body_reset_midway_past_the_memory_spool_is_not_archived(
+        srv: FaultServer) -> None:
+    async with Fetcher(replace(FAST, max_bytes=8 * MB), record=True) as f:
+        r = await f.fetch(srv.url(f"/reset?after={3 * MEMORY}"))
+    assert (r.status, r.interrupted, r.exchange, r.body, r.digest) == (
+        200, True, None, None, None)
+    assert r.error is not None and r.error.startswith("connection reset")
+    assert MEMORY < r.nbytes < 3 * MEMORY + 100_000
 
 
 async def test_non_html_is_not_downloaded(srv: FaultServer) -> None:

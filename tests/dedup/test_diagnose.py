@@ -76,3 +76,18 @@ def test_diagnose_names_damaged_shards_and_a_damaged_ledger(state: Path) -> None
     db.write_bytes(bytes(data))
     found = diagnose(state)
     assert found.ledger_damaged and str(db) in found.ledger
+
+
+def test_the_quick_check_finds_a_cut_run_not_a_flipped_record(state: Path) -> None:
+    """``index_damage(records=False)`` (``bloomcrawl stats``) reads each run's header
+    and size only: a truncated run is reported, a flipped record byte is left to the
+    full check (``diagnose``, a writer's open, ``rebuild``, ``repair``)."""
+    assert index_damage(state, records=False) == ""
+    run = flip_run(state)
+    assert index_damage(state, records=False) == ""
+    assert run.name in index_damage(state)
+    with open(run, "rb+") as f:
+        f.truncate(run.stat().st_size - 24)  # one record short of what the header says
+    damage = index_damage(state, records=False)
+    assert run.name in damage and "truncated or damaged" in damage
+

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dedup.store.recent import RecentKeys
+from crawler.wire.recent import RecentKeys
 
 
 def test_keys_in_steady_use_survive_a_swap():

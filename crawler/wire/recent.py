@@ -4,9 +4,9 @@ Two generations: keys go into the young set; when it holds ``size // 2`` keys it
 becomes the old set and the previous old set is dropped. A key found in the old
 set is moved back to the young one, so keys in steady use survive every swap.
 This costs two set operations per insert, where an ``OrderedDict`` LRU costs a
-linked-list update on every hit as well. (The fleet's relay keeps the keys it
-forwarded lately here; the seen-test's cache, by fingerprint, is
-:mod:`dedup.store.confirmed`.)
+linked-list update on every hit as well. The fleet's relay keeps the keys it
+forwarded lately here (``crawler.wire.relay``); the seen-test's cache, by
+fingerprint and with the same two generations, is ``dedup.store.confirmed``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""When is a crawl over? One object counts what could still queue a URL.
+
+A URL is queued by a page's links (admitted at the page's group commit), by a
+sitemap a page led to, or, in a fleet, by links another worker forwarded. So
+nothing more can come once
+
+- the frontier has nothing to hand out, in flight or deferred for a retry
+  (``Frontier.finished``),
+- no page is being processed: taken from the frontier and its group commit not
+  yet returned (which covers its links, routed but not yet admitted),
+- no fleet delivery is being received: taken from Redis and not yet admitted
+  and acknowledged.
+
+``Pending.idle`` is that test, the crawler's ``queue.join()``: a single process
+ends the crawl when it holds; a fleet worker reports itself idle to the fleet,
+which ends when every worker is (``crawler.wire.relay``). ``on_change`` is
+called whenever the answer may have turned (the frontier ran dry, a page or a
+delivery finished), so the end is seen at once, not at a poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from crawler.core.frontier import Frontier
+
+__all__ = ["Pending"]
+
+
+class Pending:
+    """Pages and fleet deliveries under way, beside the frontier: ``idle()``."""
+
+    def __init__(self, frontier: Frontier, on_change: Callable[[], None] | None = None) -> None:
+        self.frontier = frontier
+        self.pages = 0  # taken from the frontier, their commit not returned yet
+        self.deliveries = 0  # fleet deliveries taken from Redis, not acked yet
+        self.on_change: Callable[[], None] = on_change or (lambda: None)
+
+    def idle(self) -> bool:
+        """Nothing to fetch and nothing under way that could queue more."""
+        return not self.pages and not self.deliveries and self.frontier.finished()
+
+    @contextmanager
+    def page(self) -> Iterator[None]:
+        """One page, from ``frontier.get()`` to the return of its commit."""
+        self.pages += 1
+        try:
+            yield
+        finally:
+            self.pages -= 1
+            self.on_change()
+
+    @contextmanager
+    def delivery(self) -> Iterator[None]:
+        """One fleet delivery, from its read to its acknowledgement."""
+        self.deliveries += 1
+        try:
+            yield
+        finally:
+            self.deliveries -= 1
+            self.on_change()

@@ -1,0 +1,114 @@
+"""The crawl-specific half of the seen-store: what a crawler keeps beside its keys.
+
+``UrlSeen.filter_new`` needs nothing of this: it keeps fingerprints and a depth,
+never URL text, hosts or fetch outcomes. A crawler needs more of the same
+directory, in the same transactions as its admissions (so a crash never splits
+them): the frontier's text (URL and host of each queued key), fetch outcomes
+(the ledger's ``State``: QUEUED, FETCHED, FAILED, SKIPPED), where each run of
+new URLs was found (its referrer), the first capture of each body digest, and
+JSON metadata. Those are crawler concepts kept by dedup's journal: this mixin is
+the one door the crawler goes through for them, with the names a crawler
+engineer looks for, so that nothing outside dedup drives the ledger's internals
+(``seen.ledger.journal...``).
+
+Why a mixin of ``UrlSeen`` and not a crawler-side layer: the rows it reads and
+writes are the journal's own, committed by the seen-store's group commit; a
+second object over the same SQLite connection would add a second owner of that
+transaction, not a boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dedup.journal.format import QueuedRow, State
+from dedup.store.ledger import Ledger
+
+__all__ = ["CrawlRecords", "Outcome"]
+
+Outcome = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
+
+
+class CrawlRecords:
+    """Crawler-facing methods of :class:`~dedup.store.seen.UrlSeen` (``self.ledger``)."""
+
+    ledger: Ledger
+
+    # -- metadata: the crawl's settings, output sizes, totals (JSON values) ----------
+
+    def meta_get(self, key: str, default: Any = None) -> Any:
+        """The JSON value stored under ``key`` (``default`` if none)."""
+        return self.ledger.meta_get(key, default)
+
+    def meta_set(self, key: str, value: Any) -> None:
+        """Store a JSON value, in the open transaction (durable at ``commit``)."""
+        self.ledger.meta_set(key, value)
+
+    # -- the frontier: queued URLs with their text -----------------------------------
+
+    def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
+               ) -> list[QueuedRow]:
+        """Page in the durable frontier, oldest first (optionally one host's)."""
+        return self.ledger.queued(limit, after_seq=after_seq, host=host)
+
+    def queued_hosts(self) -> list[str]:
+        """Hosts with frontier text kept (an upper bound: done rows are compacted lazily)."""
+        return self.ledger.queued_hosts()
+
+    # -- outcomes ---------------------------------------------------------------------
+
+    def record_outcomes(self, rows: Iterable[Outcome]) -> None:
+        """Mark fetched/failed/skipped ``(seq, state, status, error)`` rows, in the open
+        transaction (the crawler's group commit makes them durable with its output)."""
+        self.ledger.mark_many(rows)
+
+    def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
+        """``(seq, state, status, error, at)`` of every row marked done, in seq order."""
+        return self.ledger.outcomes()
+
+    def counts(self) -> dict[str, int]:
+        """Per-state counts (admitted, forgotten, queued, fetched, ...): O(1), kept."""
+        return self.ledger.counts()
+
+    # -- referrers and captures --------------------------------------------------------
+
+    def note_referrers(self, runs: Iterable[tuple[int, int, str | None]]) -> None:
+        """``(first seq, last seq, url)``: the page each run of new seqs was found on."""
+        self.ledger.journal.note_runs(runs)
+
+    def referrer_of(self, seq: int) -> str | None:
+        """The page ``seq``'s URL was found on (``note_referrers``), None if unknown."""
+        return self.ledger.journal.note_of(seq)
+
+    def first_capture(self, digest: str) -> tuple[str, str] | None:
+        """``(url, date)`` of the first body with this payload digest, or None."""
+        return self.ledger.journal.content_first(digest)
+
+    def note_captures(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """``(digest, url, date)``: first captures, in the open transaction (a digest
+        already known keeps its first)."""
+        self.ledger.journal.content_add(rows)
+
+    # -- checks and figures ------------------------------------------------------------
+
+    def verify(self) -> int:
+        """Read every journal row once and check its checksum; raises
+        :class:`~dedup.base.errors.LedgerDamaged` naming the first damaged row.
+        O(ledger): a resume runs it before its first fetch. Returns the rows read."""
+        return self.ledger.journal.verify()
+
+    def index_stats(self) -> dict[str, Any]:
+        """The fingerprint index's figures (runs and their records, buffer, bytes, mark)."""
+        return self.ledger.index_stats()
+
+    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
+        """Exact membership of fingerprints as ``(n, 2)`` uint64 halves (the ledger's
+        index, not the filter)."""
+        return self.ledger.contains_hashes(h)
+
+    def __len__(self) -> int:
+        """URLs admitted and not forgotten (kept counters: O(1))."""
+        return len(self.ledger)

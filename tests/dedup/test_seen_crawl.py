@@ -1,0 +1,71 @@
+"""The crawl-facing methods of the seen-store (``dedup.store.crawl``): what the crawler
+needs of a state directory, without reaching through ``seen.ledger``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dedup import State, UrlSeen
+from dedup.url.fingerprint import fingerprint, halves
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _open(d: Path, **kw: object) -> UrlSeen:
+    return UrlSeen(d, capacity=64, shards=2, crawl_id="crawl", **kw)
+
+
+@pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
+def test_frontier_outcomes_and_counts(tmp_path: Path) -> None:
+    with _open(tmp_path) as seen:
+        new = seen.admit(["http://a.test/1", "http://b.test:81/2", "http://a.test/3"])
+        assert [n.host for n in new] == ["a.test", "b.test:81", "a.test"]
+        assert len(seen) == 3
+        assert sorted(seen.queued_hosts()) == ["a.test", "b.test:81"]
+        assert [r.url for r in seen.queued(10, host="a.test")] == [
+            "http://a.test/1", "http://a.test/3"]
+        seen.record_outcomes([(new[0].seq, State.FETCHED, 200, None),
+                              (new[1].seq, State.FAILED, None, "refused")])
+        seen.commit()
+        c = seen.counts()
+        assert (c["queued"], c["fetched"], c["failed"]) == (1, 1, 1)
+        assert [(seq, st, status, err) for seq, st, status, err, _ in seen.outcomes()] == [
+            (new[0].seq, State.FETCHED, 200, None), (new[1].seq, State.FAILED, None, "refused")]
+        assert [r.url for r in seen.queued(10)] == ["http://a.test/3"]
+
+
+@pytest.mark.usefixtures("store_impl")
+def test_meta_referrers_and_captures_survive_reopening(tmp_path: Path) -> None:
+    with _open(tmp_path, autocommit=False) as seen:
+        new = seen.admit_resolved_pages([([("http://a.test/x", "http://a.test/x"),
+                                           ("http://a.test/y", "http://a.test/y")], 1)])[0]
+        seen.note_referrers([(new[0].seq, new[-1].seq, "http://a.test/")])
+        seen.note_captures([("sha1:AB", "http://a.test/x", "2026-01-01T00:00:00Z")])
+        seen.note_captures([("sha1:AB", "http://a.test/y", "2026-01-02T00:00:00Z")])
+        seen.meta_set("outputs", {"pages": 12})
+        seen.commit()
+    with _open(tmp_path, readonly=True) as seen:
+        assert seen.meta_get("outputs") == {"pages": 12}
+        assert seen.meta_get("absent", "default") == "default"
+        assert [seen.referrer_of(n.seq) for n in new] == ["http://a.test/"] * 2
+        assert seen.referrer_of(new[-1].seq + 1) is None
+        assert seen.first_capture("sha1:AB") == ("http://a.test/x", "2026-01-01T00:00:00Z")
+        assert seen.first_capture("sha1:CD") is None
+        assert seen.verify() > 0
+        fps = b"".join(fingerprint(k, seen.seed) for k in ("http://a.test/x", "http://no.test/"))
+        assert seen.contains_hashes(halves(fps)).tolist() == [True, False]
+        index = seen.index_stats()
+        assert sum(index["run_records"]) + index["buffer"] == 2
+        assert isinstance(seen.contains_hashes(np.zeros((0, 2), dtype=np.uint64)), np.ndarray)
+
+
+def test_the_crawler_never_reaches_into_the_ledger() -> None:
+    """The seen-store's methods are the crawler's only door to the ledger."""
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "crawler").rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"\.ledger\.|\bseen\.ledger\b|\.journal\.", line)]
+    assert hits == []

@@ -31,8 +31,9 @@ parameters dropped, names compared lowercased, the rest stably sorted by name).
 tests/dedup/test_canonical_diff.py compares the two on millions of links.
 
 Every write goes through a bounds-checked buffer (overflow: not handled), every
-read is below a length taken from the str, and nothing here calls back into
-Python code while a link is read, so no link changes under the loop.
+read is below a length taken from the str, and the links are read from a tuple
+of our own that holds each of them (an allocation may run a finalizer, which may
+change the caller's list: not this tuple, nor the immutable strs in it).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -18,7 +18,10 @@ Two forms, kept apart on purpose:
 ``Canonicalizer`` does both for every link of every page, with a cache keyed by
 the part of the page URL a link's resolution actually depends on, so navigation
 repeated on every page is parsed once. The per-miss work lives in
-``dedup.url.urlform``.
+``dedup.url.urlform``. Where it is built, the compiled ``dedup.native._canon`` resolves
+the ordinary http(s) links first (in C, the same bytes, ~10x faster, no cache needed)
+and leaves the rest (non-ASCII, IP and IDNA hosts, userinfo, backslashes, ...) to
+that cached Python path.
 """
 
 from __future__ import annotations
@@ -135,7 +138,9 @@ class Canonicalizer:
     are promoted back on their next hit (the eviction of
     :class:`dedup.store.recent.RecentKeys` and the confirm cache, which keep sets
     of keys in the store layer above this one; this cache maps to values).
-    Rejections are cached too (every page has its ``javascript:void(0)``).
+    Rejections are cached too (every page has its ``javascript:void(0)``). The
+    links the compiled fast path resolves never reach the cache: it is cheaper
+    than a lookup (``cache_info()["compiled"]`` counts them).
     Entries are tuples of strings, which the garbage collector stops tracking:
     mutable entries made every collection walk the whole cache (measured 1.7x
     slower). Not thread-safe: one per thread.

@@ -63,17 +63,17 @@ static void init_classes(void) {
     for (int c = 0; c < 256; c++) {
         unsigned char k = 0;
         int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        int digit = c >= '0' && c <= '9';
+        int num = c >= '0' && c <= '9';
         if (c < 0x20 || c >= 0x7F || c == '\\') k |= C_BAD;
         if (alpha) k |= C_ALPHA;
-        if (alpha || digit || c == '+' || c == '-' || c == '.') k |= C_SCHEME;
-        if (alpha || digit || c == '-' || c == '_') k |= C_HOST;
+        if (alpha || num || c == '+' || c == '-' || c == '.') k |= C_SCHEME;
+        if (alpha || num || c == '-' || c == '_') k |= C_HOST;
         if (c == ' ' || c == '"' || c == '<' || c == '>' || c == '^' || c == '`' || c == '{'
                 || c == '}')
             k |= C_PATH_ENC;
         if (c == ' ' || c == '"' || c == '\'' || c == '<' || c == '>') k |= C_QUERY_ENC;
-        if (digit || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= C_HEX;
-        if (alpha || digit || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
+        if (num || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= C_HEX;
+        if (alpha || num || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
         cls[c] = k;
     }
 }

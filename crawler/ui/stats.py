@@ -31,6 +31,9 @@ TOP_HOSTS = 10
 MAX_HOST_ENTRIES = 50_000
 
 
+_decoder = json.JSONDecoder()
+
+
 def host_of_url(url: str) -> str:
     """``host[:port]`` of an absolute URL (what pages.jsonl records)."""
     parts = url.split("/", 3)
@@ -73,77 +76,111 @@ class PageTally:
         self.per_second: dict[int, list[int]] = {}  # second -> [pages, bytes, links_new]
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=RECENT_ERRORS)
         self._time_cache: tuple[str, int] = ("", 0)
+        self._cause_of: dict[tuple[int | None, str], tuple[str, str | None]] = {}
 
     def add(self, r: dict[str, Any]) -> None:
-        status, error = r.get("status"), r.get("error")
-        url = r.get("url") or ""
-        nbytes = int(r.get("bytes") or 0)
-        new = int(r.get("links_new") or 0)
-        self.pages += 1
-        self.bytes += nbytes
-        self.links_new += new
-        self.statuses[status_class(status, error)] += 1
-        host = host_of_url(url)
-        if status is None and error == "robots.txt":
-            self.skipped += 1
-        else:
-            cause = failure_cause(status, error)
-            if cause is None:
-                self.fetched += 1
-                self.hosts[host] += 1
+        """Count one pages.jsonl record."""
+        self.add_many((r,))
+
+    def add_many(self, records: Iterable[dict[str, Any]]) -> None:
+        """Count pages.jsonl records: the report's inner loop over millions of them, so
+        attribute look-ups are hoisted and a failure's cause is looked up once per
+        distinct (status, error)."""
+        statuses, causes, hosts, host_failed = self.statuses, self.causes, self.hosts, \
+            self.host_failed
+        per_second, recent, cause_of = self.per_second, self.recent_errors, self._cause_of
+        last_key, last_sec = self._time_cache
+        pages = nbytes_total = fetched = failed = skipped = new_total = 0
+        for r in records:
+            status, error = r.get("status"), r.get("error")
+            url = r.get("url") or ""
+            nbytes = r.get("bytes") or 0
+            new = r.get("links_new") or 0
+            pages += 1
+            nbytes_total += nbytes
+            new_total += new
+            parts = url.split("/", 3)
+            host = parts[2].rpartition("@")[2] if len(parts) > 2 else url
+            if error is None:
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+                fetched += 1
+                hosts[host] = hosts.get(host, 0) + 1
             else:
-                self.failed += 1
-                self.causes[cause] += 1
-                self.host_failed[host] += 1
-        if error is not None and error != "robots.txt":
-            self.recent_errors.append({"at": r.get("fetched_at"), "url": url,
-                                       "status": status, "error": error})
-        at = r.get("fetched_at")
-        if at:
-            key = at[:19]
-            if key == self._time_cache[0]:
-                sec = self._time_cache[1]
-            else:
-                sec = _epoch(at)
-                self._time_cache = (key, sec)
-            slot = self.per_second.get(sec)
-            if slot is None:
-                slot = self.per_second[sec] = [0, 0, 0]
-            slot[0] += 1
-            slot[1] += nbytes
-            slot[2] += new
-        if len(self.hosts) > MAX_HOST_ENTRIES:
-            self.hosts = Counter(dict(self.hosts.most_common(MAX_HOST_ENTRIES // 2)))
-        if len(self.host_failed) > MAX_HOST_ENTRIES:
-            self.host_failed = Counter(dict(self.host_failed.most_common(MAX_HOST_ENTRIES // 2)))
+                key = (status, error)
+                got = cause_of.get(key)
+                if got is None:
+                    got = cause_of[key] = (status_class(status, error),
+                                           failure_cause(status, error))
+                    if len(cause_of) > 10_000:
+                        cause_of.clear()
+                cls, cause = got
+                statuses[cls] = statuses.get(cls, 0) + 1
+                if cls == "robots.txt":
+                    skipped += 1
+                else:
+                    recent.append({"at": r.get("fetched_at"), "url": url, "status": status,
+                                   "error": error})
+                    if cause is None:
+                        fetched += 1
+                        hosts[host] = hosts.get(host, 0) + 1
+                    else:
+                        failed += 1
+                        causes[cause] = causes.get(cause, 0) + 1
+                        host_failed[host] = host_failed.get(host, 0) + 1
+            at = r.get("fetched_at")
+            if at:
+                key19 = at[:19]
+                if key19 != last_key:
+                    last_key, last_sec = key19, _epoch(at)
+                slot = per_second.get(last_sec)
+                if slot is None:
+                    slot = per_second[last_sec] = [0, 0, 0]
+                slot[0] += 1
+                slot[1] += nbytes
+                slot[2] += new
+            if len(hosts) > MAX_HOST_ENTRIES:
+                hosts = self.hosts = Counter(dict(hosts.most_common(MAX_HOST_ENTRIES // 2)))
+            if len(host_failed) > MAX_HOST_ENTRIES:
+                host_failed = self.host_failed = Counter(
+                    dict(host_failed.most_common(MAX_HOST_ENTRIES // 2)))
+        self._time_cache = (last_key, last_sec)
+        self.pages += pages
+        self.bytes += nbytes_total
+        self.fetched += fetched
+        self.failed += failed
+        self.skipped += skipped
+        self.links_new += new_total
 
     def feed_lines(self, lines: Iterable[bytes]) -> int:
-        """Count complete JSON lines; a line that does not parse is skipped. Returns
-        how many were counted."""
-        n = 0
-        loads = json.loads
+        """Count complete JSON lines; a line that does not parse (or is not an object)
+        is skipped. Returns how many were counted."""
+        decode = _decoder.decode
+        records = []
         for line in lines:
             try:
-                r = loads(line)
-            except ValueError:
+                r = decode(line.decode("utf-8"))
+            except ValueError:  # UnicodeDecodeError included
                 continue
             if isinstance(r, dict):
-                self.add(r)
-                n += 1
-        return n
+                records.append(r)
+        self.add_many(records)
+        return len(records)
 
-    def feed(self, path: str | Path) -> int:
-        """Count every complete line of a pages.jsonl file, streamed (a torn last line
-        of a running or crashed crawl is left out)."""
+    def feed(self, path: str | Path, *, chunk: int = 4 << 20) -> int:
+        """Count every complete line of a pages.jsonl file, streamed in chunks (a torn
+        last line of a running or crashed crawl is left out)."""
         n = 0
         try:
-            fh = open(path, "rb")  # noqa: SIM115 (the loop below must see the torn tail)
+            fh = open(path, "rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
             return 0
         with fh:
-            for line in fh:
-                if line.endswith(b"\n"):
-                    n += self.feed_lines((line,))
+            rest = b""
+            while data := fh.read(chunk):
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                rest = data[cut:]
+                n += self.feed_lines(data[:cut].splitlines())
         return n
 
     def top_hosts(self, n: int = TOP_HOSTS) -> list[tuple[str, int, int]]:

@@ -82,8 +82,9 @@ def crawl_report(path: str | Path, workers_dirs: list[Path] | None = None) -> di
         tally = PageTally()
         tally.feed(d / PAGES_FILE)
         storage = storage_sizes(d)
-    status.setdefault("outcome", "finished" if not status.get("queued") else "stopped "
-                      "or running (URLs still queued)")
+    if not status.get("outcome"):
+        status["outcome"] = ("finished" if not status.get("queued")
+                             else "stopped or running (URLs still queued)")
     series = _series(tally, int(status.get("queued") or 0), status.get("fill"),
                      int(status.get("new") or 0) or tally.links_new)
     span = series["t"][-1] - series["t"][0] + series["bin_s"] if series["t"] else 0

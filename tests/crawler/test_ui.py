@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import signal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,10 +17,9 @@ from crawler.demo.site import SiteSpec
 from crawler.ui.live import UiAddressError, parse_ui_address
 from crawler.ui.stats import PageTally, Tail, bin_series
 from tests.support.browser import charts_when, chromium, wait_for
+from tests.support.dashboard import SLOW, dashboard_url, stop, until_stats
 from tests.support.helpers import run_cli, start_cli, write_seeds
 
-# a crawl of this site at 0.1 s between fetches per host runs for ~10 s or more
-SLOW = ["--delay", "0.1", "--per-host", "1", "--allow-private", "--no-sitemaps"]
 # what the README documents of /api/stats
 FIELDS = ("schema", "mode", "generated_at", "state_dir", "outcome", "elapsed", "totals",
           "series", "status_codes", "status_codes_scope", "errors_by_cause", "top_hosts",
@@ -105,56 +103,15 @@ def test_tail_reads_complete_lines_as_they_come(tmp_path: Path) -> None:
 
 # -- the live dashboard of a real crawl --------------------------------------------------------
 
-async def _dashboard_url(proc: asyncio.subprocess.Process) -> str:
-    assert proc.stderr is not None
-    async with asyncio.timeout(60):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            if not line:
-                raise AssertionError("the crawl exited before serving its dashboard")
-            m = re.search(r"dashboard at (http://\S+/)", line)
-            if m:
-                return m.group(1)
-
-
-async def _stats(http: aiohttp.ClientSession, url: str) -> dict:
-    async with http.get(url + "api/stats") as r:
-        assert r.status == 200
-        return await r.json()
-
-
-async def _until_stats(http: aiohttp.ClientSession, url: str, cond, what: str,
-                       timeout: float = 60.0) -> dict:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        doc = await _stats(http, url)
-        if "totals" in doc and cond(doc):
-            return doc
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}: {json.dumps(doc)[:2000]}")
-        await asyncio.sleep(0.2)
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        await asyncio.wait_for(proc.communicate(), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-
-
 async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
     async with site(SiteSpec(hosts=3, pages=300, seed=3)) as running:
         seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
         proc = await start_cli("crawl", str(seeds), "--state", str(tmp_path / "state"),
                                "--ui", "127.0.0.1:0", *SLOW)
         try:
-            url = await _dashboard_url(proc)
+            url = await dashboard_url(proc)
             async with aiohttp.ClientSession() as http:
-                first = await _until_stats(http, url, lambda d: d["totals"]["fetched"] > 0
+                first = await until_stats(http, url, lambda d: d["totals"]["fetched"] > 0
                                            and len(d["series"]["t"]) >= 2, "pages fetched")
                 for key in FIELDS:
                     assert key in first, key
@@ -165,7 +122,7 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
                 assert first["status_codes"] and first["top_hosts"]
                 assert 0 < first["filter"]["fill"] < 1 and first["storage"]["ledger_bytes"] > 0
                 # moving: more pages, more samples, newer
-                later = await _until_stats(
+                later = await until_stats(
                     http, url, lambda d: d["totals"]["fetched"] > first["totals"]["fetched"]
                     and len(d["series"]["t"]) > len(first["series"]["t"]), "the figures to move")
                 assert later["generated_at"] > first["generated_at"]
@@ -210,7 +167,7 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
                 assert not browser.console_errors, browser.console_errors
             assert proc.returncode is None
         finally:
-            await _stop(proc)
+            await stop(proc)
         assert proc.returncode in (0, 130, 3)
 
         # the report of that (stopped) crawl: one file, charts drawn, no network
@@ -240,3 +197,16 @@ async def test_report_command_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "r.html").exists()
     r = await run_cli("report", str(tmp_path), "-o", str(tmp_path / "r.html"))
     assert r.rc == 1 and not (tmp_path / "r.html").exists()
+
+
+def test_browser_tests_fail_without_chromium_where_required(monkeypatch) -> None:
+    """CI sets BLOOMCRAWL_REQUIRE_CHROMIUM=1: a missing chromium fails, never skips."""
+    from tests.support.browser import require_chromium
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("BLOOMCRAWL_REQUIRE_CHROMIUM", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        require_chromium()
+    monkeypatch.setenv("BLOOMCRAWL_REQUIRE_CHROMIUM", "1")
+    with pytest.raises(pytest.fail.Exception, match="BLOOMCRAWL_REQUIRE_CHROMIUM=1 requires"):
+        require_chromium()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 from typing import Any
 
 from crawler.cli.args import UsageError
 from crawler.core.engine import Watcher
-from crawler.ui.live import UiAddressError, bind_ui, parse_ui_address, watch_engine
+from crawler.ui.address import UiAddressError, bind_ui, parse_ui_address
 
 __all__ = ["add_ui_options", "ui_socket", "ui_watch"]
 
@@ -37,12 +38,14 @@ def ui_socket(args: argparse.Namespace) -> socket.socket | None:
 
 
 def _say(text: str) -> None:
-    import sys
-
     sys.stderr.write(f"bloomcrawl: {text}\n")
     sys.stderr.flush()
 
 
 def ui_watch(sock: socket.socket | None) -> Watcher | None:
     """``run_crawl``'s ``watch`` for ``sock`` (None: no dashboard)."""
-    return None if sock is None else watch_engine(sock, say=_say)
+    if sock is None:
+        return None
+    from crawler.ui.live import watch_engine  # aiohttp.web: only with --ui
+
+    return watch_engine(sock, say=_say)

@@ -23,7 +23,8 @@ from crawler.core.state import create_crawl
 from crawler.demo.run import HOST_IPS, demo_settings
 from crawler.demo.serve import serve_site
 from crawler.demo.site import SiteSpec
-from crawler.ui.live import Dashboard, EngineProbe, bind_ui
+from crawler.ui.address import bind_ui
+from crawler.ui.live import Dashboard, EngineProbe
 
 # Without the background-networking flags Chromium reaches out to Google services.
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from crawler.demo.site import SiteSpec
-from crawler.ui.live import UiAddressError, parse_ui_address
+from crawler.ui.address import UiAddressError, parse_ui_address
 from crawler.ui.stats import PageTally, Tail, bin_series
 from tests.support.browser import charts_when, chromium, wait_for
 from tests.support.dashboard import SLOW, dashboard_url, stop, until_stats

@@ -170,6 +170,18 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
             await stop(proc)
         assert proc.returncode in (0, 130, 3)
 
+        # resume --ui: the dashboard of the next run (the earlier pages stay counted)
+        resumed = await start_cli("resume", str(tmp_path / "state"), "--ui", "127.0.0.1:0")
+        try:
+            url = await dashboard_url(resumed)
+            async with aiohttp.ClientSession() as http:
+                doc = await until_stats(http, url, lambda d: d["totals"]["session_pages"] > 0,
+                                        "the resumed crawl's pages")
+            assert doc["totals"]["fetched"] > later["totals"]["fetched"]
+            assert doc["outcome"] == "running"
+        finally:
+            await stop(resumed)
+
         # the report of that (stopped) crawl: one file, charts drawn, no network
         out = tmp_path / "report.html"
         r = await run_cli("report", str(tmp_path / "state"), "-o", str(out))

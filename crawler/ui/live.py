@@ -216,29 +216,11 @@ _HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-i
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
-def watch_engine(sock: socket.socket, *, say: Callable[[str], None] | None = None
-                 ) -> Callable[[Engine], contextlib.AbstractAsyncContextManager[object]]:
-    """``run_crawl``'s ``watch``: the dashboard on ``sock`` for as long as the engine runs."""
-
-    @contextlib.asynccontextmanager
-    async def watch(engine: Engine) -> AsyncIterator[Dashboard]:
-        dash = Dashboard(EngineProbe(engine), sock,
-                         interval=max(1.0, min(2.0, engine.settings.output.progress_interval)))
-        await dash.start()
-        if say is not None:
-            say(f"dashboard at {dash.url} (read-only)")
-        try:
-            yield dash
-        finally:
-            await dash.stop()
-    return watch
-
-
 @contextlib.asynccontextmanager
-async def serving(probe: Probe, sock: socket.socket, *,
+async def serving(probe: Probe, sock: socket.socket, *, interval: float = 1.0,
                   say: Callable[[str], None] | None = None) -> AsyncIterator[Dashboard]:
     """A dashboard of ``probe`` on ``sock`` for as long as the block runs."""
-    dash = Dashboard(probe, sock)
+    dash = Dashboard(probe, sock, interval=interval)
     await dash.start()
     if say is not None:
         say(f"dashboard at {dash.url} (read-only)")
@@ -248,3 +230,10 @@ async def serving(probe: Probe, sock: socket.socket, *,
         await dash.stop()
 
 
+def watch_engine(sock: socket.socket, *, say: Callable[[str], None] | None = None
+                 ) -> Callable[[Engine], contextlib.AbstractAsyncContextManager[object]]:
+    """``run_crawl``'s ``watch``: the dashboard on ``sock`` for as long as the engine
+    runs, sampling as often as the status line (1 to 2 s)."""
+    return lambda engine: serving(
+        EngineProbe(engine), sock, say=say,
+        interval=max(1.0, min(2.0, engine.settings.output.progress_interval)))

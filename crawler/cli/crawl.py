@@ -24,6 +24,7 @@ from crawler.cli.args import (
     resume_changes,
     warn,
 )
+from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
 from crawler.core.engine import run_crawl
@@ -42,6 +43,7 @@ def add_crawl(sub: Any) -> None:
                            "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_ui_options(p)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
         "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
@@ -83,17 +85,19 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     settings = crawl_settings(args)
     fleet = _fleet_args(args)
     progress = progress_for(settings, args.quiet)
+    watch = ui_watch(ui_socket(args))
     if fleet is not None:
         url, workers, worker_id = fleet
         return exit_status(asyncio.run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
-            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn,
+            watch=watch)))
     seen, scope, problems = create_crawl(args.state, settings, args.seeds)
     for problem in problems:
         warn(f"{problem} (skipped)")
     try:
         return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                 install_signals=True)))
+                                                 install_signals=True, watch=watch)))
     finally:
         seen.close()
 
@@ -106,6 +110,7 @@ def add_resume(sub: Any) -> None:
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
@@ -134,11 +139,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     worker's rejoins its fleet) or a fleet directory (every worker is resumed)."""
     _refuse_frozen(args)
     changes = resume_changes(args)
+    sock = ui_socket(args)
     if is_fleet_dir(Path(args.dir)):
         if changes:
             raise UsageError("resume of a fleet directory cannot change limits; resume "
                              "each worker's directory (DIR/worker-I) with them")
-        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
+        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet,
+                            ui=sock)
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
     seen, settings, scope = open_crawl(args.dir)
     try:
@@ -156,9 +163,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
                                  "worker's; resume it without --redis")
             return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                     install_signals=True)))
+                                                     install_signals=True,
+                                                     watch=ui_watch(sock))))
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
         return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
-                                                        progress)))
+                                                        progress, watch=ui_watch(sock))))
     finally:
         seen.close()

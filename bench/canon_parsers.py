@@ -34,8 +34,15 @@ paths, tracking parameters and surrounding whitespace.
    tree, as `resolve_many` alone and as the seen-test's stage (distinct keys of
    the page and their fingerprints: `resolve_many` + dedupe + `fingerprint_many`),
    plus hit rates per cache size.
+4. The scale benchmark's stream (`bench/crawlstream.py`, what `scale.py` feeds
+   `UrlSeen`): `resolve_many` with the compiled fast path (`dedup/native/_canon.c`),
+   on the Python path alone (as with `BLOOMCRAWL_NO_KERNEL=1`), at `--against`, and
+   ada's `join_url` on the same pages, rounds interleaved, CPU time of the process
+   (`time.process_time`: a shared machine's other load does not count); the ratio
+   to ada is taken within each round.
 
     .venv/bin/python bench/canon_parsers.py [--links 100000] [--repeat 3] [--against REV]
+        [--only parsers,cache,hot,scale] [--scale-pages 4000]
 """
 
 from __future__ import annotations
@@ -61,6 +68,9 @@ import yarl
 from w3lib.url import canonicalize_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from crawlstream import CrawlStream
+
+from dedup.native import compiled
 from dedup.url.canonical import Canonicalizer, UrlRejected, canonicalize
 from dedup.url.fingerprint import fingerprint_many
 from dedup.url.urlform import join
@@ -325,9 +335,9 @@ def bench_cache(n_pages: int, repeat: int) -> None:
     print(f"\nCanonicalizer.resolve_many, {n_pages} pages x {LINKS_PER_PAGE} links "
           f"(80% navigation repeats), cache_size {canon.cache_info()['maxsize']}:")
     print(f"  first pass  {cold / n_links * 1e6:6.2f} µs/link  {n_links / cold:>10,.0f} links/s"
-          f"  (hits {info['hits']}, misses {info['misses']})")
+          f"  (hits {info['hits']}, misses {info['misses']}, compiled path {info['compiled']})")
     print(f"  again       {warm / n_links * 1e6:6.2f} µs/link  {n_links / warm:>10,.0f} links/s"
-          f"  (best of {repeat}; every link cached)")
+          f"  (best of {repeat}; every link cached or compiled)")
 
 
 # -- the hot path, before and after ---------------------------------------------------------
@@ -416,6 +426,49 @@ def bench_hot_path(n_pages: int, repeat: int, against: str) -> None:
                   f"misses {info['misses'] / n_links:6.1%}")
 
 
+def _many_python(pages: list[Page], canon: Any) -> None:
+    """``_many`` on the Python path alone: the compiled fast path switched off."""
+    native = compiled.canon
+    compiled.canon = None
+    try:
+        _many(pages, canon)
+    finally:
+        compiled.canon = native
+
+
+def bench_scale_stream(n_pages: int, repeat: int, against: str) -> None:
+    pages = CrawlStream(seed=1).chunk(n_pages)
+    n_links = sum(len(links) for _, links in pages)
+    old = load_canonical(against).Canonicalizer
+    probe = Canonicalizer()
+    _many(pages, probe)
+    share = probe.cache_info()["compiled"] / n_links
+    rows: list[tuple[str, Callable[[list[Page], Any], None], Callable[[], Any]]] = [
+        ("ada_url.join_url (raw join, no rules)", _floor_ada, lambda: None),
+        (f"{against}: resolve_many", _many, old),
+        ("now: resolve_many, Python path", _many_python, Canonicalizer),
+        ("now: resolve_many, compiled fast path", _many, Canonicalizer),
+    ]
+    if compiled.canon is None:
+        rows.pop()
+    times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    for _ in range(repeat):
+        for label, fn, make in rows:
+            canon = make()
+            t0 = time.process_time()  # CPU time: the machine may be shared
+            fn(pages, canon)
+            times[label].append((time.process_time() - t0) / n_links * 1e6)
+    ada = times[rows[0][0]]
+    print(f"\nThe scale stream (crawlstream.CrawlStream(seed=1)): {n_pages:,} pages, "
+          f"{n_links:,} hrefs, {share:.1%} of them resolved by the compiled path; "
+          f"{repeat} interleaved rounds, each from an empty cache; CPU time")
+    print(f"{'':<44} {'median':>8} {'best':>7}  µs/link  x ada (median of rounds)")
+    for label, _, _ in rows:
+        t = times[label]
+        ratio = statistics.median(x / a for x, a in zip(t, ada, strict=True))
+        print(f"{label:<44} {statistics.median(t):8.2f} {min(t):7.2f}  {ratio:>31.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--links", type=int, default=100_000)
@@ -426,13 +479,28 @@ def main() -> None:
     ap.add_argument("--against", default="26b23aa",
                     help="git revision whose Canonicalizer is the 'before' (default: the "
                          "one before the per-page fast path)")
+    ap.add_argument("--only", default="parsers,cache,hot,scale",
+                    help="comma-separated sections to run (default: all)")
+    ap.add_argument("--scale-pages", type=int, default=4000,
+                    help="pages of the scale stream (75 hrefs each)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if "parsers" in only:
+        parsers(args.links, args.repeat)
+    if "cache" in only:
+        bench_cache(args.pages, args.repeat)
+    if "hot" in only:
+        bench_hot_path(args.stream_pages or 5 * args.pages, max(args.repeat, 2), args.against)
+    if "scale" in only:
+        bench_scale_stream(args.scale_pages, max(args.repeat, 2), args.against)
 
-    pairs = make_pairs(args.links)
+
+def parsers(n_links: int, repeat: int) -> None:
+    pairs = make_pairs(n_links)
     absolute = [(urljoin(page, link), "") for page, link in pairs]
     agree = conformance()
-    print(f"{args.links:,} links on {args.links // LINKS_PER_PAGE:,} pages, best of "
-          f"{args.repeat}; WHATWG column: hrefs equal to the standard's, of {agree['total']}")
+    print(f"{n_links:,} links on {n_links // LINKS_PER_PAGE:,} pages, best of "
+          f"{repeat}; WHATWG column: hrefs equal to the standard's, of {agree['total']}")
     print(f"{'parser':<34} {'µs/link':>8} {'WHATWG':>7}")
     rows = [("ada join_url", _ada, pairs, "ada"),
             ("yarl URL.join", _yarl, pairs, "yarl"),
@@ -442,10 +510,8 @@ def main() -> None:
              lambda d: [canonicalize_url(u) for u, _ in d], absolute, None),
             ("dedup.url.canonical.canonicalize", _ours, pairs, "ours")]
     for label, fn, data, key in rows:
-        us = _best_us(fn, data, args.repeat)
+        us = _best_us(fn, data, repeat)
         print(f"{label:<34} {us:8.2f} {agree[key] if key else '':>7}")
-    bench_cache(args.pages, args.repeat)
-    bench_hot_path(args.stream_pages or 5 * args.pages, max(args.repeat, 2), args.against)
 
 
 if __name__ == "__main__":

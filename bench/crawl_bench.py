@@ -40,10 +40,14 @@ flips each repetition); the medians are the result.
 ``--profile`` also runs ours once under cProfile and prints the top functions.
 ``--warc`` also runs ours with ``--warc DIR/crawl.warc.gz`` (request/response
 records, gzip per record) in each repetition: the cost of the WARC output.
+``--ui`` also runs ours with ``--ui 127.0.0.1:PORT`` and a client polling
+``/api/stats`` every second (a thread of this process) in each repetition, ours and
+ours+ui back to back (their order flips each repetition): the dashboard's cost.
 
     .venv/bin/python bench/crawl_bench.py [--hosts 10 --pages 2000] [--runs 3] [--profile]
     .venv/bin/python bench/crawl_bench.py --quick     # 4 x 300 pages, 1 run each
     .venv/bin/python bench/crawl_bench.py --quick --warc
+    .venv/bin/python bench/crawl_bench.py --hosts 10 --pages 1000 --ui
 """
 
 from __future__ import annotations
@@ -332,23 +336,65 @@ def _iso(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
+class _Poller:
+    """GET /api/stats every second while a crawl runs (``--ui``): the client the
+    dashboard's cost is measured with."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.url = f"http://127.0.0.1:{port}/api/stats"
+        self.ok = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(OSError), urllib.request.urlopen(self.url, timeout=5) as r:
+                json.loads(r.read())
+                self.ok += 1
+
+    def __enter__(self) -> _Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
-             want: frozenset[str], *, warc: bool = False) -> dict[str, Any]:
+             want: frozenset[str], *, warc: bool = False, ui: bool = False) -> dict[str, Any]:
     state = tmp / f"state-{time.monotonic_ns()}"
     warc_dir = tmp / f"warc-{time.monotonic_ns()}"
     load = os.getloadavg()[0]
     cmd = _ours_cmd(seeds, state, concurrency, [sys.executable, "-c", _RUN_CRAWLER])
     if warc:
         cmd += ["--warc", str(warc_dir / "crawl.warc.gz")]
-    rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp)
+    polls = 0
+    if ui:
+        port = _bind(1)[0]
+        ui_port = port.getsockname()[1]
+        port.close()
+        cmd += ["--ui", f"127.0.0.1:{ui_port}"]
+        with _Poller(ui_port) as poller:
+            rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp)
+        polls = poller.ok
+    else:
+        rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp)
     records = []
     with open(state / "pages.jsonl", encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh]
     fetched = [r for r in records if r["status"] is not None]
     key = Canonicalizer().resolve
     got = {key(r["url"])[1] for r in fetched}
-    result = _figures("ours+warc" if warc else "ours", rc, wall, usage, server_cpu, load,
+    name = "ours+warc" if warc else "ours+ui" if ui else "ours"
+    result = _figures(name, rc, wall, usage, server_cpu, load,
                       [_iso(r["fetched_at"]) for r in fetched])
+    if ui:
+        result["ui_polls"] = polls
     if warc:
         result["warc_mb"] = sum(f.stat().st_size for f in warc_dir.iterdir()) / 2**20
         shutil.rmtree(warc_dir, ignore_errors=True)
@@ -459,6 +505,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         for i in range(args.runs):
             order = ("bare", "ours") if i % 2 == 0 else ("ours", "bare")
+            if args.ui:  # back to back with ours, in either order
+                order = ("bare", "ours", "ours+ui") if i % 2 == 0 else \
+                    ("ours+ui", "ours", "bare")
             if args.warc:
                 order += ("ours+warc",)
             for who in order:
@@ -466,7 +515,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                     r = run_bare(seeds, tmp, args.concurrency, server.pid, want)
                 else:
                     r = run_ours(seeds, tmp, args.concurrency, server.pid, want,
-                                 warc=who == "ours+warc")
+                                 warc=who == "ours+warc", ui=who == "ours+ui")
                 r["run"] = i + 1
                 runs.append(r)
                 print(f"  run {i + 1} {who}: {r['pages']} pages in {r['wall_s']:.2f} s = "
@@ -474,12 +523,15 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                       f"{r['cpu_ms_per_page']:.3f} CPU ms/page, RSS {r['peak_rss_mb']:.0f} MB,"
                       f" server CPU {r['server_cpu_s']:.1f} s, load {r['load1']:.2f}, "
                       f"check {r['check']}"
-                      + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else ""), flush=True)
+                      + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else "")
+                      + (f", {r['ui_polls']} polls of /api/stats" if "ui_polls" in r else ""),
+                      flush=True)
         prof_rows = profile_ours(seeds, tmp, args.concurrency, args.top) if args.profile \
             else []
     bare = [r for r in runs if r["crawler"] == "bare"]
     ours = [r for r in runs if r["crawler"] == "ours"]
     warcs = [r for r in runs if r["crawler"] == "ours+warc"]
+    uis = [r for r in runs if r["crawler"] == "ours+ui"]
     ratio = statistics.median(r["pages_per_s"] for r in ours) / \
         statistics.median(r["pages_per_s"] for r in bare)
     steady_ratio = statistics.median(r["steady_pages_per_s"] for r in ours) / \
@@ -493,11 +545,20 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
              "compete.",
              f"ours / bare: {100 * ratio:.0f}% of the bare loop's pages/s (wall), "
              f"{100 * steady_ratio:.0f}% steady-state (target >= 80%)."]
+    if uis:
+        ui_cost = 1 - statistics.median(r["pages_per_s"] for r in uis) / \
+            statistics.median(r["pages_per_s"] for r in ours)
+        ui_steady = 1 - statistics.median(r["steady_pages_per_s"] for r in uis) / \
+            statistics.median(r["steady_pages_per_s"] for r in ours)
+        notes.append(f"--ui with /api/stats polled every second: {100 * ui_cost:+.1f}% "
+                     f"pages/s (wall), {100 * ui_steady:+.1f}% steady, vs ours without "
+                     "(positive: slower; target < 3%).")
     tables = [
         {"title": "Crawl macro-benchmark (medians)", "columns": cols,
          "rows": [_median_row("bare aiohttp loop + set", bare),
                   _median_row("bloomcrawl", ours)]
-         + ([_median_row("bloomcrawl --warc", warcs)] if warcs else []), "notes": notes},
+         + ([_median_row("bloomcrawl --warc", warcs)] if warcs else [])
+         + ([_median_row("bloomcrawl --ui, polled 1/s", uis)] if uis else []), "notes": notes},
         {"title": "All runs", "columns": ["run", "crawler", "pages", "wall s", "pages/s (wall)",
                                           "pages/s (steady)", "CPU ms/page", "peak RSS MB",
                                           "server CPU s", "load1", "check"],
@@ -530,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 hosts x 300 pages, 1 run each")
     ap.add_argument("--warc", action="store_true",
                     help="also run ours with --warc each repetition")
+    ap.add_argument("--ui", action="store_true",
+                    help="also run ours with --ui and a client polling /api/stats every "
+                    "second, each repetition")
     ap.add_argument("--_role", choices=("server", "bare"), help=argparse.SUPPRESS)
     ap.add_argument("--_seeds", help=argparse.SUPPRESS)
     ap.add_argument("--_out", help=argparse.SUPPRESS)

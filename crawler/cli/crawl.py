@@ -25,6 +25,7 @@ from crawler.cli.args import (
     resume_changes,
     warn,
 )
+from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
 from crawler.core.crawl import RESUME_OPTIONS, Crawler
@@ -45,6 +46,7 @@ def add_crawl(sub: Any) -> None:
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     _add_hook_options(p, resume=False)
+    add_ui_options(p)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
         "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
@@ -115,6 +117,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     """Start a new crawl. SEEDS_FILE holds one URL per line (# comments and blank lines
     ignored)."""
     fleet = _fleet_args(args)
+    watch = ui_watch(ui_socket(args))
     if fleet is not None:
         if args.handler or args.follow:
             raise UsageError("--handler and --follow are for a single-process crawl, not "
@@ -124,10 +127,12 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         url, workers, worker_id = fleet
         return exit_status(asyncio.run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
-            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn,
+            watch=watch)))
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
                     follow=args.follow, on_error=args.on_error,
-                    progress=not args.quiet, handle_signals=True, **crawl_options(args))
+                    progress=not args.quiet, handle_signals=True, watch=watch,
+                    **crawl_options(args))
     crawl.open()
     for problem in crawl.problems:
         warn(f"{problem} (skipped)")
@@ -143,6 +148,7 @@ def add_resume(sub: Any) -> None:
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     _add_hook_options(p, resume=True)
+    add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
@@ -171,11 +177,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     worker's rejoins its fleet) or a fleet directory (every worker is resumed)."""
     _refuse_frozen(args)
     changes = resume_changes(args)
+    sock = ui_socket(args)
     if is_fleet_dir(Path(args.dir)):
         if changes:
             raise UsageError("resume of a fleet directory cannot change limits; resume "
                              "each worker's directory (DIR/worker-I) with them")
-        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
+        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet,
+                            ui=sock)
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
     if fleet_identity(args.dir) is None:
         if args.redis:
@@ -183,7 +191,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                              "worker's; resume it without --redis")
         crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
                         on_error=args.on_error, progress=not args.quiet,
-                        handle_signals=True,
+                        handle_signals=True, watch=ui_watch(sock),
                         **{name: getattr(args, name) for name in RESUME_OPTIONS})
         return _run(crawl)
     if args.handler or args.follow:
@@ -202,6 +210,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
         meta = seen.meta_get(FLEET_KEY)
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
         return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
-                                                        progress)))
+                                                        progress, watch=ui_watch(sock))))
     finally:
         seen.close()

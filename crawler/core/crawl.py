@@ -28,7 +28,7 @@ from typing import Any, Self
 
 from crawler.config.scope import normalize_domain
 from crawler.config.settings import ConfigError, Settings, load_settings
-from crawler.core.engine import Engine
+from crawler.core.engine import Engine, Watcher
 from crawler.core.page import Follow, Handler, HandlerError, Hooks, OnError, Page
 from crawler.core.progress import Progress
 from crawler.core.state import (
@@ -209,12 +209,15 @@ class Crawler:
     def __init__(self, seeds: Seeds | Iterable[str] | None = None, *, state: str | os.PathLike[str],
                  handler: Handler | str | None = None, follow: Follow | str | None = None,
                  on_error: OnError | None = None, progress: bool | Progress = False,
-                 handle_signals: bool = False, **options: Any) -> None:
+                 handle_signals: bool = False, watch: Watcher | None = None,
+                 **options: Any) -> None:
         """Checks everything that can be checked without touching ``state``: unknown
         options (TypeError), bad values (ConfigError), a handler that cannot be
         imported. ``progress``: the status line and summary on stderr;
         ``handle_signals``: SIGINT/SIGTERM stop the crawl gracefully (the command
-        line's behaviour; a second one exits at once)."""
+        line's behaviour; a second one exits at once); ``watch(engine)``: an async
+        context manager entered before the crawl starts and left after it ends (the
+        dashboard, ``--ui``)."""
         self.state_dir = Path(state)
         self._resume = seeds is None
         if isinstance(seeds, str):
@@ -240,6 +243,7 @@ class Crawler:
         self._explicit_hooks = handler is not None or follow is not None
         self._progress = progress
         self._signals = handle_signals
+        self._watch = watch
         self.problems: list[str] = []  # seed lines skipped (bad, or out of scope)
         self.summary: dict[str, Any] | None = None  # the figures, once the crawl ended
         self._seen: UrlSeen | None = None
@@ -354,7 +358,11 @@ class Crawler:
 
     async def _crawl(self, engine: Engine) -> dict[str, Any]:
         try:
-            self.summary = await engine.run(install_signals=self._signals)
+            if self._watch is None:
+                self.summary = await engine.run(install_signals=self._signals)
+            else:
+                async with self._watch(engine):
+                    self.summary = await engine.run(install_signals=self._signals)
             return self.summary
         finally:
             if self._queue is not None:

@@ -1,2 +1,3 @@
 """The compiled kernels (_kernel.c: fingerprints and Bloom bits; _lookup.c: the confirm
-pass and the index lookups) and their loader, compiled.py (None where they did not build)."""
+pass and the index lookups; _canon.c: the canonicalizer's common case) and their loader,
+compiled.py (None where they did not build)."""

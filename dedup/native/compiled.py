@@ -1,13 +1,15 @@
-"""The compiled modules, or None where they did not build: ``compiled.kernel`` and
-``compiled.lookup`` at the call sites.
+"""The compiled modules, or None where they did not build: ``compiled.kernel``,
+``compiled.lookup`` and ``compiled.canon`` at the call sites.
 
 ``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
 hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
 :mod:`dedup.url.fingerprint`. ``lookup`` (``dedup/native/_lookup.c``): the exact
 lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys` and
-:mod:`dedup.index.fptable`. Both are optional because they are only speed: the
-Python code they replace runs without them, with the same answers.
-``BLOOMCRAWL_NO_KERNEL=1`` runs without either (to compare, or rule them out).
+:mod:`dedup.index.fptable`. ``canon`` (``dedup/native/_canon.c``): the common case of
+:class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the rest left to
+its Python path. All are optional because they are only speed: the Python code they
+replace runs without them, with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs
+without any of them (to compare, or rule them out).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import ModuleType
 
 kernel: ModuleType | None = None
 lookup: ModuleType | None = None
+canon: ModuleType | None = None
 if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
     try:
         from dedup.native import _kernel as kernel
@@ -26,5 +29,9 @@ if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
         from dedup.native import _lookup as lookup
     except ImportError:
         lookup = None
+    try:
+        from dedup.native import _canon as canon
+    except ImportError:
+        canon = None
 
-__all__ = ["kernel", "lookup"]
+__all__ = ["canon", "kernel", "lookup"]

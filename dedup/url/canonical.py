@@ -18,7 +18,10 @@ Two forms, kept apart on purpose:
 ``Canonicalizer`` does both for every link of every page, with a cache keyed by
 the part of the page URL a link's resolution actually depends on, so navigation
 repeated on every page is parsed once. The per-miss work lives in
-``dedup.url.urlform``.
+``dedup.url.urlform``. Where it is built, the compiled ``dedup.native._canon`` resolves
+the ordinary http(s) links first (in C, the same bytes, ~14x faster, no cache needed)
+and leaves the rest (non-ASCII, IP and IDNA hosts, userinfo, backslashes, ...) to
+that cached Python path.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 
+from dedup.native import compiled
+from dedup.url.urlform import PageContexts, finish, join, page_contexts, resolve, simple_join
 from dedup.url.urlform import Rules as _Rules
 from dedup.url.urlform import fetch_rules as _fetch_rules
-from dedup.url.urlform import finish, join, page_contexts, resolve, simple_join
 
 __all__ = [
     "DEFAULT_RULES",
@@ -133,13 +138,15 @@ class Canonicalizer:
     are promoted back on their next hit (the eviction of the confirm cache,
     ``dedup.store.confirmed``, which keeps a set of fingerprints in the store
     layer above this one; this cache maps to values).
-    Rejections are cached too (every page has its ``javascript:void(0)``).
+    Rejections are cached too (every page has its ``javascript:void(0)``). The
+    links the compiled fast path resolves never reach the cache: it is cheaper
+    than a lookup (``cache_info()["compiled"]`` counts them).
     Entries are tuples of strings, which the garbage collector stops tracking:
     mutable entries made every collection walk the whole cache (measured 1.7x
     slower). Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_half", "_hits", "_misses", "_old", "_rules", "_young",
+    __slots__ = ("_compiled", "_half", "_hits", "_misses", "_old", "_rules", "_young",
                  "rules", "seed")
 
     def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
@@ -159,6 +166,7 @@ class Canonicalizer:
         self._old: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._hits = 0
         self._misses = 0
+        self._compiled = 0
 
     def resolve(self, url: str, base: str | None = None) -> tuple[str, str]:
         """``(fetch_url, key)`` for one link. Raises UrlRejected."""
@@ -175,7 +183,10 @@ class Canonicalizer:
         """``(fetch_url, key)`` per link, None where rejected; never raises for a bad link.
 
         ``base`` (the page URL, or its ``<base href>``) is parsed once per call;
-        if it is invalid every link is rejected.
+        if it is invalid every link is rejected. Where the compiled fast path
+        (``dedup/native/_canon.c``) is built, it resolves the ordinary http(s)
+        links of an http(s) page, cheaper than a cache lookup here, and hands the
+        rest (and every link where it is not built) to the cached Python path.
         """
         if isinstance(links, str):
             raise TypeError("links must be an iterable of links, not one str")
@@ -183,6 +194,20 @@ class Canonicalizer:
             page = None
         elif not isinstance(base, str) or (page := page_contexts(base)) is None:
             return [None for _ in links]  # an invalid base: every link is rejected
+        native = compiled.canon
+        if native is None or (page is not None and page.scheme_ctx is None):
+            return self._resolve_python(links, page)
+        out, pending = native.resolve_links(links, _native_rules(native, self._rules), page)
+        self._compiled += len(out) - len(pending)
+        if pending:
+            rest = self._resolve_python([out[i] for i in pending], page)
+            for i, result in zip(pending, rest, strict=True):
+                out[i] = result
+        return out
+
+    def _resolve_python(self, links: Iterable[object],
+                        page: PageContexts | None) -> list[tuple[str, str] | None]:
+        """``resolve_many``'s Python path: WHATWG join by ada, cached per context."""
         rules = self._rules
         cache = self._half > 0
         if page is None:  # no base: every link is context-free
@@ -289,9 +314,11 @@ class Canonicalizer:
         return out
 
     def cache_info(self) -> dict[str, int]:
-        """Hits, misses and current size of the resolution cache."""
+        """Hits, misses and current size of the resolution cache, and how many links
+        the compiled fast path resolved without it."""
         return {"hits": self._hits, "misses": self._misses,
-                "size": len(self._young) + len(self._old), "maxsize": 2 * self._half}
+                "size": len(self._young) + len(self._old), "maxsize": 2 * self._half,
+                "compiled": self._compiled}
 
     def cache_clear(self) -> None:
         """Forget every cached resolution (the counters are kept)."""
@@ -320,6 +347,13 @@ def _compile(rules: CanonRules) -> _Rules:
 
 
 _DEFAULT_COMPILED = _compile(DEFAULT_RULES)
+
+
+@lru_cache(maxsize=64)
+def _native_rules(native: ModuleType, rules: _Rules) -> object:
+    """``rules`` as the compiled fast path reads them (made once per rules)."""
+    return native.compile_rules(rules.max_length, rules.sort_query,
+                                tuple(sorted(rules.exact)), rules.prefixes)
 
 
 def _require_str(url: object) -> str:

@@ -13,7 +13,8 @@ def require_kernel() -> None:
     """Skip a test of the compiled kernels where they did not build; CI
     (``BLOOMCRAWL_REQUIRE_KERNEL=1``) fails instead, so a broken build is seen."""
     missing = [name for name, mod in (("dedup.native._kernel", compiled.kernel),
-                                      ("dedup.native._lookup", compiled.lookup)) if mod is None]
+                                      ("dedup.native._lookup", compiled.lookup),
+                                      ("dedup.native._canon", compiled.canon)) if mod is None]
     if not missing:
         return
     msg = f"the compiled kernel {', '.join(missing)} is not built"
@@ -56,6 +57,7 @@ def store_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.param == "python":
         monkeypatch.setattr(compiled, "kernel", None)
         monkeypatch.setattr(compiled, "lookup", None)
+        monkeypatch.setattr(compiled, "canon", None)
         monkeypatch.setenv("BLOOMCRAWL_NO_KERNEL", "1")
     else:
         require_kernel()

@@ -1,4 +1,8 @@
-"""URL canonicalization: one test per rule, WHATWG conformance, properties, the cache."""
+"""URL canonicalization: one test per rule, WHATWG conformance, properties, the cache.
+
+Every test runs twice: with the compiled fast path (``dedup.native._canon``) and on
+the Python path alone, except the ones that count the cache, which is the Python
+path's (they ask for ``python_path``)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dedup.native import compiled
 from dedup.url.canonical import (
     DEFAULT_RULES,
     DEFAULT_TRACKING_PARAMS,
@@ -19,11 +24,33 @@ from dedup.url.canonical import (
     canonicalize,
     normalize,
 )
+from tests.dedup.conftest import require_kernel
 
 # A copy of /work/shared/crawler_anchors/urltestdata.json (WHATWG URL tests from
 # web-platform-tests, via ada-url/ada; see shared/crawler_anchors/SOURCE.md).
 WPT_DATA = Path(__file__).parent.parent / "data" / "urltestdata.json"
 WPT_SHA256 = "355c9f1e5f34aae66ba8adfabf3c853f5cd30ea22964ef7a53eb292e7975d81e"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    impls = ["python"] if "python_path" in metafunc.fixturenames else ["compiled", "python"]
+    metafunc.parametrize("canon_impl", impls, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def canon_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The compiled canonicalization fast path, or the Python path alone."""
+    if request.param == "python":
+        monkeypatch.setattr(compiled, "canon", None)
+    else:
+        require_kernel()
+    return request.param
+
+
+@pytest.fixture
+def python_path() -> None:
+    """A test of the cache's counters: the links the compiled path resolves never reach
+    the cache, so these run on the Python path (``canon_impl``)."""
 
 
 def both(url: str, base: str | None = None) -> tuple[str, str]:
@@ -427,12 +454,12 @@ def test_resolve_many_with_a_non_http_base():
     assert canon.resolve_many(["x"], "file:///dir/page") == [None]
 
 
-def test_repeated_links_across_pages_hit_the_cache():
+def test_repeated_links_across_pages_hit_the_cache(python_path):
     canon = Canonicalizer()
     nav = ["/", "/about", "contact.html", "https://cdn.test/x.js", "#top", "javascript:void(0)"]
     first = canon.resolve_many([*nav, "story1.html"], "http://h.test/news/1.html")
     assert canon.cache_info() == {"hits": 0, "misses": 7, "size": 7,
-                                 "maxsize": 100_000}
+                                 "maxsize": 100_000, "compiled": 0}
     second = canon.resolve_many([*nav, "story2.html"], "http://h.test/news/2.html")
     # "#top" depends on the whole page URL: the only nav link that misses
     assert canon.cache_info()["hits"] == 5
@@ -474,7 +501,7 @@ RESOLUTION_CONTEXT_CASES = [
 
 @pytest.mark.parametrize("link, pages", RESOLUTION_CONTEXT_CASES,
                          ids=[repr(c[0]) for c in RESOLUTION_CONTEXT_CASES])
-def test_cache_never_mixes_resolution_contexts(link, pages):
+def test_cache_never_mixes_resolution_contexts(link, pages, python_path):
     canon = Canonicalizer()
     for _ in range(2):  # the second round is served from the cache
         for page in pages:
@@ -483,7 +510,7 @@ def test_cache_never_mixes_resolution_contexts(link, pages):
     assert canon.cache_info()["hits"] >= len(pages)
 
 
-def test_fragment_only_links_of_a_page_share_one_entry():
+def test_fragment_only_links_of_a_page_share_one_entry(python_path):
     canon = Canonicalizer()
     page = "http://h.test/a/p?x=1#here"
     got = canon.resolve_many(["#top", "#", "", "#c3", " #x"], page)
@@ -491,7 +518,7 @@ def test_fragment_only_links_of_a_page_share_one_entry():
     assert canon.cache_info()["misses"] == 1
 
 
-def test_cache_shares_entries_where_the_context_allows():
+def test_cache_shares_entries_where_the_context_allows(python_path):
     canon = Canonicalizer()
     canon.resolve_many(["/x", "y", "//c.test/z", "https://a.test/"], "http://h.test/d/1")
     canon.resolve_many(["/x", "y", "//c.test/z", "https://a.test/"], "http://h.test/d/2?q")
@@ -506,7 +533,7 @@ def test_cache_shares_entries_where_the_context_allows():
     assert canon.cache_info()["misses"] == 6
 
 
-def test_cache_is_bounded():
+def test_cache_is_bounded(python_path):
     canon = Canonicalizer(cache_size=10)
     for i in range(100):
         got = canon.resolve_many([f"/p{i}", f"q{i}"], "http://h.test/d/")
@@ -515,7 +542,7 @@ def test_cache_is_bounded():
     assert canon.cache_info()["misses"] == 200
 
 
-def test_cache_keeps_hot_entries_while_cold_ones_churn():
+def test_cache_keeps_hot_entries_while_cold_ones_churn(python_path):
     canon = Canonicalizer(cache_size=4)
     for i in range(50):
         canon.resolve_many(["/hot", f"/cold{i}"], "http://h.test/")
@@ -524,7 +551,7 @@ def test_cache_keeps_hot_entries_while_cold_ones_churn():
     assert canon.cache_info()["hits"] == 49
 
 
-def test_very_long_links_are_resolved_but_not_cached():
+def test_very_long_links_are_resolved_but_not_cached(python_path):
     canon = Canonicalizer()
     long_link = "/" + "a" * 5000
     assert canon.resolve_many([long_link], "http://h.test/") == [None]  # over 2083
@@ -533,15 +560,15 @@ def test_very_long_links_are_resolved_but_not_cached():
     assert canon.cache_info()["size"] == 1
 
 
-def test_cache_size_zero_disables_caching():
+def test_cache_size_zero_disables_caching(python_path):
     canon = Canonicalizer(cache_size=0)
     assert canon.resolve_many(["/a", "/a", "mailto:x"], "http://h.test/") == [
         ("http://h.test/a",) * 2, ("http://h.test/a",) * 2, None]
     assert canon.cache_info() == {"hits": 0, "misses": 3, "size": 0,
-                                  "maxsize": 0}
+                                  "maxsize": 0, "compiled": 0}
 
 
-def test_cache_clear():
+def test_cache_clear(python_path):
     canon = Canonicalizer()
     canon.resolve_many(["/a"], "http://h.test/")
     canon.cache_clear()

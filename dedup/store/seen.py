@@ -212,6 +212,8 @@ class UrlSeen:
         if not m:
             counters["confirm_cache_hits"] += hits
             counters["repeats"] += n_links
+            if self._pending:
+                self._flush_if_due()
             return []
         blob = bytes(misses.fps)
         fps: list[bytes] = [blob] if m == 1 else np.frombuffer(blob, dtype="V16").tolist()
@@ -241,12 +243,13 @@ class UrlSeen:
         counters["new"] += len(new)
         counters["repeats"] += n_links - len(new)
         if not new:
+            if pending:
+                self._flush_if_due()
             return []
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        now = time.monotonic()
         if not pending:
-            self._pending_since = now
+            self._pending_since = time.monotonic()
         pending.update(new)
         added = blob if new is fps else b"".join(new)
         batch = self._pending_fps.get(depth)
@@ -256,12 +259,19 @@ class UrlSeen:
         # from the confirm cache, a pending key's repeat costs a hit, not a miss (the
         # set stays the truth: the cache may drop it before it is written)
         self._confirmed.add(halves(added))
-        if len(pending) >= self._pending_keys or now - self._pending_since >= self._pending_seconds:
-            self._flush_pending()
+        self._flush_if_due()
         if new is fps:
             return list(range(m))
         fresh = set(new)
         return [i for i, fp in enumerate(fps) if fp in fresh]
+
+    def _flush_if_due(self) -> None:
+        """Write the pending admissions if there are ``pending_keys`` of them or the
+        oldest has waited ``pending_seconds`` (so an answer's age is bounded by the
+        next call after it, not by a timer thread sharing the connection)."""
+        if len(self._pending) >= self._pending_keys or \
+                time.monotonic() - self._pending_since >= self._pending_seconds:
+            self._flush_pending()
 
     def _flush_pending(self) -> None:
         """Write the pending admissions, one depth at a time (shallowest first, as

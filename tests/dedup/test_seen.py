@@ -301,12 +301,14 @@ def test_rebuild_refuses_a_directory_in_use_and_touches_nothing(tmp_path):
 def test_recently_seen_keys_are_answered_before_the_filter(seen, monkeypatch):
     seen.filter_new(urls(50))
     probed: list[int] = []
-    for name in ("probe_hashes", "contains_hashes"):
-        def counting(h, real=getattr(seen.bloom, name)):
+    def counting(real):
+        def probe(h):
             probed.append(len(h))
             return real(h)
+        return probe
 
-        monkeypatch.setattr(seen.bloom, name, counting)
+    for name in ("probe_hashes", "contains_hashes"):
+        monkeypatch.setattr(seen.bloom, name, counting(getattr(seen.bloom, name)))
     assert seen.filter_new(urls(60)) == urls(10, start=50)
     assert probed == [10]  # the 50 repeats never reach the filter (nor the ledger)
     assert seen.stats()["confirm_cache_hits"] == 50

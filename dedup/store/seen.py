@@ -26,6 +26,10 @@ before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
 index add and the filter's batch set each. Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
+:meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
+ledger keeps (a frontier row): its rows are written first, in answer order, so
+the seq it answers is the one the ledger gives; every ``CrawlRecords`` method
+writes them before it touches the ledger (an outcome follows its URL's row).
 """
 
 from __future__ import annotations

@@ -184,8 +184,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         try:
             gc.collect()  # requests dropped before the scheduler: their marks (_expect)
             if self._dropped:
-                seen.ledger.mark_many([(seq, State.SKIPPED, None, "dropped")
-                                       for seq in self._dropped])
+                seen.record_outcomes([(seq, State.SKIPPED, None, "dropped")
+                                      for seq in self._dropped])
             seen.ledger.meta_set(_CLEAN, True)
             seen.commit()
             seen.snapshot()
@@ -245,11 +245,15 @@ class UrlSeenDupeFilter(BaseDupeFilter):
 
     def _admit(self, request: Request, key: str) -> bool:
         seen = self._require_open()
-        recoverable = request.method.upper() == "GET" and not request.body
-        got = seen.admit_resolved([(request.url, key)],
-                                  state=State.QUEUED if recoverable else State.FETCHED)
-        if got and recoverable:
-            request.meta[SEQS_META] = (*request.meta.get(SEQS_META, ()), got[0].seq)
+        if request.method.upper() == "GET" and not request.body:
+            # a pending admission (UrlSeen.admit_one): no journal write per request
+            seq = seen.admit_one(request.url, key)
+            if seq is not None:
+                meta = request.meta
+                meta[SEQS_META] = (*meta.get(SEQS_META, ()), seq)
+            self._tick(1)
+            return seq is not None
+        got = seen.admit_resolved([(request.url, key)], state=State.FETCHED)
         self._tick(1)
         return bool(got)
 
@@ -263,15 +267,15 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         """Mark ledger seqs done (see :meth:`done`)."""
         rows = [(seq, state, status, None) for seq in seqs]
         if rows and self.seen is not None:
-            self.seen.ledger.mark_many(rows)
+            self.seen.record_outcomes(rows)  # writes pending admissions first
             self._tick(0)
 
     def _tick(self, n: int) -> None:
         self._uncommitted += n
         if self._dropped and self.seen is not None:
             dropped, self._dropped = self._dropped, []
-            self.seen.ledger.mark_many([(seq, State.SKIPPED, None, "dropped")
-                                        for seq in dropped])
+            self.seen.record_outcomes([(seq, State.SKIPPED, None, "dropped")
+                                       for seq in dropped])
         if (self._uncommitted >= self.commit_every
                 or time.monotonic() - self._last_commit >= self.commit_interval):
             self.commit()
@@ -319,7 +323,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         for row in rows:
             req = make(row.url) if make is not None else Request(row.url)
             if req is None:
-                self.seen.ledger.mark_many([(row.seq, State.SKIPPED, None, "not recovered")])
+                self.seen.record_outcomes([(row.seq, State.SKIPPED, None, "not recovered")])
                 continue
             req.meta[SEQS_META] = (*req.meta.get(SEQS_META, ()), row.seq)
             self._expect(req, True)  # not dont_filter: the off-site check still applies

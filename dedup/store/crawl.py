@@ -37,6 +37,11 @@ class CrawlRecords:
 
     ledger: Ledger
 
+    def _flush_pending(self) -> None:
+        """Write the pending admissions (``UrlSeen``'s): every method here that reads
+        or writes the ledger calls it first, so a seq ``admit_one`` promised exists
+        before it is marked, and a pending key is in every answer."""
+
     # -- metadata: the crawl's settings, output sizes, totals (JSON values) ----------
 
     def meta_get(self, key: str, default: Any = None) -> Any:
@@ -52,10 +57,12 @@ class CrawlRecords:
     def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
                ) -> list[QueuedRow]:
         """Page in the durable frontier, oldest first (optionally one host's)."""
+        self._flush_pending()
         return self.ledger.queued(limit, after_seq=after_seq, host=host)
 
     def queued_hosts(self) -> list[str]:
         """Hosts with frontier text kept (an upper bound: done rows are compacted lazily)."""
+        self._flush_pending()
         return self.ledger.queued_hosts()
 
     # -- outcomes ---------------------------------------------------------------------
@@ -63,20 +70,24 @@ class CrawlRecords:
     def record_outcomes(self, rows: Iterable[Outcome]) -> None:
         """Mark fetched/failed/skipped ``(seq, state, status, error)`` rows, in the open
         transaction (the crawler's group commit makes them durable with its output)."""
+        self._flush_pending()
         self.ledger.mark_many(rows)
 
     def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
         """``(seq, state, status, error, at)`` of every row marked done, in seq order."""
+        self._flush_pending()
         return self.ledger.outcomes()
 
     def counts(self) -> dict[str, int]:
         """Per-state counts (admitted, forgotten, queued, fetched, ...): O(1), kept."""
+        self._flush_pending()
         return self.ledger.counts()
 
     # -- referrers and captures --------------------------------------------------------
 
     def note_referrers(self, runs: Iterable[tuple[int, int, str | None]]) -> None:
         """``(first seq, last seq, url)``: the page each run of new seqs was found on."""
+        self._flush_pending()
         self.ledger.journal.note_runs(runs)
 
     def referrer_of(self, seq: int) -> str | None:
@@ -102,13 +113,16 @@ class CrawlRecords:
 
     def index_stats(self) -> dict[str, Any]:
         """The fingerprint index's figures (runs and their records, buffer, bytes, mark)."""
+        self._flush_pending()
         return self.ledger.index_stats()
 
     def contains_hashes(self, h: np.ndarray) -> np.ndarray:
         """Exact membership of fingerprints as ``(n, 2)`` uint64 halves (the ledger's
         index, not the filter)."""
+        self._flush_pending()
         return self.ledger.contains_hashes(h)
 
     def __len__(self) -> int:
         """URLs admitted and not forgotten (kept counters: O(1))."""
+        self._flush_pending()
         return len(self.ledger)

@@ -26,6 +26,10 @@ before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
 index add and the filter's batch set each. Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
+:meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
+ledger keeps (a frontier row): its rows are written first, in answer order, so
+the seq it answers is the one the ledger gives; every ``CrawlRecords`` method
+writes them before it touches the ledger (an outcome follows its URL's row).
 """
 
 from __future__ import annotations
@@ -116,6 +120,12 @@ class UrlSeen(CrawlRecords):
         self._pending: set[bytes] = set()  # fingerprints answered "new", not yet written
         self._pending_fps: dict[int, bytearray] = {}  # the same, by depth, in answer order
         self._pending_since = 0.0  # time.monotonic() of the oldest
+        # admit_one's pending rows, with their text: runs of one depth in answer order,
+        # [depth, fps, urls, hosts]; their seqs are promised, from _rows_first on
+        self._pending_rows: list[list[Any]] = []
+        self._pending_row_count = 0
+        self._rows_first = 0
+        self._one = CacheMisses(4)  # admit_one's pass, reset per call (not reallocated)
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -204,10 +214,37 @@ class UrlSeen(CrawlRecords):
         hits = self._confirmed.count_hits(pairs, misses)
         return bool(self._admit_pending(misses, n_links, hits, depth))
 
-    def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int
-                       ) -> list[int]:
+    def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
+        """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
+        admission: the seq it will have if ``key`` is new (queued, with its URL
+        text), None if it was seen. For a caller that meets requests one at a
+        time (a Scrapy dupefilter) and must keep each URL to re-issue after a
+        crash: its rows are written together (one journal append, one frontier
+        row per host) by size or age, at :meth:`commit`, and before any path that
+        reads or writes the ledger (:meth:`record_outcomes` of a seq answered here
+        writes it first), with :meth:`filter_new`'s crash contract.
+
+        The seq is promised now: pending rows are the next appends, in answer
+        order, before anything else reaches the journal."""
+        if "\n" in url:
+            raise ValueError(f"a URL holds a raw newline: {url!r}")
+        host = host_of(url)
+        misses = self._one
+        misses.keys.clear()
+        misses.values.clear()
+        misses.fps.clear()
+        misses.held = 0
+        misses.table.fill(0)
+        hits = self._confirmed.count_hits([(url, key)], misses)
+        if not self._admit_pending(misses, 1, hits, depth, ((url, host),)):
+            return None
+        return self._rows_first + self._pending_row_count - 1
+
+    def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int,
+                       text: Sequence[tuple[str, str]] | None = None) -> list[int]:
         """The seen-test of :meth:`filter_new` once the confirm cache has answered:
-        indexes in ``misses`` of the new keys, which join the pending admissions.
+        indexes in ``misses`` of the new keys, which join the pending admissions
+        (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
 
         A pending key is answered "seen" from the pending set (its bits are not set
         yet); the others are probed, a few key by key (no numpy call), and the
@@ -258,18 +295,33 @@ class UrlSeen(CrawlRecords):
             self._pending_since = time.monotonic()
         pending.update(new)
         added = blob if new is fps else b"".join(new)
-        batch = self._pending_fps.get(depth)
-        if batch is None:
-            batch = self._pending_fps[depth] = bytearray()
-        batch += added
-        # from the confirm cache, a pending key's repeat costs a hit, not a miss (the
-        # set stays the truth: the cache may drop it before it is written)
-        self._confirmed.add(halves(added))
+        if text is not None:  # admit_one: m == 1, and it is new
+            self._pend_row(depth, added, text[0])
+        else:
+            batch = self._pending_fps.get(depth)
+            if batch is None:
+                batch = self._pending_fps[depth] = bytearray()
+            batch += added
+        # the confirm cache learns them when they are written (one call a group): until
+        # then a repeat is answered from the pending set, as cheaply
         self._flush_if_due()
         if new is fps:
             return list(range(m))
         fresh = set(new)
         return [i for i, fp in enumerate(fps) if fp in fresh]
+
+    def _pend_row(self, depth: int, fp: bytes, text: tuple[str, str]) -> None:
+        """Queue one :meth:`admit_one` row; its seq is the next promised one."""
+        rows = self._pending_rows
+        if not rows:
+            self._rows_first = self.ledger.last_seq() + 1
+        if not rows or rows[-1][0] != depth:
+            rows.append([depth, bytearray(), [], []])
+        run = rows[-1]
+        run[1] += fp
+        run[2].append(text[0])
+        run[3].append(text[1])
+        self._pending_row_count += 1
 
     def _flush_if_due(self) -> None:
         """Write the pending admissions if there are ``pending_keys`` of them or the
@@ -280,21 +332,37 @@ class UrlSeen(CrawlRecords):
             self._flush_pending()
 
     def _flush_pending(self) -> None:
-        """Write the pending admissions, one depth at a time (shallowest first, as
-        :meth:`admit_resolved_pages`): bits first, then one ledger append (committed
-        at once with ``autocommit``)."""
+        """Write the pending admissions: :meth:`admit_one`'s rows first, in answer
+        order (their seqs were promised), then the others one depth at a time
+        (shallowest first, as :meth:`admit_resolved_pages`); each batch bits first,
+        then one ledger append (committed at once with ``autocommit``)."""
+        if not self._pending:
+            return
+        rows, self._pending_rows = self._pending_rows, []
+        self._pending_row_count = 0
+        for depth, fps, urls, hosts in rows:
+            self._write_pending(bytes(fps), depth, urls, hosts, self._rows_first)
+            self._rows_first += len(urls)
         batches = self._pending_fps
         while batches:
             depth = min(batches)
-            blob = bytes(batches[depth])
-            h = halves(blob)
-            self.bloom.add_hashes(h)
-            seqs = self.ledger.append(blob, depth=depth, h=h)
+            self._write_pending(bytes(batches[depth]), depth, None, None, None)
             del batches[depth]
-            self._pending.difference_update(np.frombuffer(blob, dtype="V16").tolist())
-            self._appended_seq = seqs.stop - 1
-            if self.ledger.autocommit:
-                self._covered_seq = self._appended_seq
+
+    def _write_pending(self, blob: bytes, depth: int, urls: list[str] | None,
+                       hosts: list[str] | None, first: int | None) -> None:
+        h = halves(blob)
+        self.bloom.add_hashes(h)
+        seqs = self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h)
+        if first is not None and seqs.start != first:  # a real check, not an assert
+            raise RuntimeError(f"{self.state_dir}: pending rows promised seq {first}, "
+                               f"the ledger gave {seqs.start}")
+        self._pending.difference_update(np.frombuffer(blob, dtype="V16").tolist())
+        # a pending key's repeat is then a confirm-cache hit, not a miss
+        self._confirmed.add(h)
+        self._appended_seq = seqs.stop - 1
+        if self.ledger.autocommit:
+            self._covered_seq = self._appended_seq
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
                          depth: int = 0) -> list[list[str]]:

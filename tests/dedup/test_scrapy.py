@@ -289,8 +289,8 @@ async def test_a_page_is_done_after_its_output_not_before(tmp_path: Path) -> Non
     mw = ds.UrlSeenSpiderMiddleware(owner)  # type: ignore[arg-type]
 
     def queued() -> set[str]:
-        assert df.seen is not None
-        return {row.url for row in df.seen.ledger.queued(100)}
+        assert df.seen is not None  # queued() writes pending admissions first
+        return {row.url for row in df.seen.queued(100)}
 
     try:
         page = Request("http://a.example/page")

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from dedup import UrlSeen, canonicalize, fingerprint
-from dedup.store.ledger import Ledger
+from dedup.store.ledger import Ledger, State
 from dedup.store.statedir import ledger_path
+from dedup.url.fingerprint import halves
 
 pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
 
@@ -214,3 +215,68 @@ def test_kill9_before_commit_never_answers_seen_unrecorded(tmp_path):
         assert all(seen.add(f"http://h{k % 5}.test/p/{k}") is False for k in committed)
         # never "seen" without being recorded: what the kill lost is new again
         assert all(seen.add(f"http://h{k % 5}.test/p/{k}") is True for k in range(151, 400))
+
+
+def test_admit_one_promises_seqs_and_keeps_urls(tmp_path):
+    """``admit_one`` rows stay pending, interleaved with ``add``/``filter_new`` keys and
+    two depths; the seqs it answers are the ones the ledger gives them when written,
+    with their URL text and depth, and an outcome can be recorded for one before any
+    write (``record_outcomes`` writes the pending rows first)."""
+    d = tmp_path / "s"
+    promised: dict[str, int] = {}
+    depths: dict[str, int] = {}
+    with UrlSeen(d, pending_keys=10**6, pending_seconds=3600, autocommit=False) as seen:
+        for k in range(40):
+            url = f"http://h{k % 3}.test/p/{k}?utm_source=x"
+            key = canonicalize(url)
+            seq = seen.admit_one(url, key, depth=k // 20)
+            assert seq is not None
+            promised[url], depths[url] = seq, k // 20
+            assert seen.admit_one(url, key) is None  # pending: seen at once
+            assert seen.add(key) is False
+            assert seen.add(f"http://other.test/{k}") is True  # a plain pending key
+        assert seen.filter_new(["http://h0.test/p/0", "http://new.test/"]) == [
+            "http://new.test/"]
+        assert sorted(promised.values()) == list(range(1, 41))
+        assert durable_count(d) == 0  # nothing written yet
+        first = promised["http://h0.test/p/0?utm_source=x"]
+        seen.record_outcomes([(first, State.FETCHED, 200, None)])
+        # an admission that writes at once comes after the promised rows
+        (later,) = seen.admit_resolved([("http://z.test/", "http://z.test/")])
+        assert later.seq > max(promised.values())
+        assert seen.admit_one("http://z.test/", "http://z.test/") is None
+        after = seen.admit_one("http://y.test/", "http://y.test/")
+        assert after is not None and after > later.seq
+        seen.commit()
+        for url, seq in promised.items():
+            row = seen.ledger.get(fingerprint(canonicalize(url), seen.seed))
+            assert row is not None
+            assert (row["seq"], row["depth"]) == (seq, depths[url])
+        queued = {r.url: r.seq for r in seen.queued(1000)}
+        assert "http://h0.test/p/0?utm_source=x" not in queued  # marked fetched
+        assert queued["http://h1.test/p/1?utm_source=x"] == promised[
+            "http://h1.test/p/1?utm_source=x"]
+        assert queued["http://y.test/"] == after
+    with UrlSeen(d) as again:
+        assert again.admit_one("http://h2.test/p/5", canonicalize("http://h2.test/p/5")) is None
+        assert len(again) == 40 + 40 + 1 + 1 + 1
+
+
+def test_admit_one_refuses_a_url_with_a_newline_and_loses_nothing(tmp_path):
+    with UrlSeen(tmp_path / "s", pending_keys=10**6, pending_seconds=3600) as seen:
+        assert seen.admit_one("http://a.test/1", "http://a.test/1") == 1
+        with pytest.raises(ValueError, match="newline"):
+            seen.admit_one("http://a.test/\n2", "http://a.test/2")
+        assert seen.admit_one("http://a.test/2", "http://a.test/2") == 2
+        seen.commit()
+        assert {r.url for r in seen.queued(10)} == {"http://a.test/1", "http://a.test/2"}
+
+
+def test_contains_hashes_answers_for_pending_keys(tmp_path):
+    """The ledger-side membership test writes pending keys first: a key answered
+    "new" a moment ago is present, as the set says."""
+    with UrlSeen(tmp_path / "s", pending_keys=10**6, pending_seconds=3600) as seen:
+        assert seen.filter_new(["http://a.test/1"]) == ["http://a.test/1"]
+        fp = fingerprint("http://a.test/1", seen.seed)
+        assert seen.contains_hashes(halves(fp)).tolist() == [True]
+        assert seen.counts()["admitted"] == 1

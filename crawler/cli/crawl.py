@@ -4,7 +4,6 @@ whole fleet directory (``resume FLEETDIR``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from crawler.cli.args import (
     resume_changes,
     warn,
 )
+from crawler.cli.loop import add_loop_option, run
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
 from crawler.core.engine import run_crawl
@@ -42,6 +42,7 @@ def add_crawl(sub: Any) -> None:
                            "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_loop_option(p)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
         "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
@@ -85,15 +86,16 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     progress = progress_for(settings, args.quiet)
     if fleet is not None:
         url, workers, worker_id = fleet
-        return exit_status(asyncio.run(crawl_as_worker(
+        return exit_status(run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
-            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn)))
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn),
+            args.loop))
     seen, scope, problems = create_crawl(args.state, settings, args.seeds)
     for problem in problems:
         warn(f"{problem} (skipped)")
     try:
-        return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                 install_signals=True)))
+        return exit_status(run(run_crawl(seen, settings, scope, progress=progress,
+                                         install_signals=True), args.loop))
     finally:
         seen.close()
 
@@ -106,6 +108,7 @@ def add_resume(sub: Any) -> None:
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_loop_option(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
@@ -155,10 +158,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
             if args.redis:
                 raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
                                  "worker's; resume it without --redis")
-            return exit_status(asyncio.run(run_crawl(seen, settings, scope, progress=progress,
-                                                     install_signals=True)))
+            return exit_status(run(run_crawl(seen, settings, scope, progress=progress,
+                                             install_signals=True), args.loop))
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-        return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
-                                                        progress)))
+        return exit_status(run(resume_as_worker(seen, settings, scope, meta, url, progress),
+                               args.loop))
     finally:
         seen.close()

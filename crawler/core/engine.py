@@ -489,6 +489,8 @@ class Engine:
                              at_least=at_least)
 
     async def _progress_loop(self) -> None:
+        if not self.progress.enabled and self.relay is None:
+            return  # nobody reads the live figures: the filter's fill is counted at the end
         interval = self.settings.output.progress_interval
         last_pages, last_t = 0, time.monotonic()
         while True:

@@ -49,6 +49,12 @@ before/after in one run. ``--variant NAME=ARGS`` also runs ours with extra
 ``crawl`` arguments (``--variant asyncio="--loop asyncio"``). ``--no-bare`` skips
 the bare loop.
 
+Bytecode: the crawled trees' ``crawler/`` and ``dedup/`` are compiled beforehand
+(``compileall``: ``__pycache__`` beside the sources, as an installed package has
+it) and the crawlers run without ``PYTHONDONTWRITEBYTECODE``: with it and no
+``__pycache__``, each run of ours compiled ~100 modules from source (~0.45 s of
+CPU a process, ~0.02 ms a page at 22k pages).
+
 ``--profile`` also runs ours once under cProfile and prints the top functions.
 ``--warc`` also runs ours with ``--warc DIR/crawl.warc.gz`` (request/response
 records, gzip per record) in each repetition: the cost of the WARC output.
@@ -307,6 +313,20 @@ def _steady(times: Sequence[float]) -> float:
     return (b - a) / max(1e-9, ts[b] - ts[a])
 
 
+def _child_env() -> dict[str, str]:
+    """The crawlers' environment: compiled bytecode is read (see _compile_trees)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _compile_trees(trees: Sequence[Path]) -> None:
+    """Compile the crawlers' own modules once, before the timed runs."""
+    dirs = [str(t / d) for t in trees for d in ("crawler", "dedup", "bench")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *dirs], env=_child_env(),
+                   stdout=subprocess.DEVNULL, check=False)
+
+
 def _run(cmd: list[str], server_pid: int, tmp: Path, cwd: Path = ROOT
          ) -> tuple[int, float, dict[str, float], float]:
     """(returncode, wall seconds, CPU and peak RSS of that child, server CPU seconds)."""
@@ -314,7 +334,8 @@ def _run(cmd: list[str], server_pid: int, tmp: Path, cwd: Path = ROOT
     errfile = tmp / "stderr.txt"
     with open(errfile, "wb") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err,
+                                env=_child_env())
         deadline = time.monotonic() + RUN_TIMEOUT
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
@@ -488,6 +509,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             vname, _, vargs = v.partition("=")
             variants[vname] = (vargs.split(), ROOT)
         names = ([] if args.no_bare else ["bare"]) + list(variants)
+        _compile_trees(sorted({tree for _, tree in variants.values()}))
         for i in range(args.runs):
             order = tuple(names) if i % 2 == 0 else tuple(reversed(names))
             if args.warc:

@@ -10,7 +10,7 @@ TEST_STAMP  := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 STAMP       := $(VENV)/.installed
 
-.PHONY: test coverage bench bench-scale reliability demo lint clean
+.PHONY: test coverage bench bench-scale reliability demo screenshots lint clean
 
 # setup.py and the C sources: the install also builds the compiled kernels (dedup/native/_*.c)
 $(PKG_STAMP): pyproject.toml setup.py dedup/native/_kernel.c dedup/native/_lookup.c dedup/native/_canon.c dedup/native/_buffers.h dedup/native/_murmur.h
@@ -64,6 +64,11 @@ reliability: $(BENCH_STAMP)
 
 demo: $(PKG_STAMP)
 	$(PY) -m crawler.demo
+
+# The dashboard during a demo crawl and the report after it, by headless Chromium
+# (apt-get install chromium), into docs/dashboard.png and docs/report.png (README).
+screenshots: $(PKG_STAMP)
+	$(PY) -m crawler.demo.screenshots --out docs
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -58,10 +58,14 @@ CPU a process, ~0.02 ms a page at 22k pages).
 ``--profile`` also runs ours once under cProfile and prints the top functions.
 ``--warc`` also runs ours with ``--warc DIR/crawl.warc.gz`` (request/response
 records, gzip per record) in each repetition: the cost of the WARC output.
+``--ui`` also runs ours with ``--ui 127.0.0.1:PORT`` and a client polling
+``/api/stats`` every second (a thread of this process) in each repetition, ours and
+ours+ui back to back (their order flips each repetition): the dashboard's cost.
 
     .venv/bin/python bench/crawl_bench.py [--hosts 10 --pages 2000] [--runs 3] [--profile]
     .venv/bin/python bench/crawl_bench.py --quick     # 4 x 300 pages, 1 run each
     .venv/bin/python bench/crawl_bench.py --quick --warc
+    .venv/bin/python bench/crawl_bench.py --hosts 10 --pages 1000 --ui
 """
 
 from __future__ import annotations
@@ -371,8 +375,37 @@ def _is_sitemap(url: str) -> bool:
     return url.split("/", 3)[3:] == ["sitemap.xml"]
 
 
+class _Poller:
+    """GET /api/stats every second while a crawl runs (``--ui``): the client the
+    dashboard's cost is measured with."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.url = f"http://127.0.0.1:{port}/api/stats"
+        self.ok = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(OSError), urllib.request.urlopen(self.url, timeout=5) as r:
+                json.loads(r.read())
+                self.ok += 1
+
+    def __enter__(self) -> _Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
-             want: frozenset[str], *, warc: bool = False, name: str = "ours",
+             want: frozenset[str], *, warc: bool = False, ui: bool = False, name: str = "ours",
              extra: Sequence[str] = (), tree: Path = ROOT, hosts: int = 0) -> dict[str, Any]:
     state = tmp / f"state-{time.monotonic_ns()}"
     warc_dir = tmp / f"warc-{time.monotonic_ns()}"
@@ -381,7 +414,17 @@ def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
     cmd += list(extra)
     if warc:
         cmd += ["--warc", str(warc_dir / "crawl.warc.gz")]
-    rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp, cwd=tree)
+    polls = 0
+    if ui:
+        port = _bind(1)[0]
+        ui_port = port.getsockname()[1]
+        port.close()
+        cmd += ["--ui", f"127.0.0.1:{ui_port}"]
+        with _Poller(ui_port) as poller:
+            rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp, cwd=tree)
+        polls = poller.ok
+    else:
+        rc, wall, usage, server_cpu = _run(cmd, server_pid, tmp, cwd=tree)
     records = []
     with open(state / "pages.jsonl", encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh]
@@ -389,9 +432,13 @@ def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
     fetched = [r for r in records if r["status"] is not None and not _is_sitemap(r["url"])]
     key = Canonicalizer().resolve
     got = {key(r["url"])[1] for r in fetched}
+    if name == "ours":
+        name = "ours+warc" if warc else "ours+ui" if ui else "ours"
     result = _figures(name, rc, wall, usage, server_cpu, load,
                       [_iso(r["fetched_at"]) for r in fetched])
     result["sitemaps"] = len(sitemaps)
+    if ui:
+        result["ui_polls"] = polls
     if warc:
         result["warc_mb"] = sum(f.stat().st_size for f in warc_dir.iterdir()) / 2**20
         shutil.rmtree(warc_dir, ignore_errors=True)
@@ -512,6 +559,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         _compile_trees(sorted({tree for _, tree in variants.values()}))
         for i in range(args.runs):
             order = tuple(names) if i % 2 == 0 else tuple(reversed(names))
+            if args.ui:  # back to back with ours
+                order += ("ours+ui",)
             if args.warc:
                 order += ("ours+warc",)
             for who in order:
@@ -520,8 +569,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     extra, tree = variants.get(who, ([], ROOT))
                     r = run_ours(seeds, tmp, args.concurrency, server.pid, want,
-                                 warc=who == "ours+warc", name=who, extra=extra, tree=tree,
-                                 hosts=spec.hosts)
+                                 warc=who == "ours+warc", ui=who == "ours+ui", name=who,
+                                 extra=extra, tree=tree, hosts=spec.hosts)
                 r["run"] = i + 1
                 runs.append(r)
                 print(f"  run {i + 1} {who}: {r['pages']} pages in {r['wall_s']:.2f} s = "
@@ -529,7 +578,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                       f"{r['cpu_ms_per_page']:.3f} CPU ms/page, RSS {r['peak_rss_mb']:.0f} MB,"
                       f" server CPU {r['server_cpu_s']:.1f} s, load {r['load1']:.2f}, "
                       f"check {r['check']}"
-                      + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else ""), flush=True)
+                      + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else "")
+                      + (f", {r['ui_polls']} polls of /api/stats" if "ui_polls" in r else ""),
+                      flush=True)
         prof_rows = profile_ours(seeds, tmp, args.concurrency, args.top) if args.profile \
             else []
     bare = [r for r in runs if r["crawler"] == "bare"] or [{"pages_per_s": float("nan"),
@@ -537,6 +588,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     ours = [r for r in runs if r["crawler"] == "ours"]
     warcs = [r for r in runs if r["crawler"] == "ours+warc"]
     others = [n for n in names if n not in ("bare", "ours")]
+    uis = [r for r in runs if r["crawler"] == "ours+ui"]
     ratio = statistics.median(r["pages_per_s"] for r in ours) / \
         statistics.median(r["pages_per_s"] for r in bare)
     steady_ratio = statistics.median(r["steady_pages_per_s"] for r in ours) / \
@@ -550,13 +602,22 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
              "compete.",
              f"ours / bare: {100 * ratio:.0f}% of the bare loop's pages/s (wall), "
              f"{100 * steady_ratio:.0f}% steady-state (target >= 80%)."]
+    if uis:
+        ui_cost = 1 - statistics.median(r["pages_per_s"] for r in uis) / \
+            statistics.median(r["pages_per_s"] for r in ours)
+        ui_steady = 1 - statistics.median(r["steady_pages_per_s"] for r in uis) / \
+            statistics.median(r["steady_pages_per_s"] for r in ours)
+        notes.append(f"--ui with /api/stats polled every second: {100 * ui_cost:+.1f}% "
+                     f"pages/s (wall), {100 * ui_steady:+.1f}% steady, vs ours without "
+                     "(positive: slower; target < 3%).")
     tables = [
         {"title": "Crawl macro-benchmark (medians)", "columns": cols,
          "rows": ([] if args.no_bare else [_median_row("bare aiohttp loop + set", bare)])
          + [_median_row("bloomcrawl", ours)]
          + [_median_row(f"bloomcrawl ({n})", [r for r in runs if r["crawler"] == n])
             for n in others]
-         + ([_median_row("bloomcrawl --warc", warcs)] if warcs else []), "notes": notes},
+         + ([_median_row("bloomcrawl --warc", warcs)] if warcs else [])
+         + ([_median_row("bloomcrawl --ui, polled 1/s", uis)] if uis else []), "notes": notes},
         {"title": "All runs", "columns": ["run", "crawler", "pages", "wall s", "pages/s (wall)",
                                           "pages/s (steady)", "CPU ms/page", "peak RSS MB",
                                           "server CPU s", "load1", "check"],
@@ -594,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run ours with these extra crawl arguments")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare loop")
+    ap.add_argument("--ui", action="store_true",
+                    help="also run ours with --ui and a client polling /api/stats every "
+                    "second, each repetition")
     ap.add_argument("--_role", choices=("server", "bare"), help=argparse.SUPPRESS)
     ap.add_argument("--_seeds", help=argparse.SUPPRESS)
     ap.add_argument("--_out", help=argparse.SUPPRESS)

@@ -10,8 +10,10 @@ and prints one row per window of distinct URLs and the ratios the targets need.
 
 Implementations (``--impl``, comma-separated; default all):
 
-* ``urlseen``: ``UrlSeen(dir).filter_new(hrefs, base_url=page)``, group commit
-  every 100 pages, ``snapshot()`` every ``--snapshot-every`` new URLs and at the end;
+* ``urlseen``: ``UrlSeen(dir).filter_new_pages(group)`` with group commit every
+  100 pages (``--feed page``: ``filter_new(hrefs, base_url=page)`` per page, ``--feed
+  url``: ``add(href, page)`` per link, as a plain caller, no ``commit()`` until the
+  end), ``snapshot()`` every ``--snapshot-every`` new URLs and at the end;
 * ``sqlite``: peer (a), canonicalize + fingerprint + SQLite INSERT OR IGNORE;
 * ``set``: peer (b), canonicalize + fingerprint + a Python set;
 * ``scrapy``: peer (c), urljoin + w3lib canonicalize_url + sha1 + set.
@@ -125,10 +127,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--capacity", type=int, default=None,
                     help="UrlSeen's planned capacity, as a crawl planned for this many URLs "
                          "sets it (default: the library's, 10M); the peers have none")
-    ap.add_argument("--feed", choices=("group", "page"), default="group",
+    ap.add_argument("--feed", choices=("group", "page", "url"), default="group",
                     help="each 100-page group in one call where an implementation batches "
-                         "(UrlSeen.filter_new_pages, one executemany, one set update), or "
-                         "one call per page as the crawler admits")
+                         "(UrlSeen.filter_new_pages with group commit, one executemany, one "
+                         "set update); one call per page (UrlSeen(dir).filter_new as a plain "
+                         "caller makes it, no commit() until the end); or UrlSeen.add per "
+                         "link (the peers: per page)")
     ap.add_argument("--group", type=int, default=100,
                     help="pages per group commit, and per call with --feed group (the "
                          "crawler's groups are the pages that finish during one commit)")

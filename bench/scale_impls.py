@@ -40,6 +40,10 @@ class Impl:
         batch across pages; the same count as feeding them one by one."""
         return sum(self.feed(base, hrefs) for base, hrefs in pages)
 
+    def feed_urls(self, base: str, hrefs: list[str]) -> int:
+        """One page's links one call each, where the implementation has a per-URL call."""
+        return self.feed(base, hrefs)
+
     def commit(self, distinct: int) -> None:
         """End of a group of pages (100 by default); ``distinct`` counted so far."""
 
@@ -52,16 +56,19 @@ class Impl:
 
 
 class Seen(Impl):
-    """The project: ``UrlSeen``, with group commit where the API offers it (the
-    crawler's mode) and a snapshot every ``snapshot_every`` new URLs (the
-    crawler's ``[snapshot] every_new_urls``)."""
+    """The project: ``UrlSeen``, with a snapshot every ``snapshot_every`` new URLs (the
+    crawler's ``[snapshot] every_new_urls``). Fed in groups it runs as the crawler
+    does, group commit (``autocommit=False``, ``commit()`` a group); fed page by page
+    or URL by URL, as a plain caller (a script, a dupefilter) does: ``UrlSeen(dir)``
+    as it comes, which decides itself when to write, and ``close()`` at the end."""
 
     name = "UrlSeen"
     durable = True
 
-    def __init__(self, state: Path, snapshot_every: int, capacity: int | None = None) -> None:
+    def __init__(self, state: Path, snapshot_every: int, capacity: int | None = None,
+                 feed: str = "group") -> None:
         super().__init__(state)
-        group = "autocommit" in inspect.signature(UrlSeen).parameters
+        group = feed == "group" and "autocommit" in inspect.signature(UrlSeen).parameters
         planned = {"capacity": capacity} if capacity else {}
         self.seen = (UrlSeen(state, autocommit=False, **planned) if group
                      else UrlSeen(state, **planned))
@@ -71,6 +78,12 @@ class Seen(Impl):
 
     def feed(self, base: str, hrefs: list[str]) -> int:
         return len(self.seen.filter_new(hrefs, base_url=base))
+
+    def feed_urls(self, base: str, hrefs: list[str]) -> int:
+        add = getattr(self.seen, "add", None)
+        if add is None:  # an older UrlSeen: a page of one link
+            return sum(len(self.seen.filter_new([h], base_url=base)) for h in hrefs)
+        return sum(add(h, base) for h in hrefs)
 
     def feed_group(self, pages: list[tuple[str, list[str]]]) -> int:
         if not hasattr(self.seen, "filter_new_pages"):  # an older UrlSeen
@@ -90,8 +103,8 @@ class Seen(Impl):
         self.snapshot_bytes += proc_io()["write_bytes"] - before
 
     def close(self) -> None:
-        if self.group_commit:
-            self.seen.commit()
+        if callable(getattr(self.seen, "commit", None)):
+            self.seen.commit()  # the snapshot covers every answer
         self._snapshot()
         self.seen.close()
 
@@ -183,7 +196,8 @@ IMPLS = {"urlseen": Seen, "sqlite": SqlitePeer, "set": SetPeer, "scrapy": Scrapy
 COLD_IMPLS = ("urlseen", "sqlite")  # the ones with state on disk
 
 
-def make(key: str, state: Path, *, snapshot_every: int, capacity: int | None = None) -> Impl:
+def make(key: str, state: Path, *, snapshot_every: int, capacity: int | None = None,
+         feed: str = "group") -> Impl:
     if key == "urlseen":
-        return Seen(state, snapshot_every, capacity)
+        return Seen(state, snapshot_every, capacity, feed)
     return IMPLS[key](state)

@@ -75,7 +75,7 @@ class Meter:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     impl = make(args.impl, Path(args.state), snapshot_every=args.snapshot_every,
-                capacity=args.capacity)
+                capacity=args.capacity, feed=args.feed)
     stream = CrawlStream(seed=args.seed, hosts=args.hosts, zipf=args.zipf)
     m = Meter()
     windows = []
@@ -89,8 +89,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t0, c0 = perf_counter(), process_time()
         if args.feed == "group":
             new = impl.feed_group(pages)
-        else:
+        elif args.feed == "page":
             new = sum(impl.feed(base, hrefs) for base, hrefs in pages)
+        else:
+            new = sum(impl.feed_urls(base, hrefs) for base, hrefs in pages)
         m.distinct += new
         impl.commit(m.distinct)
         done = m.distinct >= args.distinct
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print("W " + json.dumps(row), flush=True)
             while edge <= m.distinct:
                 edge += args.window
-    name = impl.name + (", page by page" if args.feed == "page" else "") + (
+    name = impl.name + {"group": "", "page": ", page by page", "url": ", URL by URL"}[
+        args.feed] + (
         f", {args.group} pages a group" if args.group != GROUP else "")
     return {"impl": args.impl, "name": name, "cold": args.cold, "feed": args.feed,
             "group": args.group,
@@ -139,9 +142,10 @@ def main() -> None:
     ap.add_argument("--distinct", type=int, default=1_000_000)
     ap.add_argument("--window", type=int, default=500_000)
     ap.add_argument("--cold", action="store_true")
-    ap.add_argument("--feed", choices=("group", "page"), default="group",
+    ap.add_argument("--feed", choices=("group", "page", "url"), default="group",
                     help="a group commit's pages in one call where the API batches (group), "
-                         "or one call per page, as the crawler admits (page)")
+                         "one call per page (page), or per link where the API has a "
+                         "per-URL call (url)")
     ap.add_argument("--group", type=int, default=GROUP,
                     help="pages per group commit (and per call with --feed group): the "
                          "crawler's groups are the pages that finish during one commit")

@@ -1,0 +1,22 @@
+"""bloomcrawl's crawler: ``from crawler import Crawler`` (``crawler.core.crawl``).
+
+The names below are imported when first used, so importing any part of the
+package (``crawler.config``, the command line) does not load the crawl loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawler.core.crawl import Crawler, HandlerError, Page
+
+__all__ = ["Crawler", "HandlerError", "Page"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from crawler.core import crawl
+
+        return getattr(crawl, name)
+    raise AttributeError(f"module 'crawler' has no attribute {name!r}")

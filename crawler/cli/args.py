@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +13,10 @@ from typing import Any, NoReturn
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
-from crawler.config.settings import ConfigError, Settings, load_settings
+from crawler.config.settings import Settings
+from crawler.core.crawl import CRAWL_OPTIONS as CRAWL_OPTION_NAMES
+from crawler.core.crawl import settings_from_options
 from crawler.core.progress import Progress
-from crawler.net.fetch import check_env_proxies
 from dedup import CRAWL_ID_BYTES
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "add_crawl_options",
     "add_seeded_command",
     "crawl_id",
+    "crawl_options",
     "crawl_settings",
     "describe",
     "err",
@@ -253,60 +254,14 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The crawl options as ``crawler.Crawler`` takes them (the same names)."""
+    return {name: getattr(args, name) for name in CRAWL_OPTION_NAMES}
+
+
 def crawl_settings(args: argparse.Namespace) -> Settings:
-    """Defaults < --config < flags."""
-    settings = load_settings(args.config)
-    crawl: dict[str, Any] = {}
-    if args.max_pages is not None:
-        crawl["max_pages"] = args.max_pages
-    if args.max_depth is not None:
-        crawl["max_depth"] = args.max_depth
-    if args.concurrency is not None:
-        crawl["concurrency"] = args.concurrency
-    if args.allow_domain:
-        crawl["allow_domains"] = list(dict.fromkeys(
-            [*settings.crawl.allow_domains, *args.allow_domain]))
-    if args.include:
-        crawl["include"] = list(dict.fromkeys([*settings.crawl.include, *args.include]))
-    if args.exclude:
-        crawl["exclude"] = list(dict.fromkeys([*settings.crawl.exclude, *args.exclude]))
-    if args.no_sitemaps:
-        crawl["sitemaps"] = False
-    politeness: dict[str, Any] = {}
-    if args.per_host is not None:
-        politeness["per_host"] = args.per_host
-    if args.delay is not None:
-        politeness["delay"] = args.delay
-    fetch: dict[str, Any] = {"allow_private": True} if args.allow_private else {}
-    if args.user_agent is not None:
-        fetch["user_agent"] = args.user_agent
-    if args.header:
-        fetch["headers"] = [*settings.fetch.headers, *args.header]
-    if args.cookies:
-        fetch["cookies"] = True
-    if args.max_bytes is not None:
-        fetch["max_bytes"] = args.max_bytes
-    if args.parse_limit is not None:
-        fetch["parse_limit"] = args.parse_limit
-    if args.proxy is not None:
-        fetch["proxy"] = args.proxy
-    elif not settings.fetch.proxy:
-        try:
-            check_env_proxies()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    warc = args.warc or settings.output.warc
-    # frozen absolute: `resume` may run from another directory
-    output: dict[str, Any] = {"warc": str(Path(warc).resolve())} if warc else {}
-    if args.warc_max_size is not None:
-        output["warc_max_size"] = args.warc_max_size
-    if args.warc_content_type is not None:
-        try:
-            re.compile(args.warc_content_type)
-        except re.error as exc:
-            raise ConfigError(f"--warc-content-type {args.warc_content_type!r}: {exc}") from None
-        output["warc_content_types"] = args.warc_content_type
-    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output)
+    """Defaults < --config < flags (``crawler.core.crawl.settings_from_options``)."""
+    return settings_from_options(crawl_options(args))
 
 
 def worker_flags(args: argparse.Namespace, i: int) -> list[str]:

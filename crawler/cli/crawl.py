@@ -16,6 +16,7 @@ from crawler.cli.args import (
     add_resume_options,
     add_seeded_command,
     crawl_id,
+    crawl_options,
     crawl_settings,
     describe,
     int_at_least,
@@ -24,10 +25,12 @@ from crawler.cli.args import (
     warn,
 )
 from crawler.cli.loop import add_loop_option, run
+from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
-from crawler.core.engine import run_crawl
-from crawler.core.state import FLEET_KEY, CrawlError, create_crawl, open_crawl, store_changes
+from crawler.core.crawl import RESUME_OPTIONS, Crawler
+from crawler.core.page import HandlerError
+from crawler.core.state import FLEET_KEY, CrawlError, fleet_identity, open_crawl, store_changes
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
@@ -43,6 +46,8 @@ def add_crawl(sub: Any) -> None:
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_loop_option(p)
+    _add_hook_options(p, resume=False)
+    add_ui_options(p)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
         "(hash(host) mod W) that alone fetches and deduplicates it; links for other owners "
@@ -58,6 +63,37 @@ def add_crawl(sub: Any) -> None:
                    help="the fleet's id in Redis and in its filters (default: derived from "
                    "the seeds file's content and W, so every worker agrees)")
     p.set_defaults(func=cmd_crawl)
+
+
+def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
+    started = " (default: the one the crawl was started with, if any)"
+    g = p.add_argument_group(
+        "page handler", "Python code run on every page with a response, as with "
+        "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
+        "current directory or the Python path")
+    g.add_argument("--handler", metavar="MODULE:FUNCTION",
+                   help="handler(page) returns the page's items (dicts, or None), written "
+                   "to DIR/items.jsonl with the page" + (started if resume else
+                                                         " (default: none)"))
+    g.add_argument("--follow", metavar="MODULE:FUNCTION",
+                   help="follow(page) returns the URLs to enqueue" + (
+                       started if resume else " (default: all of the page's in-scope links)"))
+    g.add_argument("--on-error", choices=("continue", "stop"), default=None,
+                   help="when the handler raises: record its traceback in pages.jsonl "
+                   "(handler_error) and go on, or stop the crawl (exit status 1, resumable: "
+                   "that page is handled again) (default: " + (
+                       "the crawl's, else continue)" if resume else "continue)"))
+
+
+def _run(crawl: Crawler, loop: str) -> int:
+    """Run a crawl to its exit status; a handler that stopped it has its traceback shown."""
+    try:
+        return exit_status(run(crawl.run(), loop))
+    except HandlerError as exc:
+        warn("the page handler raised:\n" + exc.traceback.rstrip())
+        raise
+    finally:
+        crawl.close()
 
 
 def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
@@ -81,23 +117,27 @@ def _fleet_args(args: argparse.Namespace) -> tuple[str, int, int] | None:
 def cmd_crawl(args: argparse.Namespace) -> int:
     """Start a new crawl. SEEDS_FILE holds one URL per line (# comments and blank lines
     ignored)."""
-    settings = crawl_settings(args)
     fleet = _fleet_args(args)
-    progress = progress_for(settings, args.quiet)
+    watch = ui_watch(ui_socket(args))
     if fleet is not None:
+        if args.handler or args.follow:
+            raise UsageError("--handler and --follow are for a single-process crawl, not "
+                             "a fleet worker")
+        settings = crawl_settings(args)
+        progress = progress_for(settings, args.quiet)
         url, workers, worker_id = fleet
         return exit_status(run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
-            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn),
-            args.loop))
-    seen, scope, problems = create_crawl(args.state, settings, args.seeds)
-    for problem in problems:
+            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn,
+            watch=watch), args.loop))
+    crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
+                    follow=args.follow, on_error=args.on_error,
+                    progress=not args.quiet, handle_signals=True, watch=watch,
+                    **crawl_options(args))
+    crawl.open()
+    for problem in crawl.problems:
         warn(f"{problem} (skipped)")
-    try:
-        return exit_status(run(run_crawl(seen, settings, scope, progress=progress,
-                                         install_signals=True), args.loop))
-    finally:
-        seen.close()
+    return _run(crawl, args.loop)
 
 
 def add_resume(sub: Any) -> None:
@@ -109,6 +149,8 @@ def add_resume(sub: Any) -> None:
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_loop_option(p)
+    _add_hook_options(p, resume=True)
+    add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
         "What decides which URLs are the same or in scope (filter geometry, "
@@ -137,12 +179,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
     worker's rejoins its fleet) or a fleet directory (every worker is resumed)."""
     _refuse_frozen(args)
     changes = resume_changes(args)
+    sock = ui_socket(args)
     if is_fleet_dir(Path(args.dir)):
         if changes:
             raise UsageError("resume of a fleet directory cannot change limits; resume "
                              "each worker's directory (DIR/worker-I) with them")
-        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet)
+        return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet,
+                            ui=sock)
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
+    if fleet_identity(args.dir) is None:
+        if args.redis:
+            raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
+                             "worker's; resume it without --redis")
+        crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
+                        on_error=args.on_error, progress=not args.quiet,
+                        handle_signals=True, watch=ui_watch(sock),
+                        **{name: getattr(args, name) for name in RESUME_OPTIONS})
+        return _run(crawl, args.loop)
+    if args.handler or args.follow:
+        raise UsageError("--handler and --follow are for a single-process crawl, not a "
+                         "fleet worker")
     seen, settings, scope = open_crawl(args.dir)
     try:
         if changes:
@@ -154,14 +210,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 raise ConfigError(str(exc)) from None
         progress = progress_for(settings, args.quiet)
         meta = seen.meta_get(FLEET_KEY)
-        if meta is None:
-            if args.redis:
-                raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
-                                 "worker's; resume it without --redis")
-            return exit_status(run(run_crawl(seen, settings, scope, progress=progress,
-                                             install_signals=True), args.loop))
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-        return exit_status(run(resume_as_worker(seen, settings, scope, meta, url, progress),
-                               args.loop))
+        return exit_status(run(resume_as_worker(seen, settings, scope, meta, url, progress,
+                                                watch=ui_watch(sock)), args.loop))
     finally:
         seen.close()

@@ -15,6 +15,7 @@ from crawler.cli.args import (
     int_at_least,
     worker_flags,
 )
+from crawler.cli.ui import add_ui_options, ui_socket
 from crawler.config.settings import load_settings
 from crawler.core.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.launch import start_fleet
@@ -33,6 +34,7 @@ def add_fleet(sub: Any) -> None:
                    help="the fleet's id (default: a new random one)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_ui_options(p)
     p.set_defaults(func=cmd_fleet)
 
 
@@ -46,7 +48,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     state = Path(args.state)
     check_new_state_dir(state)
     seeds_and_scope(args.seeds, crawl_settings(args))  # bad flags and seeds fail here too
+    sock = ui_socket(args)  # one dashboard for the fleet, served by this process
     return start_fleet(state, str(Path(args.seeds).resolve()), workers=args.workers,
                        crawl_id=args.crawl_id or uuid.uuid4().hex, redis=args.redis,
-                       settings=settings, quiet=args.quiet,
+                       settings=settings, quiet=args.quiet, ui=sock,
                        worker_flags=[worker_flags(args, i) for i in range(args.workers)])

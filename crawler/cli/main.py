@@ -31,6 +31,7 @@ from crawler.cli.inspect import (
     add_stats,
 )
 from crawler.cli.merge import add_merge, add_resize
+from crawler.cli.report import add_report
 from crawler.config.exits import ERROR, USAGE
 from crawler.config.scope import SeedError
 from crawler.config.settings import ConfigError
@@ -43,7 +44,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # One registration function per command (it sets the command's ``func``).
 COMMANDS: list[Callable[[Any], None]] = [
     add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
-    add_rebuild, add_repair, add_migrate,
+    add_rebuild, add_repair, add_migrate, add_report,
 ]
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from dedup import Canonicalizer, UrlRejected, host_of
 
 __all__ = ["Scope", "SeedError", "UrlPatterns", "check_pattern", "hostname_of",
-           "normalize_domain", "read_seeds"]
+           "normalize_domain", "read_seeds", "seed_lines"]
 
 
 class SeedError(ValueError):
@@ -220,10 +220,20 @@ def read_seeds(path: str | Path, canonicalizer: Canonicalizer,
                         f"{exc.start})") from None
     except OSError as exc:
         raise SeedError(f"seeds file {path}: {exc.strerror or exc}") from None
+    return seed_lines(text.splitlines(), f"seeds file {path}", str(path), canonicalizer,
+                      patterns)
+
+
+def seed_lines(lines: Iterable[str], source: str, where: str, canonicalizer: Canonicalizer,
+               patterns: UrlPatterns | None = None
+               ) -> tuple[list[tuple[str, str]], list[str]]:
+    """``read_seeds`` for seeds already in memory (``crawler.Crawler``'s list):
+    problems are named ``where:N``, and the SeedError ``source``."""
+    path = where
     seeds: list[tuple[str, str]] = []
     problems: list[str] = []
     excluded = 0
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -248,6 +258,6 @@ def read_seeds(path: str | Path, canonicalizer: Canonicalizer,
         why = [f"{bad} bad line(s)"] if bad else []
         if excluded:
             why.append(f"{excluded} out of scope by --include/--exclude")
-        raise SeedError(f"seeds file {path}: no valid URL"
+        raise SeedError(f"{source}: no valid URL"
                         + (f" ({', '.join(why)})" if why else ""))
     return seeds, problems

@@ -7,7 +7,8 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    one Bloom probe, one index lookup, one journal row per depth), their new URLs go
    into the ledger's open transaction and to the frontier, and each page's
    ``links_new`` is known before its record is written;
-2. the group's pages.jsonl lines and WARC records are written and fsynced, then
+2. the group's pages.jsonl lines, items.jsonl lines (what page handlers returned,
+   ``crawler.core.page``) and WARC records are written and fsynced, then
    the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
    size, ``crawler.core.warc``), the dedup totals (``TOTALS_KEY``), the pages'
    counts (fetched, failed by cause and host: ``crawler.core.pagecounts``), the first capture
@@ -46,7 +47,7 @@ from typing import Any, Protocol
 from crawler.config.settings import OutputSettings
 from crawler.core.admission import Pairs
 from crawler.core.frontier import Frontier, Item
-from crawler.core.output import PAGES_FILE, PageLog, iso_time
+from crawler.core.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
 from crawler.core.pagecounts import PageCounts
 from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.core.warc import Blob, WarcFiles, build_records
@@ -54,7 +55,7 @@ from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
 from dedup import State, UrlSeen
 
-__all__ = ["GroupCommit", "Links", "output_files"]
+__all__ = ["GroupCommit", "Links", "items_file", "output_files"]
 
 Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
 Links = tuple[Pairs, int]  # routed links to admit, and their depth
@@ -73,6 +74,7 @@ class _Entry:
     exchanges: Sequence[Exchange] = ()  # for the WARC, in the order they happened
     content: Content | None = None  # the page's body, for revisits and duplicate_of
     page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
+    items: bytes = b""  # items.jsonl lines of the page's handler
 
 
 def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
@@ -82,6 +84,13 @@ def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFi
     warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
             if output.warc else None)
     return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
+
+
+def items_file(seen: UrlSeen) -> ItemLog:
+    """The crawl's items.jsonl, to be cut back on opening to its committed size (0
+    when no commit ever recorded one: every line past it is a killed run's)."""
+    committed = seen.meta_get(OUTPUTS_KEY) or {}
+    return ItemLog(Path(seen.state_dir) / ITEMS_FILE, committed.get("items", 0))
 
 
 def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool,
@@ -117,12 +126,14 @@ class GroupCommit:
                  totals: Callable[[], dict[str, int]] | None = None,
                  before_commit: Callable[[list[int]], None] | None = None,
                  also_sync: Sequence[Syncable] = (),
-                 counts: PageCounts | None = None) -> None:
+                 counts: PageCounts | None = None, items: ItemLog | None = None) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the marks
         of ``seqs`` go into the transaction, so what it writes commits with them;
         ``also_sync`` files are synced with pages.jsonl before the marks commit;
-        ``counts`` counts the group's pages in the same transaction."""
+        ``counts`` counts the group's pages in the same transaction; ``items`` is
+        items.jsonl (its size is committed with every group, written or not)."""
         self._counts = counts
+        self._items = items
         self._pagelog = pagelog
         self._before_commit = before_commit
         self._also_sync = list(also_sync)
@@ -142,8 +153,8 @@ class GroupCommit:
 
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
-                     content: Content | None = None, page_exchange: Exchange | None = None
-                     ) -> None:
+                     content: Content | None = None, page_exchange: Exchange | None = None,
+                     items: bytes = b"") -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
         ``Admission.route``;
         ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
@@ -151,7 +162,7 @@ class GroupCommit:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
-                                    page_exchange))
+                                    page_exchange, items))
         self._wake.set()
         await fut
 
@@ -187,6 +198,8 @@ class GroupCommit:
                 self._admit_links(batch)
                 records = self._contents(batch)
                 await self._pagelog.append([e.record for e in batch if e.record is not None])
+                if self._items is not None:
+                    await self._items.append_bytes(b"".join(e.items for e in batch))
                 if self._warc is not None and records:
                     # warcio and gzip take ms per MB: off the loop
                     blobs = await asyncio.to_thread(_build_all, records, self._warc.gzip,
@@ -266,6 +279,8 @@ class GroupCommit:
 
     async def _sync(self) -> None:
         files: list[Syncable] = [self._pagelog, *self._also_sync]
+        if self._items is not None:
+            files.append(self._items)
         if self._warc is not None:
             files.append(self._warc)
         await asyncio.gather(*(f.sync() for f in files))
@@ -273,6 +288,8 @@ class GroupCommit:
     def offsets(self) -> dict[str, int]:
         """The output files' sizes as written: what a commit records as committed."""
         out: dict[str, Any] = {"pages": self._pagelog.size}
+        if self._items is not None:
+            out["items"] = self._items.size
         if self._warc is not None:
             out["warc"] = self._warc.committed()
         return out
@@ -289,11 +306,13 @@ class GroupCommit:
     async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool,
-                          attempts: int | None = None) -> None:
+                          attempts: int | None = None, items: bytes = b"",
+                          extra: dict[str, Any] | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
         mark. ``attempts``: the requests sent for the URL over every round and run
-        (default: this fetch's)."""
+        (default: this fetch's). ``items``: its handler's items.jsonl lines;
+        ``extra``: fields added to its record."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -325,7 +344,9 @@ class GroupCommit:
                          else res.attempts if res is not None else 0),
             "elapsed": round(res.elapsed, 3) if res is not None else 0.0,
         }
+        if extra:
+            record.update(extra)
         await self.commit(record, (item.seq, state, status, error),
                           (links,) if links is not None else (),
                           exchanges=(ex,) if ex is not None else (), content=content,
-                          page_exchange=ex)
+                          page_exchange=ex, items=items)

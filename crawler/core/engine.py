@@ -1,4 +1,4 @@
-"""The crawl loop: N worker coroutines pull URLs from the frontier, no callbacks.
+"""The crawl loop: N worker coroutines pull URLs from the frontier.
 
 Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
 HTML page's links, resolved in one batch, filtered by scope, depth and the
@@ -8,6 +8,11 @@ per-host cap -> the group commit, where the pages of a group go through
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
 holds for each URL are ``crawler.core.commit``'s; snapshots (``crawler.core.checkpoint``)
 only make a restart faster.
+
+With ``hooks`` (``crawler.core.page``: what ``crawler.Crawler`` runs), each page
+with a response also becomes a ``Page``: its handler's items are committed with
+it (items.jsonl), ``follow`` chooses which of its links are admitted, and the
+page is handed on (``deliver``) once committed.
 
 Whether anything is left is decided in one place, ``crawler.core.pending``
 (the frontier, the pages under way and, in a fleet, the deliveries being
@@ -28,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +42,10 @@ from crawler.config.scope import Scope, hostname_of
 from crawler.config.settings import Settings
 from crawler.core.admission import Admission, Remote
 from crawler.core.checkpoint import Checkpoint
-from crawler.core.commit import GroupCommit, Links, output_files
+from crawler.core.commit import GroupCommit, Links, items_file, output_files
 from crawler.core.frontier import Frontier, Item
 from crawler.core.output import read_json
+from crawler.core.page import HandlerError, Hooks, Outcome, Page
 from crawler.core.pagecounts import PageCounts
 from crawler.core.pending import Pending
 from crawler.core.politeness import Politeness
@@ -48,18 +54,18 @@ from crawler.core.retry import Retries
 from crawler.core.signals import stop_on_signals
 from crawler.core.sitemaps import SitemapFiles
 from crawler.core.state import HOST_COUNTS_FILE
-from crawler.net.fetch import Fetcher, FetchResult
+from crawler.net.fetch import Fetcher, FetchResult, decode_text
 from crawler.net.links import extract_links
 from crawler.net.netguard import check_literal_host
 from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
-from dedup import State, UrlSeen
+from dedup import State, UrlSeen, host_of
 
 if TYPE_CHECKING:
     from crawler.wire.relay import Relay
     from crawler.wire.transport import RedisTransport
 
-__all__ = ["Engine", "run_crawl"]
+__all__ = ["Engine", "Watcher", "run_crawl"]
 
 log = logging.getLogger("crawler.core.engine")
 
@@ -74,8 +80,10 @@ class Engine:
 
     def __init__(self, seen: UrlSeen, settings: Settings, scope: Scope, *,
                  progress: Progress | None = None,
-                 transport: RedisTransport | None = None) -> None:
+                 transport: RedisTransport | None = None,
+                 hooks: Hooks | None = None) -> None:
         self.seen = seen
+        self.hooks = hooks
         self.settings = settings
         self.scope = scope
         self.state_dir = Path(seen.state_dir)
@@ -108,6 +116,7 @@ class Engine:
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
         self.pagelog, self.warc = output_files(seen, settings.output)
+        self.items = items_file(seen)
         self.sitemaps = (SitemapFiles(self.state_dir, c.sitemap_max_files)
                          if c.sitemaps else None)
         self._sitemap_hosts: set[str] = set()  # seed hosts whose sitemaps this run queued
@@ -121,7 +130,7 @@ class Engine:
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
                                      also_sync=[outbox] if outbox is not None else [],
-                                     counts=self.pages)
+                                     counts=self.pages, items=self.items)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -221,6 +230,9 @@ class Engine:
     async def _crawl(self) -> None:
         s = self.settings
         await self.pagelog.open()
+        if (self.hooks is not None and self.hooks.handler is not None) or \
+                self.items.path.exists():  # cut back to its committed size
+            await self.items.open()
         if self.warc is not None:
             await self.warc.open()
         self.committer.start()
@@ -260,6 +272,7 @@ class Engine:
             self._closing.set()
             await asyncio.gather(snapshots, progress, return_exceptions=True)
             await self.pagelog.close()
+            await self.items.close()
             if self.warc is not None:
                 await self.warc.close()
 
@@ -341,6 +354,8 @@ class Engine:
         final_url: str | None = url
         error = res.error
         failed = res.failed
+        page: Page | None = None
+        outcome: Outcome | None = None
         try:
             status = res.status
             if sitemap_level is not None:
@@ -349,6 +364,9 @@ class Engine:
                 if sm_error is not None:
                     error = f"sitemap: {sm_error}"
                     failed = failed or not sm_error.startswith(("over ", "an index"))
+            elif self.hooks is not None and status is not None:
+                links_found, final_url, page, outcome, links, remote = await self._hooked(
+                    item, res)
             elif status is not None and 300 <= status < 400 and res.location is not None:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
@@ -368,6 +386,12 @@ class Engine:
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
                           else None)
+        if outcome is not None and outcome.error is not None and self.hooks is not None \
+                and self.hooks.stops:
+            # not committed: the URL stays queued, and a resume handles it again
+            retries.forget(seq)
+            self.abort(HandlerError(url, outcome.error))
+            return
         if remote:  # with their owners before this page counts as done
             assert self.relay is not None  # only a fleet worker has remote links
             await self.relay.forward(remote)
@@ -375,9 +399,62 @@ class Engine:
         if failed:
             self.session.failed += 1
         retries.forget(seq)
+        hooks = self.hooks
+        extra = ({"items": outcome.count, "handler_error": outcome.error}
+                 if outcome is not None and hooks is not None and hooks.records else None)
         await self.committer.commit_page(item, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
-                                         warc=self._warc_pages, attempts=tried.requests)
+                                         warc=self._warc_pages, attempts=tried.requests,
+                                         items=outcome.items if outcome is not None else b"",
+                                         extra=extra)
+        if page is not None and hooks is not None and hooks.deliver is not None:
+            await hooks.deliver(page)
+
+    async def _hooked(self, item: Item, res: FetchResult
+                      ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote]]:
+        """A response as a ``Page`` through the hooks: ``(links found, final url, page,
+        what the hooks made of it, links to admit, links for other fleet workers)``."""
+        url = item.url
+        status = res.status
+        assert status is not None
+        found = 0
+        final_url: str | None = url
+        base = url
+        pairs: list[tuple[str, str] | None] = []
+        text = None
+        if 300 <= status < 400 and res.location is not None:
+            found = 1
+            pairs = self._canon.resolve_many((res.location,), url)
+            final_url = pairs[0][0] if pairs[0] is not None else None
+        elif res.body is not None:
+            base, hrefs = extract_links(res.body, url, charset=res.charset,
+                                        nofollow=self.settings.crawl.honor_nofollow)
+            found = len(hrefs)
+            if hrefs:
+                pairs = self._canon.resolve_many(hrefs, base)
+            text = decode_text(res.body, res.charset)
+        allows = self.scope.allows_host
+        url_ok = self.scope.url_filter()
+        in_scope = dict.fromkeys(
+            p[0] for p in pairs
+            if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1])))
+        page = Page(url=url, final_url=final_url, status=status, headers=res.headers or {},
+                    depth=item.depth,
+                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
+                    content_type=res.content_type, body=res.body or b"", text=text,
+                    links=list(in_scope), error=res.error)
+        assert self.hooks is not None
+        deeper = item.depth < self.settings.crawl.max_depth
+        outcome = await self.hooks.run(page, follow=deeper)
+        links: Links | None = None
+        remote: list[Remote] = []
+        if deeper and not (outcome.error is not None and self.hooks.stops):
+            if outcome.follow is not None:
+                pairs = self._canon.resolve_many(outcome.follow, base) \
+                    if outcome.follow else []
+            if pairs:
+                links, remote = self.admission.route(pairs, item.depth + 1, self._local)
+        return found, final_url, page, outcome, links, remote
 
     async def _queue_sitemaps(self, url: str) -> None:
         """Queue the sitemaps of a seed's host (its robots.txt's ``Sitemap:`` lines,
@@ -489,8 +566,6 @@ class Engine:
                              at_least=at_least)
 
     async def _progress_loop(self) -> None:
-        if not self.progress.enabled and self.relay is None:
-            return  # nobody reads the live figures: the filter's fill is counted at the end
         interval = self.settings.output.progress_interval
         last_pages, last_t = 0, time.monotonic()
         while True:
@@ -520,18 +595,31 @@ class Engine:
             shards=self.seen.nshards, state_dir=str(self.state_dir), pages=self.pages.counts)
         if self.relay is not None:
             out.update(self.relay.status())
+        if self.hooks is not None and self.hooks.records:
+            out["items"] = self.hooks.items
+            out["handler_errors"] = self.hooks.errors
         if final:
             out["totals"] = self.checkpoint.totals()
         return out
 
 
+# Something that runs alongside an engine for as long as it crawls, reading it (the
+# dashboard, ``crawler.ui``): given the engine, an async context manager.
+Watcher = Callable[["Engine"], AbstractAsyncContextManager[object]]
+
+
 async def run_crawl(seen: UrlSeen, settings: Settings, scope: Scope, *,
                     progress: Progress | None = None, install_signals: bool = False,
-                    transport: RedisTransport | None = None) -> dict[str, Any]:
+                    transport: RedisTransport | None = None,
+                    watch: Watcher | None = None) -> dict[str, Any]:
     """Run an engine over an open state directory; returns the summary figures.
 
     With a connected ``transport`` the engine is one worker of a fleet: it
     fetches only the hosts it owns and ends when the whole fleet is done.
+    ``watch(engine)`` is entered before the crawl starts and left after it ends.
     """
     engine = Engine(seen, settings, scope, progress=progress, transport=transport)
-    return await engine.run(install_signals=install_signals)
+    if watch is None:
+        return await engine.run(install_signals=install_signals)
+    async with watch(engine):
+        return await engine.run(install_signals=install_signals)

@@ -243,6 +243,12 @@ class Frontier:
         """URLs held in memory (the ledger may hold more)."""
         return self.in_memory
 
+    def top_hosts(self, n: int) -> list[tuple[str, int]]:
+        """The ``n`` hosts with the most URLs held in memory, ``(host, URLs)`` (a host
+        paged out to the ledger has more there): the dashboard's top hosts, read-only."""
+        return heapq.nlargest(n, ((name, len(h.queue)) for name, h in self._hosts.items()
+                                  if h.queue), key=lambda x: x[1])
+
     # -- internals ---------------------------------------------------------------------
 
     def _now(self) -> float:

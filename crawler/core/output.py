@@ -28,10 +28,11 @@ import aiofiles
 
 from dedup import atomic_write_bytes
 
-__all__ = ["PAGES_FILE", "PageLog", "iso_time", "read_json", "read_pages",
+__all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_json", "read_pages",
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
+ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.page``)
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -43,7 +44,7 @@ def iso_time(ts: float) -> str:
     Called twice a page: the date and time to the second is formatted once a
     second; the microseconds are rounded as ``datetime.fromtimestamp`` rounds
     them (half to even), so the text is ``datetime``'s to the byte."""
-    global _iso_second, _iso_prefix
+    global _iso_second
     if not 0 <= ts < _YEAR_10000:  # not a fetch time (or NaN): datetime says what
         return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
             "+00:00", "Z")
@@ -52,15 +53,14 @@ def iso_time(ts: float) -> str:
     if micro >= 1_000_000:
         second += 1
         micro -= 1_000_000
-    if second != _iso_second:
-        _iso_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        _iso_second = second
-    return f"{_iso_prefix}.{micro // 1000:03d}Z"
+    cached = _iso_second  # one tuple, read and replaced whole: threads may call this too
+    if cached[0] != second:
+        cached = _iso_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micro // 1000:03d}Z"
 
 
 _YEAR_10000 = 253_402_300_800
-_iso_second = -1
-_iso_prefix = ""
+_iso_second: tuple[int, str] = (-1, "")
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:
@@ -202,6 +202,35 @@ class PageLog(_AppendFile):
             while view:
                 view = view[os.write(fd, view):]
         await self._write(view)
+
+
+class ItemLog(_AppendFile):
+    """items.jsonl: the JSON lines page handlers returned, appended with their pages'
+    group commit and cut back to its committed size like pages.jsonl.
+
+    Opened only when it is written to or already exists (a crawl without a handler
+    leaves no file); unopened, ``size`` stays the committed size, which every commit
+    carries over, so a later run with a handler appends after the committed items."""
+
+    def __init__(self, path: str | Path, committed: int | None = None) -> None:
+        super().__init__(path, committed)
+        self.size = committed or 0
+        self._dirty = False
+
+    async def open(self) -> ItemLog:
+        await self._open_append()
+        return self
+
+    async def append_bytes(self, data: bytes) -> None:
+        """Append encoded lines (each ending with a newline)."""
+        if data:
+            self._dirty = True
+            await self._write(data)
+
+    async def sync(self) -> None:
+        if self._dirty:  # a group without items costs no fdatasync
+            self._dirty = False
+            await super().sync()
 
 
 def complete_lines(path: str | Path, *, missing_ok: bool = False) -> list[bytes]:

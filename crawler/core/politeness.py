@@ -60,6 +60,12 @@ class Politeness:
             return 0.0
         return max(b.next_start, b.blocked_until)
 
+    def held_until(self, host: str) -> float:
+        """Until when ``host`` is held back by a Retry-After or as seeming down (``hold``),
+        the spacing of ``delay`` aside: 0.0 when it is not."""
+        b = self._hosts.get(host)
+        return 0.0 if b is None else b.blocked_until
+
     def has_slot(self, host: str) -> bool:
         b = self._hosts.get(host)
         return b is None or b.active < self.per_host

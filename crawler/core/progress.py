@@ -90,6 +90,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f" pages/s)",
         f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
         *_host_lines(s),
+        *([f"  items:  {s['items']} written to items.jsonl this run, "
+           f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
+           "pages.jsonl)"] if "items" in s else []),
         f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",

@@ -10,27 +10,31 @@ before anything is created, so a refused start leaves the directory as it was.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler.config.scope import Scope, UrlPatterns, read_seeds
+from crawler.config.scope import Scope, UrlPatterns, read_seeds, seed_lines
 from crawler.config.settings import Settings, settings_from_dict
-from crawler.core.output import PAGES_FILE, read_json, write_json_atomic
+from crawler.core.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
 from crawler.core.statecreate import building, check_resources
 from crawler.core.warc import warc_start
 from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
 
-__all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOST_COUNTS_FILE", "OUTPUTS_KEY",
+__all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_FILE",
+           "OUTPUTS_KEY",
            "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
-           "committed_pages", "create_crawl", "open_crawl", "read_settings_copy",
+           "committed_pages", "create_crawl", "fleet_identity", "open_crawl", "read_settings_copy",
            "require_state_dir", "save_settings_copy", "seeds_and_scope", "set_committed_pages",
            "store_changes"]
 
 CONFIG_KEY = "config"
 SCOPE_KEY = "scope"
 TOTALS_KEY = "dedup_totals"
-OUTPUTS_KEY = "outputs"  # committed sizes of pages.jsonl ("pages") and the WARC ("warc")
+# committed sizes of pages.jsonl ("pages"), items.jsonl ("items") and the WARC ("warc")
+OUTPUTS_KEY = "outputs"
+HOOKS_KEY = "hooks"  # a crawl's --handler/--follow/--on-error, as given to 'crawl'
+
 FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
 # A copy of what the ledger's meta holds that nothing else in the directory does (the
@@ -80,27 +84,37 @@ def check_new_state_dir(state_dir: str | Path) -> None:
                              "state directory; choose a new or empty directory")
 
 
-def seeds_and_scope(seeds_file: str | Path, settings: Settings
+Seeds = str | Path | Sequence[str]  # a seeds file, or the URLs themselves (a list)
+
+
+def seeds_and_scope(seeds_file: Seeds, settings: Settings
                     ) -> tuple[list[tuple[str, str]], list[str], Scope]:
-    """A seeds file's usable seeds, its problems (bad lines, seeds out of scope by the
-    include/exclude patterns) and the crawl's scope; SeedError if no seed is usable."""
+    """A seeds file's (or a list's) usable seeds, its problems (bad lines, seeds out of
+    scope by the include/exclude patterns) and the crawl's scope; SeedError if no seed
+    is usable."""
     c = settings.crawl
-    seeds, problems = read_seeds(seeds_file, Canonicalizer(settings.canonical.rules()),
-                                 UrlPatterns(c.include, c.exclude))
+    canon = Canonicalizer(settings.canonical.rules())
+    patterns = UrlPatterns(c.include, c.exclude)
+    if isinstance(seeds_file, str | Path):
+        seeds, problems = read_seeds(seeds_file, canon, patterns)
+    else:
+        seeds, problems = seed_lines(seeds_file, "seeds", "seed", canon, patterns)
     scope = Scope.for_seeds([url for url, _ in seeds], c.allow_domains, c.include, c.exclude)
     return seeds, problems, scope
 
 
-def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Path, *,
+def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *,
                  crawl_id: str | None = None, owns: Callable[[str], bool] | None = None,
-                 meta: dict[str, Any] | None = None) -> tuple[UrlSeen, Scope, list[str]]:
+                 meta: dict[str, Any] | None = None, hooks: dict[str, str] | None = None
+                 ) -> tuple[UrlSeen, Scope, list[str]]:
     """Start a new crawl in an empty (or new) ``state_dir`` from a seeds file.
 
     Freezes ``settings`` and the scope into the ledger and admits the seeds at
     depth 0 in one batch. A fleet worker passes the fleet's ``crawl_id`` (its
     filter must carry it to be merged with the others'), ``owns(host)`` (it
     admits only its own seeds; the scope is still every seed's host) and its
-    identity as ``meta`` (stored under ``FLEET_KEY``).
+    identity as ``meta`` (stored under ``FLEET_KEY``); ``hooks`` are the handler and
+    follow named as ``module:function`` (stored under ``HOOKS_KEY`` for resume).
     Returns (seen, scope, problems with seed lines).
     The directory is built beside ``state_dir`` and renamed into place complete
     (``crawler.core.statecreate``): a failed or killed start leaves no half-made crawl.
@@ -118,12 +132,14 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: str | Pa
         try:
             seen.meta_set(CONFIG_KEY, settings.to_dict())
             seen.meta_set(SCOPE_KEY, scope.to_dict())
-            outputs: dict[str, Any] = {"pages": 0}
+            outputs: dict[str, Any] = {"pages": 0, "items": 0}
             if settings.output.warc:
                 outputs["warc"] = warc_start(settings.output.warc)
             seen.meta_set(OUTPUTS_KEY, outputs)
             if meta is not None:
                 seen.meta_set(FLEET_KEY, meta)
+            if hooks:
+                seen.meta_set(HOOKS_KEY, hooks)
             admitted = seen.admit_resolved(seeds, depth=0)
             if settings.crawl.max_pages_per_host:
                 write_json_atomic(tmp / HOST_COUNTS_FILE,
@@ -187,6 +203,15 @@ def read_settings_copy(state_dir: Path) -> dict[str, Any]:
     return copy if isinstance(copy, dict) else {}
 
 
+def fleet_identity(state_dir: str | Path) -> dict[str, Any] | None:
+    """A fleet worker's identity (``FLEET_KEY``) read without opening the crawl, or None
+    for a single-process crawl; CrawlError if ``state_dir`` holds no crawl."""
+    d = require_state_dir(state_dir)
+    with Ledger.in_dir(d, readonly=True) as ledger:
+        meta = ledger.meta_get(FLEET_KEY)
+    return meta if isinstance(meta, dict) else None
+
+
 def committed_pages(state_dir: Path) -> list[bytes]:
     """The pages.jsonl lines of ``state_dir`` its ledger counts as committed (each with
     its newline): what a merge or resize carries over, never a line of a page that a
@@ -210,14 +235,16 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
     crawl that writes it, and the settings copied from a source still name the
     source's file; the new crawl gets its own file of that name in ``state_dir``."""
     size = _size(state_dir / PAGES_FILE)
+    items = _size(state_dir / ITEMS_FILE)
     with Ledger.in_dir(state_dir) as ledger:
-        ledger.meta_set(OUTPUTS_KEY, {"pages": size})
+        ledger.meta_set(OUTPUTS_KEY, {"pages": size, "items": items})
         config = ledger.meta_get(CONFIG_KEY)
         if new_warc and config and config.get("output", {}).get("warc"):
             warc = (state_dir / Path(config["output"]["warc"]).name).resolve()
             config["output"]["warc"] = str(warc)
             ledger.meta_set(CONFIG_KEY, config)
-            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "warc": warc_start(warc)})
+            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "items": items,
+                                          "warc": warc_start(warc)})
         save_settings_copy(state_dir, ledger)
 
 

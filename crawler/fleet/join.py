@@ -12,7 +12,7 @@ from typing import Any
 
 from crawler.config.scope import Scope
 from crawler.config.settings import Settings
-from crawler.core.engine import run_crawl
+from crawler.core.engine import Watcher, run_crawl
 from crawler.core.progress import Progress
 from crawler.core.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
 from crawler.fleet.identity import (
@@ -29,7 +29,8 @@ __all__ = ["crawl_as_worker", "resume_as_worker"]
 
 async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str | Path, *,
                           redis_url: str, workers: int, worker_id: int, crawl_id: str | None,
-                          progress: Progress, warn: Callable[[str], None]) -> dict[str, Any]:
+                          progress: Progress, warn: Callable[[str], None],
+                          watch: Watcher | None = None) -> dict[str, Any]:
     """Start worker ``worker_id`` of ``workers`` in a new ``state`` dir and crawl;
     returns the crawl's summary."""
     check_new_state_dir(state)
@@ -48,7 +49,7 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
         try:
             await transport.attach_outbox(seen.state_dir)
             return await run_crawl(seen, settings, scope, progress=progress,
-                                   install_signals=True, transport=transport)
+                                   install_signals=True, transport=transport, watch=watch)
         finally:
             seen.close()
     finally:
@@ -56,8 +57,8 @@ async def crawl_as_worker(state: str | Path, settings: Settings, seeds_file: str
 
 
 async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
-                           meta: dict[str, Any], redis_url: str, progress: Progress
-                           ) -> dict[str, Any]:
+                           meta: dict[str, Any], redis_url: str, progress: Progress,
+                           *, watch: Watcher | None = None) -> dict[str, Any]:
     """Rejoin the fleet recorded in ``meta`` and go on crawling (``seen`` stays open);
     returns the crawl's summary."""
     transport = transport_for(redis_url, meta, settings,
@@ -70,6 +71,6 @@ async def resume_as_worker(seen: UrlSeen, settings: Settings, scope: Scope,
             seen.commit()
         await transport.attach_outbox(seen.state_dir)
         return await run_crawl(seen, settings, scope, progress=progress, install_signals=True,
-                               transport=transport)
+                               transport=transport, watch=watch)
     finally:
         await transport.close()

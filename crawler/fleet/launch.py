@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from crawler.config.settings import Settings, load_settings
@@ -33,10 +34,12 @@ __all__ = ["resume_fleet", "start_fleet"]
 
 
 def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: str | None,
-                settings: Settings, worker_flags: list[list[str]], quiet: bool) -> int:
+                settings: Settings, worker_flags: list[list[str]], quiet: bool,
+                ui: socket.socket | None = None) -> int:
     """Create fleet dir ``state`` and run ``workers`` new workers; returns the exit status.
 
-    ``worker_flags[i]``: the crawl options worker ``i`` is started with.
+    ``worker_flags[i]``: the crawl options worker ``i`` is started with; ``ui``: the
+    fleet dashboard's listening socket.
     """
     check_new_state_dir(state)
     check_resources(settings, state, CrawlError)
@@ -71,7 +74,7 @@ def start_fleet(state: Path, seeds: str, *, workers: int, crawl_id: str, redis: 
                      str(workers), "--worker-id", str(i), "--crawl-id", crawl_id,
                      "--quiet", *worker_flags[i]] for i in range(workers)]
         return asyncio.run(supervise(children, redis_url=url, crawl_id=crawl_id, state=state,
-                                     settings=settings, quiet=quiet))
+                                     settings=settings, quiet=quiet, ui=ui))
     finally:
         if local is not None:
             local.stop()
@@ -91,7 +94,8 @@ async def _reachable(url: str) -> None:
         await r.aclose()
 
 
-def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool) -> int:
+def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool,
+                 ui: socket.socket | None = None) -> int:
     """Resume every worker of fleet dir ``fd``; returns the exit status."""
     refuse_if_resized(fd.root)
     local: LocalRedis | None = None
@@ -106,7 +110,8 @@ def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool) -> int:
     children = [["resume", str(fd.worker(i)), "--quiet"] for i in range(fd.workers)]
     try:
         return asyncio.run(supervise(children, redis_url=url, crawl_id=fd.crawl_id,
-                                     state=fd.root, settings=load_settings(), quiet=quiet))
+                                     state=fd.root, settings=load_settings(), quiet=quiet,
+                                     ui=ui))
     finally:
         if local is not None:
             local.stop()

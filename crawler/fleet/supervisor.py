@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -48,7 +49,8 @@ def format_fleet(stats: dict[int, dict[str, Any]], status: dict[str, int], worke
 
 
 async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_id: str,
-                    state: Path, settings: Settings, quiet: bool) -> int:
+                    state: Path, settings: Settings, quiet: bool,
+                    ui: socket.socket | None = None) -> int:
     """Run W worker processes (``python -m crawler ARGS``) to their end; returns the
     fleet's exit status (``crawler.config.exits``: 3 if a worker gave URLs up, 130 after a stop).
 
@@ -73,6 +75,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w,
                            retry_for=settings.distributed.retry_for)
     await monitor.connect()
+    dashboard = contextlib.AsyncExitStack()
     env = dict(os.environ)
     env[REDIS_ENV] = redis_url  # never on a command line (ps would show a password)
     procs: list[asyncio.subprocess.Process] = []
@@ -128,6 +131,12 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
         waits[asyncio.create_task(proc.wait())] = i
 
     try:
+        if ui is not None:  # the fleet's one dashboard: every worker's figures, and totals
+            from crawler.ui.live import FleetProbe, serving
+
+            await dashboard.enter_async_context(serving(
+                FleetProbe(monitor.fleet_stats, state, w), ui,
+                say=lambda text: line.message(f"bloomcrawl fleet: {text}")))
         for i, args in enumerate(children):
             await spawn(i, args)
         pending = set(waits)
@@ -176,6 +185,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
                 with contextlib.suppress(ProcessLookupError):
                     p.kill()
                 await p.wait()
+        await dashboard.aclose()
         await monitor.close()
     if failed:
         i, rc = min(failed.items())

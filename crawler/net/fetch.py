@@ -26,6 +26,7 @@ import re
 import socket
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -51,7 +52,7 @@ from crawler.net.headers import (
 from crawler.net.netguard import GuardedResolver, PrivateAddressError, check_literal_host
 from crawler.net.outcome import FetchResult, classify_error
 
-__all__ = ["Fetcher", "TextFetch", "check_env_proxies"]
+__all__ = ["Fetcher", "TextFetch", "check_env_proxies", "decode_text"]
 
 _CHUNK = 64 * 1024
 _DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
@@ -190,8 +191,8 @@ class _Hop:
     """What one attempt learned, filled in as the response arrives."""
 
     __slots__ = (
-        "body", "charset", "content_type", "digest", "error", "exchange", "interrupted",
-        "location", "nbytes", "retry", "retry_after", "status",
+        "body", "charset", "content_type", "digest", "error", "exchange", "headers",
+        "interrupted", "location", "nbytes", "retry", "retry_after", "status",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -207,6 +208,7 @@ class _Hop:
         self.retry = False
         self.interrupted = False
         self.exchange: Exchange | None = None
+        self.headers: Mapping[str, str] | None = None
 
 
 class Fetcher:
@@ -355,7 +357,7 @@ class Fetcher:
                 continue
             if r.body is None or not 200 <= r.status < 300:
                 return TextFetch(r.status, None, r.error, r.retryable, ex)
-            return TextFetch(r.status, _decode_text(r.body, r.charset), exchanges=ex)
+            return TextFetch(r.status, decode_text(r.body, r.charset), exchanges=ex)
         return TextFetch(r.status, None, "too many redirects", exchanges=tuple(hops))
 
     async def _fetch(self, url: str, *, html_only: bool, limit: int,
@@ -405,6 +407,7 @@ class Fetcher:
             interrupted=hop.interrupted,
             retryable=hop.retry,
             exchange=hop.exchange,
+            headers=hop.headers,
         )
 
     async def _once(self, url: URL, *, html_only: bool, limit: int, head: int,
@@ -473,6 +476,7 @@ class Fetcher:
     ) -> None:
         s = self.settings
         status = hop.status = resp.status
+        hop.headers = resp.headers
         hop.content_type, hop.charset = parse_content_type(resp.headers.get(hdrs.CONTENT_TYPE))
         length = content_length(resp.headers.get(hdrs.CONTENT_LENGTH))
         ex = hop.exchange
@@ -604,7 +608,7 @@ def _is_literal(host: str) -> bool:
     return True
 
 
-def _decode_text(body: bytes, charset: str | None) -> str:
+def decode_text(body: bytes, charset: str | None) -> str:
     """Decode with the declared charset if Python knows it, else UTF-8 (BOM stripped)."""
     if charset:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,8 @@ class FetchResult:
     exchange: Exchange | None = None
     # ``sha1:BASE32`` of the whole body when ``body`` is set (``body`` may be its head)
     digest: str | None = None
+    # The response's headers (case-insensitive names), for page handlers.
+    headers: Mapping[str, str] | None = None
 
     @property
     def ok(self) -> bool:

@@ -161,6 +161,12 @@ class ShardedBloom(StackedFilter):
         h1, h2, row = self._row_of(fingerprint(key, self.seed))
         return self._stack.contains_one(h1, h2, row)
 
+    def contains_fingerprint(self, fp: bytes) -> bool:
+        """``in`` for a key already fingerprinted (16 bytes, the ``seed``'s): one key
+        with no numpy call, for a caller that asks about keys one at a time."""
+        h1, h2, row = self._row_of(fp)
+        return self._stack.contains_one(h1, h2, row)
+
     def _add(self, h: np.ndarray) -> np.ndarray:
         stack, s = self._stack, self.nshards
         if len(h) <= SMALL:

@@ -202,11 +202,13 @@ class CacheMisses:
 
     __slots__ = ("fps", "held", "keys", "let_through", "table", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int = _BATCH_SLOTS) -> None:
+        """``slots``: the compiled pass's first table (a power of two, doubled as it
+        fills); a pass over one link (``UrlSeen.add``) needs 2, not a page's 4,096."""
         self.keys: list[str] = []
         self.values: list[str] = []
         self.fps = bytearray()
-        self.table = np.zeros(2 * _BATCH_SLOTS, dtype=np.uint64)  # the compiled pass's
+        self.table = np.zeros(2 * slots, dtype=np.uint64)  # the compiled pass's
         self.held = 0
         self.let_through: set[bytes] = set()  # the Python pass's
 

@@ -16,11 +16,22 @@ only once the ledger has made those rows durable: in that call with
 set first). A snapshot records the seq it read *before* copying bits, and
 loading replays ledger rows past each shard's, so a crash at any point leaves
 no false negative (the bits of rows a crash lost are only extra bits).
+
+Pending admissions: the keys :meth:`UrlSeen.filter_new` and :meth:`UrlSeen.add`
+answer "new" are held in RAM (a set of fingerprints, consulted before the Bloom
+filter by every later call, so answers stay exact) and written together, bits
+first then one ledger append, by size (``pending_keys``) or age
+(``pending_seconds``, checked at each call), at ``commit()`` and ``close()``, and
+before any other path reads or writes the ledger. A page's call then pays a
+group's costs (the probe of its dozen unknown keys) and not a transaction, an
+index add and the filter's batch set each. Crash contract: a key answered "new"
+may be answered "new" again after a crash, never "seen" without being recorded.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dedup.filter.bloom import write_snapshot
+from dedup.filter.bloom import SMALL, write_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
@@ -41,7 +52,13 @@ from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.url.fingerprint import fingerprint, halves
 from dedup.url.host import host_of
 
-__all__ = ["NewUrl", "UrlSeen"]
+__all__ = ["PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "UrlSeen"]
+
+# Pending admissions written together (see the module docstring): 4,096 keys are one
+# 64 KB journal row, ~300 pages of the scale stream; a second bounds how long a slow
+# caller's answers stay in RAM only.
+PENDING_KEYS = 4096
+PENDING_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +90,11 @@ class UrlSeen(CrawlRecords):
     caller acts on anything, not at the first "maybe seen" of a crawl under way.
     ``open_index=False`` leaves it closed (:meth:`rebuild` replaces it unread).
     A reader opens it at its first lookup.
+
+    As a set of canonical URLs: :meth:`add` (one URL, True if it was new) and
+    :meth:`filter_new` (a page's links, the new ones) record what they answer "new";
+    they hold it in RAM until ``pending_keys`` keys or ``pending_seconds`` seconds
+    (the module docstring). ``pending_keys=1`` writes at every call.
     """
 
     def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
@@ -82,7 +104,18 @@ class UrlSeen(CrawlRecords):
                  canon_cache_size: int = 100_000, crawl_id: str | None = None,
                  create: bool = True, readonly: bool = False,
                  autocommit: bool = True, index_buffer: int = INDEX_BUFFER,
-                 open_index: bool = True) -> None:
+                 open_index: bool = True, pending_keys: int = PENDING_KEYS,
+                 pending_seconds: float = PENDING_SECONDS) -> None:
+        if isinstance(pending_keys, bool) or not isinstance(pending_keys, int) \
+                or pending_keys < 1:
+            raise ValueError(f"pending_keys must be an integer >= 1, not {pending_keys!r}")
+        if not isinstance(pending_seconds, int | float) or not pending_seconds >= 0:
+            raise ValueError(f"pending_seconds must be a number >= 0, not {pending_seconds!r}")
+        self._pending_keys = pending_keys
+        self._pending_seconds = float(pending_seconds)
+        self._pending: set[bytes] = set()  # fingerprints answered "new", not yet written
+        self._pending_fps: dict[int, bytearray] = {}  # the same, by depth, in answer order
+        self._pending_since = 0.0  # time.monotonic() of the oldest
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -139,15 +172,129 @@ class UrlSeen(CrawlRecords):
                    depth: int = 0) -> list[str]:
         """Canonical keys of the links never seen before, in first-seen order.
 
-        They are recorded before this returns, so asking again answers "seen".
+        Asking again answers "seen" at once. They are pending admissions (the
+        module docstring): written with others by size or age, at :meth:`commit`
+        and at :meth:`close`, so a call per page costs about a group's share.
+        Crash contract: a key answered "new" may be answered "new" again after a
+        crash, never "seen" without being recorded; after :meth:`commit` or
+        :meth:`close` every answer is durable.
+
         Only their fingerprints are kept: the caller holds the keys, and storing
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        misses, idx, _, _ = self._admit(*self._resolve(links, base_url), depth, State.QUEUED,
-                                         keep_urls=False)
+        pairs, n_links = self._resolve(links, base_url)
+        slots = 4
+        while slots < 2 * len(pairs) and slots < 4096:  # a page's table, not a group's
+            slots *= 2
+        misses = CacheMisses(slots)
+        hits = self._confirmed.count_hits(pairs, misses)
         keys = misses.keys
-        return [keys[i] for i in idx]
+        return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth)]
+
+    def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
+        """True if ``url`` (resolved against ``base_url``) was never seen before, and
+        record it, as a set's add that says whether it added: :meth:`filter_new` of
+        one link, for a caller that meets URLs one at a time (a dupefilter's
+        request), with the same crash contract. A link the canonicalizer rejects
+        (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
+        as :meth:`filter_new` skips it."""
+        pairs, n_links = self._resolve((url,), base_url)
+        misses = CacheMisses(4)  # one key: a page's 4,096-slot table would cost more
+        hits = self._confirmed.count_hits(pairs, misses)
+        return bool(self._admit_pending(misses, n_links, hits, depth))
+
+    def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int
+                       ) -> list[int]:
+        """The seen-test of :meth:`filter_new` once the confirm cache has answered:
+        indexes in ``misses`` of the new keys, which join the pending admissions.
+
+        A pending key is answered "seen" from the pending set (its bits are not set
+        yet); the others are probed, a few key by key (no numpy call), and the
+        "maybe seen" ones looked up in the ledger's index in one batch."""
+        counters = self.counters
+        counters["links"] += n_links
+        m = len(misses)
+        if not m:
+            counters["confirm_cache_hits"] += hits
+            counters["repeats"] += n_links
+            if self._pending:
+                self._flush_if_due()
+            return []
+        blob = bytes(misses.fps)
+        fps: list[bytes] = [blob] if m == 1 else np.frombuffer(blob, dtype="V16").tolist()
+        pending = self._pending
+        ask = fps
+        if pending and not pending.isdisjoint(fps):
+            ask = [fp for fp in fps if fp not in pending]
+        counters["confirm_cache_hits"] += hits + m - len(ask)  # answered from memory
+        if len(ask) <= SMALL:
+            contains = self.bloom.contains_fingerprint
+            maybe = [fp for fp in ask if contains(fp)]
+        else:
+            found = self.bloom.contains_hashes(halves(blob if ask is fps else b"".join(ask)))
+            maybe = [ask[j] for j in np.flatnonzero(found).tolist()] if found.any() else []
+        counters["bloom_maybe"] += len(maybe)
+        counters["bloom_definitely_new"] += len(ask) - len(maybe)
+        new = ask
+        if maybe:
+            counters["ledger_queries"] += 1
+            hm = halves(b"".join(maybe))
+            present = self.ledger.contains_hashes(hm)
+            self._confirmed.add(hm[present])
+            known = {maybe[j] for j in np.flatnonzero(present).tolist()}
+            counters["false_positives"] += len(maybe) - len(known)
+            if known:
+                new = [fp for fp in ask if fp not in known]
+        counters["new"] += len(new)
+        counters["repeats"] += n_links - len(new)
+        if not new:
+            if pending:
+                self._flush_if_due()
+            return []
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        if not pending:
+            self._pending_since = time.monotonic()
+        pending.update(new)
+        added = blob if new is fps else b"".join(new)
+        batch = self._pending_fps.get(depth)
+        if batch is None:
+            batch = self._pending_fps[depth] = bytearray()
+        batch += added
+        # from the confirm cache, a pending key's repeat costs a hit, not a miss (the
+        # set stays the truth: the cache may drop it before it is written)
+        self._confirmed.add(halves(added))
+        self._flush_if_due()
+        if new is fps:
+            return list(range(m))
+        fresh = set(new)
+        return [i for i, fp in enumerate(fps) if fp in fresh]
+
+    def _flush_if_due(self) -> None:
+        """Write the pending admissions if there are ``pending_keys`` of them or the
+        oldest has waited ``pending_seconds`` (so an answer's age is bounded by the
+        next call after it, not by a timer thread sharing the connection)."""
+        if len(self._pending) >= self._pending_keys or \
+                time.monotonic() - self._pending_since >= self._pending_seconds:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        """Write the pending admissions, one depth at a time (shallowest first, as
+        :meth:`admit_resolved_pages`): bits first, then one ledger append (committed
+        at once with ``autocommit``)."""
+        batches = self._pending_fps
+        while batches:
+            depth = min(batches)
+            blob = bytes(batches[depth])
+            h = halves(blob)
+            self.bloom.add_hashes(h)
+            seqs = self.ledger.append(blob, depth=depth, h=h)
+            del batches[depth]
+            self._pending.difference_update(np.frombuffer(blob, dtype="V16").tolist())
+            self._appended_seq = seqs.stop - 1
+            if self.ledger.autocommit:
+                self._covered_seq = self._appended_seq
 
     def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
                          depth: int = 0) -> list[list[str]]:
@@ -156,7 +303,9 @@ class UrlSeen(CrawlRecords):
         on the first), with one Bloom probe, one index lookup and one ledger row for
         them all. For a caller that has pages in hand (a group commit's worth, a
         crawl dump): the dozen keys of a page that the confirm cache misses
-        otherwise pay each step's fixed cost alone."""
+        otherwise pay each step's fixed cost alone. Its new keys are written before
+        it returns (and committed, with ``autocommit``), pending ones first."""
+        self._flush_pending()
         misses, ends, n_links, hits = self._misses_of_pages(
             self._resolve(page_links, base_url) for base_url, page_links in pages)
         idx, _, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
@@ -212,6 +361,7 @@ class UrlSeen(CrawlRecords):
 
         Seqs ascend with depth, then page order: the rows of one depth are one
         journal batch, and a breadth-first frontier wants shallow URLs first."""
+        self._flush_pending()
         misses, ends, n_links, hits = self._misses_of_pages(
             (pairs, len(pairs)) for pairs, _ in pages)
         depths = [depth for _, depth in pages]
@@ -240,6 +390,7 @@ class UrlSeen(CrawlRecords):
         "Definitely new" keys are appended with no read at all; only "maybe seen"
         ones go to the ledger's index, in one batch. A key keeps its first URL.
         """
+        self._flush_pending()
         misses = CacheMisses()
         hits = self._confirmed.count_hits(pairs, misses)
         return (misses, *self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
@@ -329,6 +480,7 @@ class UrlSeen(CrawlRecords):
 
     def check(self, url: str) -> tuple[bool, dict[str, Any] | None]:
         """(Bloom says maybe-seen, ledger row or None) for one URL. Raises UrlRejected."""
+        self._flush_pending()
         fp = self._fp_of(url)
         maybe = bool(self.bloom.contains_hashes(halves(fp))[0])
         return maybe, self.ledger.get(fp)
@@ -339,6 +491,7 @@ class UrlSeen(CrawlRecords):
         Their Bloom bits stay set: the next "maybe seen" finds no row and the
         URL is admitted again (counted as a false positive). No counting filter needed.
         """
+        self._flush_pending()
         fps = []
         for url in urls:
             try:
@@ -352,6 +505,7 @@ class UrlSeen(CrawlRecords):
 
     def stats(self) -> dict[str, Any]:
         """Counters of this session, the filter's health, and the ledger's states."""
+        self._flush_pending()
         info = self.bloom.info()
         out: dict[str, Any] = dict(self.counters)
         out.update({
@@ -370,7 +524,9 @@ class UrlSeen(CrawlRecords):
         """Group commit (``autocommit=False``): make pending rows durable, then let
         snapshots cover them. Never the other way round: an uncommitted row lost
         in a crash gives its ``seq`` back to the next insert, and a snapshot mark
-        above it would keep that new row from ever being replayed."""
+        above it would keep that new row from ever being replayed. Pending
+        admissions are written first: after it every answer is durable."""
+        self._flush_pending()
         self.ledger.commit()
         self._covered_seq = self._appended_seq
 
@@ -411,9 +567,14 @@ class UrlSeen(CrawlRecords):
         return seen
 
     def close(self) -> None:
-        """Commit pending rows and release the directory (no snapshot is implied)."""
-        self.ledger.close()
-        self._unlock()
+        """Write pending admissions, commit pending rows and release the directory
+        (no snapshot is implied)."""
+        try:
+            if not self.readonly:
+                self._flush_pending()
+        finally:
+            self.ledger.close()
+            self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:

@@ -1,0 +1,1 @@
+"""The dashboard: live (``--ui``) and as a report file (``bloomcrawl report``)."""

@@ -4,7 +4,6 @@ whole fleet directory (``resume FLEETDIR``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from crawler.cli.args import (
     resume_changes,
     warn,
 )
+from crawler.cli.loop import add_loop_option, run
 from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
@@ -45,6 +45,7 @@ def add_crawl(sub: Any) -> None:
                            "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_loop_option(p)
     _add_hook_options(p, resume=False)
     add_ui_options(p)
     g = p.add_argument_group(
@@ -84,10 +85,10 @@ def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
                        "the crawl's, else continue)" if resume else "continue)"))
 
 
-def _run(crawl: Crawler) -> int:
+def _run(crawl: Crawler, loop: str) -> int:
     """Run a crawl to its exit status; a handler that stopped it has its traceback shown."""
     try:
-        return exit_status(asyncio.run(crawl.run()))
+        return exit_status(run(crawl.run(), loop))
     except HandlerError as exc:
         warn("the page handler raised:\n" + exc.traceback.rstrip())
         raise
@@ -125,10 +126,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         settings = crawl_settings(args)
         progress = progress_for(settings, args.quiet)
         url, workers, worker_id = fleet
-        return exit_status(asyncio.run(crawl_as_worker(
+        return exit_status(run(crawl_as_worker(
             args.state, settings, args.seeds, redis_url=url, workers=workers,
             worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn,
-            watch=watch)))
+            watch=watch), args.loop))
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
                     follow=args.follow, on_error=args.on_error,
                     progress=not args.quiet, handle_signals=True, watch=watch,
@@ -136,7 +137,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     crawl.open()
     for problem in crawl.problems:
         warn(f"{problem} (skipped)")
-    return _run(crawl)
+    return _run(crawl, args.loop)
 
 
 def add_resume(sub: Any) -> None:
@@ -147,6 +148,7 @@ def add_resume(sub: Any) -> None:
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_loop_option(p)
     _add_hook_options(p, resume=True)
     add_ui_options(p)
     g = p.add_argument_group(
@@ -193,7 +195,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                         on_error=args.on_error, progress=not args.quiet,
                         handle_signals=True, watch=ui_watch(sock),
                         **{name: getattr(args, name) for name in RESUME_OPTIONS})
-        return _run(crawl)
+        return _run(crawl, args.loop)
     if args.handler or args.follow:
         raise UsageError("--handler and --follow are for a single-process crawl, not a "
                          "fleet worker")
@@ -209,7 +211,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         progress = progress_for(settings, args.quiet)
         meta = seen.meta_get(FLEET_KEY)
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-        return exit_status(asyncio.run(resume_as_worker(seen, settings, scope, meta, url,
-                                                        progress, watch=ui_watch(sock))))
+        return exit_status(run(resume_as_worker(seen, settings, scope, meta, url, progress,
+                                                watch=ui_watch(sock)), args.loop))
     finally:
         seen.close()

@@ -17,7 +17,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import math
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -37,9 +39,28 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def iso_time(ts: float) -> str:
-    """UTC ISO 8601 with milliseconds (what pages.jsonl's fetched_at holds)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    """UTC ISO 8601 with milliseconds (what pages.jsonl's fetched_at holds).
+
+    Called twice a page: the date and time to the second is formatted once a
+    second; the microseconds are rounded as ``datetime.fromtimestamp`` rounds
+    them (half to even), so the text is ``datetime``'s to the byte."""
+    global _iso_second
+    if not 0 <= ts < _YEAR_10000:  # not a fetch time (or NaN): datetime says what
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z")
+    second = math.floor(ts)
+    micro = round((ts - second) * 1e6)
+    if micro >= 1_000_000:
+        second += 1
+        micro -= 1_000_000
+    cached = _iso_second  # one tuple, read and replaced whole: threads may call this too
+    if cached[0] != second:
+        cached = _iso_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micro // 1000:03d}Z"
+
+
+_YEAR_10000 = 253_402_300_800
+_iso_second: tuple[int, str] = (-1, "")
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
@@ -88,6 +89,7 @@ PAGE_SIZE = 4096
 WAL_AUTOCHECKPOINT = 1_000
 JOURNAL_SIZE_LIMIT = 8 << 20
 
+_NOTES_KEPT = 32_768  # runs note_of answers from RAM (~4 MB)
 _DONE = tuple(s for s in State if s is not State.QUEUED)
 _COUNTER_KEYS = ("admitted", "forgotten", *(s.name.lower() for s in _DONE))
 
@@ -118,6 +120,9 @@ class Journal:
                                        check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
         self._queue = QueueTable(self._db, self._damaged)
+        self._note_firsts: list[int] = []  # the newest runs of ``notes`` (note_of's cache)
+        self._note_runs: list[tuple[int, int, str | None]] = []
+        self._notes_top: int | None = None  # the highest first seq in ``notes`` (None: not read)
         try:
             self._open()
         except sqlite3.DatabaseError as exc:
@@ -439,12 +444,41 @@ class Journal:
         rows = list(rows)
         if rows:
             self._begin()
+            if self._notes_top is None:
+                self._notes_top = self._db.execute(
+                    "SELECT COALESCE(MAX(first), -1) FROM notes").fetchone()[0]
             self._db.executemany("INSERT OR REPLACE INTO notes VALUES (?,?,?,?)",
                                  [with_crc(r) for r in rows])
+            self._remember_notes(rows)
             self._end()
+
+    def _remember_notes(self, rows: list[tuple[int, int, str | None]]) -> None:
+        """Keep the newest runs in RAM for ``note_of``: a crawl asks for the run of
+        every page it fetches, mostly runs it noted minutes before, and a SQLite
+        query a page was a visible share of the crawl loop's CPU. The cache holds
+        every run whose first seq is at least its oldest one's (runs only ever come
+        above every stored one; anything else empties it), so a hit or a miss in
+        its range answers exactly as the table would."""
+        firsts, runs = self._note_firsts, self._note_runs
+        for r in sorted(rows, key=lambda r: r[0]):  # a group's runs come in page order
+            first = r[0]
+            assert self._notes_top is not None
+            if first > self._notes_top:
+                firsts.append(first)
+                runs.append(r)
+                self._notes_top = first
+            else:  # a run at or below a stored one: the cache could miss a replacement
+                firsts.clear()
+                runs.clear()
+        if len(firsts) > _NOTES_KEPT:
+            del firsts[:_NOTES_KEPT // 2], runs[:_NOTES_KEPT // 2]
 
     def note_of(self, seq: int) -> str | None:
         """The text of the run holding ``seq`` (None: no run, or no text)."""
+        firsts = self._note_firsts
+        if firsts and seq >= firsts[0]:
+            _, last, text = self._note_runs[bisect_right(firsts, seq) - 1]
+            return text if last >= seq else None
         try:
             row = self._db.execute(f"SELECT first, last, text, {self._crc['notes']} FROM notes "
                                    "WHERE first <= ? ORDER BY first DESC LIMIT 1",
@@ -510,6 +544,11 @@ class Journal:
         if self.autocommit:
             self.commit()
 
+    def _forget_notes(self) -> None:
+        self._note_firsts.clear()
+        self._note_runs.clear()
+        self._notes_top = None
+
     def commit(self) -> None:
         """Write the kept counters, then COMMIT: they become durable with their rows."""
         if self._db.in_transaction:
@@ -522,6 +561,7 @@ class Journal:
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
         self._load_counters()
+        self._forget_notes()
 
     @property
     def pending(self) -> bool:

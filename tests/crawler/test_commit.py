@@ -188,3 +188,26 @@ async def test_reopening_cuts_the_outputs_back_to_the_committed_sizes(
     await again.open()
     await again.close()
     assert path.read_bytes() == good
+
+
+def test_iso_time_is_datetimes_text_to_the_byte():
+    """fetched_at (and a WARC date) formats the second once and rounds the
+    microseconds itself: the text must stay datetime's, at the rounding edges too."""
+    import random
+    from datetime import UTC, datetime
+
+    from crawler.core.output import iso_time
+
+    def reference(ts: float) -> str:
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z")
+
+    rng = random.Random(3)
+    edges = (0.0, 0.0005, 0.9995, 0.9999995, 0.99999949, 0.5e-6, 1.5e-6, 2.5e-6, 0.4999995)
+    stamps = [0.0, 1.0, 0.9999995, time.time(), 253_402_300_798.9999995]
+    stamps += [rng.randrange(4_000_000_000) + rng.choice(edges) for _ in range(20_000)]
+    stamps += [rng.uniform(0, 4e9) for _ in range(20_000)]
+    for ts in stamps:
+        assert iso_time(ts) == reference(ts), ts
+    with pytest.raises((ValueError, OverflowError)):
+        iso_time(1e20)  # out of datetime's range: its error, as before

@@ -462,3 +462,64 @@ def test_notes_and_contents_rows_carry_a_checksum(tmp_path):
         con.execute(f"UPDATE {table} SET {column} = ?", (old,))
         con.commit()
         con.close()
+
+
+def test_note_of_answers_as_the_table_does_and_recent_runs_from_ram(tmp_path):
+    """note_of keeps the newest runs in RAM (a crawl asks for one each page it
+    fetches): every answer is the table's, across runs noted in any order within a
+    group, gaps between runs, runs replaced or noted below the newest, commits,
+    rollbacks and a reopen; the runs just noted are answered without a query."""
+    rng = random.Random(7)
+    db = tmp_path / "ledger.sqlite"
+    with Journal(db, autocommit=False) as jr:
+        jr.note_runs([(5, 9, "http://a.test/old")])
+        jr.commit()
+    model: dict[int, tuple[int, str | None]] = {5: (9, "http://a.test/old")}
+
+    def expect(seq: int) -> str | None:
+        below = [f for f in model if f <= seq]
+        if not below:
+            return None
+        last, text = model[max(below)]
+        return text if last >= seq else None
+
+    with Journal(db, autocommit=False) as jr:
+        committed = dict(model)
+        top = 20
+        for step in range(400):
+            k = rng.randrange(10)
+            if k < 7:  # a group's runs: above every stored one, shuffled, gaps between
+                runs = []
+                for _ in range(rng.randrange(1, 5)):
+                    first = top + rng.randrange(0, 3)
+                    last = first + rng.randrange(0, 4)
+                    runs.append((first, last, rng.choice([None, f"http://a.test/{step}"])))
+                    top = last + 1
+                rng.shuffle(runs)
+                jr.note_runs(runs)
+                model.update((f, (last, t)) for f, last, t in runs)
+            elif k < 8:  # a stored run noted again with another text
+                f = rng.choice(sorted(model))
+                jr.note_runs([(f, model[f][0], f"http://a.test/again{step}")])
+                model[f] = (model[f][0], f"http://a.test/again{step}")
+            elif k < 9:
+                jr.commit()
+                committed = dict(model)
+            else:
+                jr.rollback()
+                model = dict(committed)
+            for seq in rng.sample(range(top + 3), min(25, top + 3)):
+                assert jr.note_of(seq) == expect(seq), (step, seq)
+        jr.commit()
+        jr.note_runs([(top + 10, top + 14, "http://a.test/recent")])
+        queries: list[str] = []
+        jr._db.set_trace_callback(queries.append)
+        assert jr.note_of(top + 12) == "http://a.test/recent"
+        assert jr.note_of(top + 15) is None
+        jr._db.set_trace_callback(None)
+        assert queries == []
+        model[top + 10] = (top + 14, "http://a.test/recent")
+        jr.commit()
+    with Journal(db, readonly=True) as jr:
+        for seq in range(top + 20):
+            assert jr.note_of(seq) == expect(seq), seq

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.journal_bench import pages
-from dedup.journal import journal as journal_module
 from dedup.journal.journal import Journal
+from dedup.native import compiled
 from dedup.store.ledger import State
 
 
@@ -51,19 +51,19 @@ def main() -> None:
             t = time.perf_counter()
             rows = j.verify()
             t_verify = time.perf_counter() - t
-            compiled, journal_module._ROW_SCAN = journal_module._ROW_SCAN, None
+            rowcrc, compiled.rowcrc = compiled.rowcrc, None
             try:
                 t = time.perf_counter()
                 assert j.verify() == rows
                 t_python = time.perf_counter() - t
             finally:
-                journal_module._ROW_SCAN = compiled
+                compiled.rowcrc = rowcrc
             t = time.perf_counter()
             j._db.execute("PRAGMA quick_check").fetchall()
             t_quick = time.perf_counter() - t
         print(f"urls {args.urls:_} marked {args.marked:_}: ledger {size / 2**20:.0f} MiB, "
               f"{rows:_} rows (built in {built:.0f} s); verify {t_verify:.2f} s "
-              f"({t_verify / rows * 1e6:.2f} us a row, {'compiled' if compiled else 'Python'}), "
+              f"({t_verify / rows * 1e6:.2f} us a row, {'compiled' if rowcrc else 'Python'}), "
               f"Python loop {t_python:.2f} s ({t_python / rows * 1e6:.2f} us a row), "
               f"quick_check {t_quick:.2f} s")
 

@@ -46,14 +46,16 @@ One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -94,20 +96,15 @@ JOURNAL_SIZE_LIMIT = 8 << 20
 _DONE = tuple(s for s in State if s is not State.QUEUED)
 
 
-def _compiled_scan() -> Callable[[bytes, str], int | None] | None:
-    """The compiled checksum pass (``dedup/native/_rowcrc.c``), where it built and
-    links the SQLite library the sqlite3 module uses: it opens its own connection,
-    and two copies of SQLite in one process do not see each other's locks."""
-    rowcrc = compiled.rowcrc
-    if rowcrc is None:
-        return None
+@functools.cache
+def _same_sqlite(rowcrc: ModuleType) -> bool:
+    """Whether the compiled checksum pass links the SQLite library the sqlite3 module
+    uses: it opens its own connection, and two copies of SQLite in one process do
+    not see each other's locks."""
     module = getattr(importlib.import_module("_sqlite3"), "__file__", None)
-    if module is None or not rowcrc.same_sqlite(os.fsencode(module)):
-        return None
-    return rowcrc.scan
+    return module is not None and rowcrc.same_sqlite(os.fsencode(module))
 
 
-_ROW_SCAN = _compiled_scan()
 _COUNTER_KEYS = ("admitted", "forgotten", *(s.name.lower() for s in _DONE))
 
 
@@ -219,11 +216,12 @@ class Journal:
         """The compiled pass's row count, None where it did not confirm every row or
         cannot run: it opens the ledger on its own connection, which sees only what
         is committed, so not while this one holds an open transaction."""
-        if _ROW_SCAN is None or self._db.in_transaction:
+        rowcrc = compiled.rowcrc  # looked up at each call, as the store's kernels are
+        if rowcrc is None or self._db.in_transaction or not _same_sqlite(rowcrc):
             return None
         # the file this connection has open (a relative path would follow the cwd)
         file = next(r[2] for r in self._db.execute("PRAGMA database_list") if r[1] == "main")
-        return _ROW_SCAN(os.fsencode(file), sql) if file else None
+        return rowcrc.scan(os.fsencode(file), sql) if file else None
 
     def _verify_rows(self, table: str, sql: str) -> int:
         """The Python loop of ``verify`` over one table (``meta``: its JSON values)."""

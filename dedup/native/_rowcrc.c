@@ -201,7 +201,9 @@ static int row_crc(sqlite3_stmt *st, int ncols, int *types, repr_buf *b, uLong *
 static PyObject *scan(PyObject *self, PyObject *args) {
     const char *path, *sql;
     Py_ssize_t path_len, sql_len;
-    if (!PyArg_ParseTuple(args, "y#s#:scan", &path, &path_len, &sql, &sql_len)) return NULL;
+    PyObject *sql_str;
+    if (!PyArg_ParseTuple(args, "y#U:scan", &path, &path_len, &sql_str)) return NULL;
+    if (!(sql = PyUnicode_AsUTF8AndSize(sql_str, &sql_len))) return NULL;
     if ((Py_ssize_t)strlen(path) != path_len) {
         PyErr_SetString(PyExc_ValueError, "scan: path holds a NUL byte");
         return NULL;

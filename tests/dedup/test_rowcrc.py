@@ -298,3 +298,23 @@ def test_same_sqlite_knows_the_sqlite3_modules_library(tmp_path: Path) -> None:
     assert compiled.rowcrc.same_sqlite(os.fsencode(_sqlite3.__file__))
     assert not compiled.rowcrc.same_sqlite(os.fsencode(tmp_path / "absent.so"))
     assert not compiled.rowcrc.same_sqlite(os.fsencode(compiled.kernel.__file__))
+
+
+def test_a_resumes_verify_takes_the_compiled_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a resume runs (the seen-store reopened with autocommit off, then
+    ``verify``) goes through the compiled pass, one scan a checked table: opening
+    leaves no transaction open that would send it to the Python loop."""
+    from dedup import UrlSeen
+    with UrlSeen(tmp_path, capacity=64, shards=2, crawl_id="crawl") as seen:
+        seen.filter_new([f"http://a.test/{i}" for i in range(10)])
+    scans: list[str] = []
+    real = compiled.rowcrc.scan
+    monkeypatch.setattr(compiled.rowcrc, "scan", lambda path, sql: scans.append(sql)
+                        or real(path, sql))
+    seen = UrlSeen(tmp_path, create=False, autocommit=False)
+    try:
+        assert seen.verify() > 0
+    finally:
+        seen.close()
+    assert [sql.rsplit(" ", 1)[-1] for sql in scans] == list(ROW_COLUMNS)

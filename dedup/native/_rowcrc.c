@@ -223,7 +223,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     long long rows = 0;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) goto done;
     sqlite3_busy_timeout(db, BUSY_MS);
-    if (sqlite3_prepare_v2(db, sql, (int)sql_len, &st, NULL) != SQLITE_OK || !st) goto done;
+    const char *tail = NULL;
+    if (sqlite3_prepare_v2(db, sql, (int)sql_len, &st, &tail) != SQLITE_OK || !st) goto done;
+    while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r')) tail++;
+    if (tail && *tail) {  /* the sqlite3 module refuses it too: not one statement */
+        PyErr_SetString(PyExc_ValueError, "scan: sql holds more than one statement (or text after its end)");
+        goto done;
+    }
     int ncols = sqlite3_column_count(st);
     if (ncols < 2) {
         PyErr_Format(PyExc_ValueError,

@@ -262,6 +262,13 @@ def test_scan_refuses_sql_with_a_nul_byte(small: Path) -> None:
         compiled.rowcrc.scan(os.fsencode(small), "SELECT a, b, c, crc FROM t\x00; DROP")
 
 
+def test_scan_refuses_more_than_one_statement(small: Path) -> None:
+    """Only the first would run: the rows of the rest would go unchecked."""
+    with pytest.raises(ValueError, match="more than one statement"):
+        scan(small, "SELECT a, b, c, crc FROM t; SELECT a, b, c, crc FROM t")
+    assert scan(small, "SELECT a, b, c, crc FROM t \n") == 1
+
+
 def test_scan_refuses_rows_of_fewer_than_two_columns(small: Path) -> None:
     """One column would be a crc of nothing: a caller's mistake, not a mismatch."""
     with pytest.raises(ValueError, match="not 1 column"):

@@ -2,16 +2,22 @@
 
 ``dedup.native._kernel`` (dedup/native/_kernel.c) runs the Bloom filter's hot loops,
 ``dedup.native._lookup`` (dedup/native/_lookup.c) the exact lookup's,
-``dedup.native._canon`` (dedup/native/_canon.c) the canonicalizer's common case. They are
-optional: where it does not build (no C compiler), the install still succeeds
-and dedup uses its numpy and Python code, with the same answers
-(``dedup.native.compiled`` picks the one there is).
+``dedup.native._canon`` (dedup/native/_canon.c) the canonicalizer's common case,
+``dedup.native._rowcrc`` (dedup/native/_rowcrc.c, linked to SQLite and zlib) the
+journal's row checksum pass. They are optional: where one does not build (no C
+compiler, no SQLite or zlib headers), the install still succeeds and dedup uses its
+numpy and Python code, with the same answers (``dedup.native.compiled`` picks the
+one there is).
 """
 
 from setuptools import Extension, setup
 
+LIBRARIES = {"dedup.native._rowcrc": ["sqlite3", "z"]}
+
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O3"],
+                             libraries=LIBRARIES.get(name, []),
                              depends=["dedup/native/_buffers.h", "dedup/native/_murmur.h"])
                    for name, source in (("dedup.native._kernel", "dedup/native/_kernel.c"),
                                         ("dedup.native._lookup", "dedup/native/_lookup.c"),
-                                        ("dedup.native._canon", "dedup/native/_canon.c"))])
+                                        ("dedup.native._canon", "dedup/native/_canon.c"),
+                                        ("dedup.native._rowcrc", "dedup/native/_rowcrc.c"))])

@@ -1,5 +1,6 @@
 """What checking a whole ledger at open costs: ``Journal.verify()`` (every row read
-and its CRC-32 checked: what ``bloomcrawl resume`` runs before its first fetch)
+and its CRC-32 checked: what ``bloomcrawl resume`` runs before its first fetch),
+through the compiled pass (dedup/native/_rowcrc.c) and through the Python loop,
 against SQLite's ``PRAGMA quick_check`` (page structure only: it does not see a
 flipped byte inside a row) on one ledger of ``--urls`` URLs with their text,
 ``--per-page`` a page, ``--marked`` of them marked fetched (one outcome row each),
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.journal_bench import pages
 from dedup.journal.journal import Journal
+from dedup.native import compiled
 from dedup.store.ledger import State
 
 
@@ -49,12 +51,21 @@ def main() -> None:
             t = time.perf_counter()
             rows = j.verify()
             t_verify = time.perf_counter() - t
+            rowcrc, compiled.rowcrc = compiled.rowcrc, None
+            try:
+                t = time.perf_counter()
+                assert j.verify() == rows
+                t_python = time.perf_counter() - t
+            finally:
+                compiled.rowcrc = rowcrc
             t = time.perf_counter()
             j._db.execute("PRAGMA quick_check").fetchall()
             t_quick = time.perf_counter() - t
         print(f"urls {args.urls:_} marked {args.marked:_}: ledger {size / 2**20:.0f} MiB, "
               f"{rows:_} rows (built in {built:.0f} s); verify {t_verify:.2f} s "
-              f"({t_verify / rows * 1e6:.2f} us a row), quick_check {t_quick:.2f} s")
+              f"({t_verify / rows * 1e6:.2f} us a row, {'compiled' if rowcrc else 'Python'}), "
+              f"Python loop {t_python:.2f} s ({t_python / rows * 1e6:.2f} us a row), "
+              f"quick_check {t_quick:.2f} s")
 
 
 if __name__ == "__main__":

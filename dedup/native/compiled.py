@@ -1,5 +1,5 @@
 """The compiled modules, or None where they did not build: ``compiled.kernel``,
-``compiled.lookup`` and ``compiled.canon`` at the call sites.
+``compiled.lookup``, ``compiled.canon`` and ``compiled.rowcrc`` at the call sites.
 
 ``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
 hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
@@ -7,7 +7,9 @@ hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
 lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys` and
 :mod:`dedup.index.fptable`. ``canon`` (``dedup/native/_canon.c``): the common case of
 :class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the rest left to
-its Python path. All are optional because they are only speed: the Python code they
+its Python path. ``rowcrc`` (``dedup/native/_rowcrc.c``): the row checksum pass of
+:meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
+Python loop. All are optional because they are only speed: the Python code they
 replace runs without them, with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs
 without any of them (to compare, or rule them out).
 """
@@ -20,6 +22,7 @@ from types import ModuleType
 kernel: ModuleType | None = None
 lookup: ModuleType | None = None
 canon: ModuleType | None = None
+rowcrc: ModuleType | None = None
 if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
     try:
         from dedup.native import _kernel as kernel
@@ -33,5 +36,9 @@ if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
         from dedup.native import _canon as canon
     except ImportError:
         canon = None
+    try:
+        from dedup.native import _rowcrc as rowcrc
+    except ImportError:  # also: built without SQLite's or zlib's headers
+        rowcrc = None
 
-__all__ = ["canon", "kernel", "lookup"]
+__all__ = ["canon", "kernel", "lookup", "rowcrc"]

@@ -14,7 +14,9 @@ def require_kernel() -> None:
     (``BLOOMCRAWL_REQUIRE_KERNEL=1``) fails instead, so a broken build is seen."""
     missing = [name for name, mod in (("dedup.native._kernel", compiled.kernel),
                                       ("dedup.native._lookup", compiled.lookup),
-                                      ("dedup.native._canon", compiled.canon)) if mod is None]
+                                      ("dedup.native._canon", compiled.canon),
+                                      ("dedup.native._rowcrc", compiled.rowcrc))
+               if mod is None]
     if not missing:
         return
     msg = f"the compiled kernel {', '.join(missing)} is not built"
@@ -58,6 +60,7 @@ def store_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setattr(compiled, "kernel", None)
         monkeypatch.setattr(compiled, "lookup", None)
         monkeypatch.setattr(compiled, "canon", None)
+        monkeypatch.setattr(compiled, "rowcrc", None)
         monkeypatch.setenv("BLOOMCRAWL_NO_KERNEL", "1")
     else:
         require_kernel()

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from crawler.config.settings import Settings
@@ -22,7 +24,7 @@ from crawler.core.engine import run_crawl
 from crawler.core.output import PAGES_FILE, read_pages
 from crawler.core.progress import Progress
 from crawler.core.state import create_crawl
-from crawler.demo.serve import serve_site
+from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 
 HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
@@ -39,15 +41,25 @@ def demo_settings(max_depth: int) -> Settings:
     )
 
 
-async def demo(state_dir: Path, pages: int, max_depth: int) -> int:
-    spec = SiteSpec(hosts=len(HOST_IPS), pages=pages, seed=42, trap=True)
+@contextlib.asynccontextmanager
+async def demo_site(spec: SiteSpec) -> AsyncIterator[RunningSite]:
+    """Serve ``spec`` on the four 127.0.0.x hosts, or on distinct ports of 127.0.0.1
+    where those aliases are unavailable (the demo and ``make screenshots``)."""
     try:
         serving = serve_site(spec, ips=HOST_IPS)
         running = await serving.__aenter__()
-    except OSError:  # 127.0.0.x aliases unavailable: distinct ports on 127.0.0.1
+    except OSError:
         serving = serve_site(spec)
         running = await serving.__aenter__()
     try:
+        yield running
+    finally:
+        await serving.__aexit__(None, None, None)
+
+
+async def demo(state_dir: Path, pages: int, max_depth: int) -> int:
+    spec = SiteSpec(hosts=len(HOST_IPS), pages=pages, seed=42, trap=True)
+    async with demo_site(spec) as running:
         want = running.site.reachable(max_depth=max_depth)
         print(f"serving {spec.hosts} hosts x {spec.pages} pages: "
               f"{', '.join(running.origins)}", file=sys.stderr)
@@ -82,8 +94,6 @@ async def demo(state_dir: Path, pages: int, max_depth: int) -> int:
         print(f"check FAILED: missing {len(expected - got)}, unexpected {len(got - expected)},"
               f" fetched twice {twice}", file=sys.stderr)
         return 1
-    finally:
-        await serving.__aexit__(None, None, None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,8 +20,7 @@ from crawler.admin.htmlreport import write_report
 from crawler.core.engine import Engine, run_crawl
 from crawler.core.progress import Progress
 from crawler.core.state import create_crawl
-from crawler.demo.run import HOST_IPS, demo_settings
-from crawler.demo.serve import serve_site
+from crawler.demo.run import HOST_IPS, demo_settings, demo_site
 from crawler.demo.site import SiteSpec
 from crawler.ui.address import bind_ui
 from crawler.ui.live import Dashboard, EngineProbe
@@ -54,24 +53,11 @@ async def screenshot(url: str, out: Path, *, width: int = 1400, height: int = 16
     print(f"wrote {out}", file=sys.stderr)
 
 
-@contextlib.asynccontextmanager
-async def _site() -> AsyncIterator[list[str]]:
-    spec = SiteSpec(hosts=len(HOST_IPS), pages=750, seed=42, trap=True)
-    try:
-        serving = serve_site(spec, ips=HOST_IPS)
-        running = await serving.__aenter__()
-    except OSError:  # 127.0.0.x aliases unavailable: distinct ports on 127.0.0.1
-        serving = serve_site(spec)
-        running = await serving.__aenter__()
-    try:
-        yield running.seeds
-    finally:
-        await serving.__aexit__(None, None, None)
-
-
 async def take(out_dir: Path, *, after: float) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    async with _site() as seeds:
+    spec = SiteSpec(hosts=len(HOST_IPS), pages=750, seed=42, trap=True)
+    async with demo_site(spec) as site:
+        seeds = site.seeds
         with tempfile.TemporaryDirectory(prefix="bloomcrawl-screenshots-") as tmp:
             state = Path(tmp) / "demo-crawl"
             seeds_file = Path(tmp) / "seeds.txt"

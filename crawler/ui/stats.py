@@ -47,6 +47,15 @@ def _epoch(iso: str) -> int:
     return int(datetime.fromisoformat(iso[:19] + "+00:00").timestamp())
 
 
+def is_error(status: int | None, cause: str | None) -> bool:
+    """A record the dashboard lists under "recent errors": no page came (``cause``,
+    as ``stats`` counts failures: no response, too large, robots.txt unavailable,
+    given up) or the server answered with an error status (4xx, 5xx). Not a
+    response that came whole but is not parsed (``not html``: a PDF), a redirect,
+    or a URL robots.txt disallows (a rule obeyed, not a failure)."""
+    return cause is not None or (status is not None and status >= 400)
+
+
 def status_class(status: int | None, error: str | None) -> str:
     """The status-code mix's key: the code itself, or what kept a response from coming."""
     if status is not None:
@@ -78,7 +87,7 @@ class PageTally:
         self.per_second: dict[int, list[int]] = {}  # second -> [pages, bytes, links_new]
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=RECENT_ERRORS)
         self._time_cache: tuple[str, int] = ("", 0)
-        self._cause_of: dict[tuple[int | None, str], tuple[str, str | None]] = {}
+        self._cause_of: dict[tuple[int | None, str], tuple[str, str | None, bool]] = {}
         self._top: list[str] = []  # the TOP_KEPT hosts with the most pages, best first
 
     def add(self, r: dict[str, Any]) -> None:
@@ -114,17 +123,19 @@ class PageTally:
                 key = (status, error)
                 got = cause_of.get(key)
                 if got is None:
-                    got = cause_of[key] = (status_class(status, error),
-                                           failure_cause(status, error))
+                    cause = failure_cause(status, error)
+                    got = cause_of[key] = (status_class(status, error), cause,
+                                           is_error(status, cause))
                     if len(cause_of) > 10_000:
                         cause_of.clear()
-                cls, cause = got
+                cls, cause, listed = got
                 statuses[cls] = statuses.get(cls, 0) + 1
                 if cls == "robots.txt":
                     skipped += 1
                 else:
-                    recent.append({"at": r.get("fetched_at"), "url": url, "status": status,
-                                   "error": error})
+                    if listed:
+                        recent.append({"at": r.get("fetched_at"), "url": url,
+                                       "status": status, "error": error})
                     if cause is None:
                         fetched += 1
                         hosts[host] = hosts.get(host, 0) + 1

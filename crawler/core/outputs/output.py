@@ -1,5 +1,5 @@
 """What a crawl leaves behind besides its state: pages.jsonl (and, with
-``crawler.core.warc``, WARC files).
+``crawler.core.outputs.warc``, WARC files).
 
 Why batched appends: the engine commits pages in groups (one write, then one
 ledger transaction, per group), so the per-page cost is building a dict.
@@ -32,7 +32,7 @@ __all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_j
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
-ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.page``)
+ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.run.page``)
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -51,7 +51,7 @@ from typing import Any
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawler.core.output import _AppendFile, iso_time, truncate_to
+from crawler.core.outputs.output import _AppendFile, iso_time, truncate_to
 from crawler.net.body import MEMORY
 from crawler.net.exchange import Exchange
 from dedup import fsync_dir

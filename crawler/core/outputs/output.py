@@ -130,7 +130,7 @@ def truncate_to(path: str | Path, size: int) -> int:
         os.close(fd)
 
 
-class _AppendFile(abc.ABC):
+class AppendFile(abc.ABC):
     """A file opened for appending with aiofiles (unbuffered), closed once.
 
     ``size`` is its length in bytes as written so far: the offset a commit
@@ -177,7 +177,7 @@ class _AppendFile(abc.ABC):
         await self.close()
 
 
-class PageLog(_AppendFile):
+class PageLog(AppendFile):
     """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     async def open(self) -> PageLog:
@@ -204,7 +204,7 @@ class PageLog(_AppendFile):
         await self._write(view)
 
 
-class ItemLog(_AppendFile):
+class ItemLog(AppendFile):
     """items.jsonl: the JSON lines page handlers returned, appended with their pages'
     group commit and cut back to its committed size like pages.jsonl.
 

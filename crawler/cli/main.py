@@ -88,9 +88,10 @@ def _is_damage(exc: BaseException) -> bool:
 
 
 # the error types shown as one line (beside sqlite3.Error, OSError and ValueError)
-_USER_ERRORS = (("crawler.core.state", "CrawlError"), ("crawler.config.scope", "SeedError"),
-                ("crawler.config.settings", "ConfigError"), ("dedup.base.errors", "SnapshotError"),
-                ("dedup.base.errors", "StateLocked"), ("crawler.fleet.identity", "FleetError"),
+_USER_ERRORS = (("crawler.core.state.state", "CrawlError"),
+                ("crawler.config.scope", "SeedError"), ("crawler.config.settings", "ConfigError"),
+                ("dedup.base.errors", "SnapshotError"), ("dedup.base.errors", "StateLocked"),
+                ("crawler.fleet.identity", "FleetError"),
                 ("crawler.wire.monitor", "TransportError"))
 
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from crawler.cli.main import main
-from crawler.core.engine import run_crawl
-from crawler.core.progress import Progress
-from crawler.core.state import create_crawl
+from crawler.core.run.engine import run_crawl
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import create_crawl
 from dedup import UrlSeen
 from dedup.filter.shards import ShardedBloom
 from tests.support.helpers import cli_env, config_toml, fast_settings, run_cli, write_seeds
@@ -169,7 +169,7 @@ async def test_stats_imports_its_command_only(crawled):
     assert proc.returncode == 0 and b"fetched" in out, err
     loaded = set(json.loads(err))
     assert {"crawler.cli.inspect", "dedup"} <= loaded
-    assert not loaded & {"aiohttp", "crawler.core.engine", "crawler.core.crawl",
+    assert not loaded & {"aiohttp", "crawler.core.run.engine", "crawler.core.run.crawl",
                          "crawler.cli.crawl", "crawler.cli.fleet", "crawler.cli.report",
                          "importlib.metadata"}, sorted(loaded)
 

@@ -109,22 +109,37 @@ async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 180.0
                  ) -> list[tuple[int, str]]:
     """Each child's status and stderr once all have exited. On timeout they are stopped
     (a second SIGINT makes a ``fleet`` stop its workers at once, then SIGKILL), so that
-    a test that fails does not leave workers crawling into the next one."""
-    async def one(p: asyncio.subprocess.Process) -> tuple[int, str]:
-        _, err = await asyncio.wait_for(p.communicate(), timeout)
-        return p.returncode or 0, err.decode()
-    try:
-        return list(await asyncio.gather(*map(one, procs)))
-    except BaseException:
+    a test that fails leaves no worker crawling into the next one, and the failure
+    shows what each had said."""
+    errs: list[list[bytes]] = [[] for _ in procs]
+
+    async def one(p: asyncio.subprocess.Process, err: list[bytes]) -> None:
+        assert p.stdout is not None and p.stderr is not None
+        async def read(stream: asyncio.StreamReader, into: list[bytes]) -> None:
+            while chunk := await stream.read(65536):
+                into.append(chunk)
+        await asyncio.gather(read(p.stdout, []), read(p.stderr, err), p.wait())
+
+    readers = [asyncio.create_task(one(p, e)) for p, e in zip(procs, errs, strict=True)]
+    done, pending = await asyncio.wait(readers, timeout=timeout)
+    if pending:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGINT)
+        _, still = await asyncio.wait(pending, timeout=10)
         for p in procs:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(p.wait(), 10)
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
-        raise
+        if still:
+            await asyncio.wait(still, timeout=10)
+        late = {readers.index(t) for t in pending}
+        said = "\n".join(f"-- child {i} ({'ran on' if i in late else 'exited'}):\n"
+                         + b"".join(e).decode(errors="replace")[-2000:]
+                         for i, e in enumerate(errs))
+        raise AssertionError(f"still running after {timeout:g} s:\n{said}")
+    for t in done:
+        t.result()
+    return [(p.returncode or 0, b"".join(e).decode()) for p, e in zip(procs, errs, strict=True)]
 
 
 async def stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:

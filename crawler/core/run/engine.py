@@ -254,6 +254,11 @@ class Engine:
                 ended.cancel()
                 if self.stopping and not all_done.done():  # in-flight fetches get a deadline
                     _, pending = await asyncio.wait(workers, timeout=s.crawl.stop_grace)
+                    if pending:  # said, so that a resume's refetches are not a surprise
+                        self.message(
+                            f"bloomcrawl: {len(pending)} page(s) still under way after "
+                            f"{s.crawl.stop_grace:g} s (crawl.stop_grace): cut short; a "
+                            "resume fetches again those not yet committed")
                     for t in pending:
                         t.cancel()
                 await all_done

@@ -316,3 +316,23 @@ async def test_kill9_loop_leaves_every_item_exactly_once(tmp_path, site):
     assert set(parts) == {(u, p) for u in answered for p in (1, 2)}  # none lost
     assert {r["url"]: r["items"] for r in records if r["status"] is not None} == \
         dict.fromkeys(answered, 2)
+
+async def test_merge_carries_each_committed_item_once_and_the_union_resumes(tmp_path):
+    app, log = docs_app()
+    state, union = tmp_path / "state", tmp_path / "union"
+    async with serve(app) as base:
+        await Crawler(base + "/", state=state, handler=title, config=config_file(tmp_path),
+                      max_pages=3).run()
+        # past the committed size, as a kill -9 between a group's writes and its commit
+        with open(state / "items.jsonl", "ab") as fh:
+            fh.write(b'{"url": "http://uncommitted.test/", "title": "x"}\n')
+        done = await run_cli("merge", "--state", "-o", str(union), str(state))
+        assert done.rc == 0, done.stderr
+        urls = [i["url"] for i in items_of(union)]
+        assert len(urls) == 3
+        assert set(urls) == {r["url"] for r in read_pages(state / "pages.jsonl")}
+        summary = await Crawler(state=union, handler=title, max_pages=0).run()  # the rest
+    assert summary["outcome"] == "finished" and summary["items"] == len(PAGES) - 3
+    assert sorted(i["url"] for i in items_of(union)) == sorted(base + p for p in PAGES)
+    assert fetched_paths(log) == Counter(list(PAGES))  # nothing fetched twice
+

@@ -99,13 +99,16 @@ def check_options(options: Mapping[str, Any], *, resume: bool = False) -> dict[s
 
 
 def settings_from_options(options: Mapping[str, Any]) -> Settings:
-    """Settings for a new crawl: the defaults < ``config`` (a TOML file) < the options.
+    """Settings for a new crawl: the defaults < ``config`` (a TOML file, or its tables
+    as a dict: ``{"dedup": {"capacity": 200_000}}``) < the options.
 
     List options (``allow_domain``, ``include``, ``exclude``, ``header``) take a
     string or a list and add to the config file's lists. ConfigError names a bad
     value; TypeError an unknown option."""
     o = check_options(options)
-    settings = load_settings(o.get("config"))
+    config = o.get("config")
+    settings = (Settings().overlay(config, source="config") if isinstance(config, Mapping)
+                else load_settings(config))
     crawl: dict[str, Any] = {k: o[k] for k in ("max_pages", "max_depth", "concurrency")
                              if k in o}
     lists = {k: _strings(k, o[k]) for k in _LISTS if k in o}

@@ -12,7 +12,7 @@ import pytest
 
 import crawler.core.engine
 from crawler.config.exits import exit_status
-from crawler.core.engine import run_crawl
+from crawler.core.engine import Engine
 from crawler.core.output import read_pages
 from crawler.core.state import create_crawl, open_crawl
 from tests.crawler.test_resume import final_check, run_until, setup_crawl
@@ -128,14 +128,14 @@ async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         monkeypatch.setattr(crawler.core.engine, "extract_links", broken)
         try:
             with pytest.raises(RuntimeError, match="parser bug"):
-                await run_crawl(seen, settings, scope)
+                await Engine(seen, settings, scope).run()
             assert seen.ledger.counts()["queued"] > 0
         finally:
             seen.close()
         monkeypatch.setattr(crawler.core.engine, "extract_links", real)
         seen, settings, scope = open_crawl(state)
         try:
-            summary = await run_crawl(seen, settings, scope)
+            summary = await Engine(seen, settings, scope).run()
         finally:
             seen.close()
         assert summary["outcome"] == "finished"

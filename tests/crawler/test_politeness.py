@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.core.engine import run_crawl
+from crawler.core.engine import Engine
 from crawler.core.output import read_pages
 from crawler.core.politeness import Politeness
 from crawler.core.state import create_crawl
@@ -92,7 +92,7 @@ async def crawl_site(tmp_path, running, settings, seed_urls=None) -> list[dict]:
     seeds = write_seeds(tmp_path / "seeds.txt", seed_urls or running.seeds)
     seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
     try:
-        await run_crawl(seen, settings, scope)
+        await Engine(seen, settings, scope).run()
     finally:
         seen.close()
     return read_pages(tmp_path / "state" / "pages.jsonl")

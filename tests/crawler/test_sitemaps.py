@@ -13,7 +13,7 @@ from collections import Counter
 from aiohttp import web
 
 from crawler.config.settings import Settings, settings_from_dict
-from crawler.core.engine import run_crawl
+from crawler.core.engine import Engine
 from crawler.core.output import read_pages
 from crawler.core.state import create_crawl
 from crawler.net.sitemap import parse_sitemap
@@ -77,7 +77,7 @@ async def crawl(tmp_path, base: str, settings: Settings, name: str = "s") -> dic
                                          write_seeds(tmp_path / f"{name}.seeds", [base + "/"]))
     assert problems == []
     try:
-        await run_crawl(seen, settings, scope)
+        await Engine(seen, settings, scope).run()
     finally:
         seen.close()
     return {r["url"].split("/", 3)[3]: r for r in read_pages(tmp_path / name / "pages.jsonl")}

@@ -263,8 +263,10 @@ def crawl_settings(args: argparse.Namespace) -> Settings:
     return settings_from_options(crawl_options(args))
 
 
-def add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
-    """``--handler``, ``--follow`` and ``--on-error`` (``crawl``, ``fleet``, ``resume``)."""
+def add_hook_options(p: argparse.ArgumentParser, *, resume: bool,
+                     items: str = "DIR/items.jsonl") -> None:
+    """``--handler``, ``--follow`` and ``--on-error`` (``crawl``, ``fleet``, ``resume``);
+    ``items``: where the items go."""
     started = " (default: the one the crawl was started with, if any)"
     g = p.add_argument_group(
         "page handler", "Python code run on every page with a response, as with "
@@ -272,7 +274,7 @@ def add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
         "current directory or the Python path")
     g.add_argument("--handler", metavar="MODULE:FUNCTION",
                    help="handler(page) returns the page's items (dicts, or None), written "
-                   "to DIR/items.jsonl with the page" + (started if resume else
+                   f"to {items} with the page" + (started if resume else
                                                          " (default: none)"))
     g.add_argument("--follow", metavar="MODULE:FUNCTION",
                    help="follow(page) returns the URLs to enqueue" + (

@@ -35,7 +35,7 @@ def add_fleet(sub: Any) -> None:
     p.add_argument("--crawl-id", type=crawl_id, metavar="ID",
                    help="the fleet's id (default: a new random one)")
     add_crawl_options(p)
-    add_hook_options(p, resume=False)
+    add_hook_options(p, resume=False, items="DIR/worker-I/items.jsonl (each worker's own)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_ui_options(p)
     p.set_defaults(func=cmd_fleet)

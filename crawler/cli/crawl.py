@@ -27,9 +27,9 @@ from crawler.cli.args import (
 from crawler.cli.loop import add_loop_option, run
 from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
-from crawler.core.crawl import RESUME_OPTIONS, Crawler
-from crawler.core.page import HandlerError
-from crawler.core.state import CrawlError, fleet_identity
+from crawler.core.run.crawl import RESUME_OPTIONS, Crawler
+from crawler.core.run.page import HandlerError
+from crawler.core.state.state import CrawlError, fleet_identity
 from crawler.fleet.identity import (
     REDIS_ENV,
     derive_crawl_id,

@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from crawler.core.crawl import Crawler
-from crawler.core.output import PAGES_FILE, read_pages
+from crawler.core.outputs.output import PAGES_FILE, read_pages
+from crawler.core.run.crawl import Crawler
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from crawler.admin.htmlreport import write_report
-from crawler.core.crawl import Crawler
-from crawler.core.engine import Engine
+from crawler.core.run.crawl import Crawler
+from crawler.core.run.engine import Engine
 from crawler.demo.run import HOST_IPS, demo_config, demo_site
 from crawler.demo.site import SiteSpec
 from crawler.ui.address import bind_ui

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crawler.core.crawl import Crawler
-from crawler.core.state import check_new_state_dir, seeds_and_scope
+from crawler.core.run.crawl import Crawler
+from crawler.core.state.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.identity import fleet_geometry, settings_geometry, transport_for
 
 __all__ = ["crawl_as_worker", "resume_as_worker"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.wire.owner import owner_of
 from dedup.store.seen import host_of
 from tests.crawler.test_exactly_once import output_grew

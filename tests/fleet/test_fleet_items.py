@@ -32,7 +32,7 @@ from tests.fleet.test_distributed import (
     served_at_least,
     worker_settings,
 )
-from tests.support.helpers import REPO, config_toml, run_cli, start_cli, write_seeds
+from tests.support.helpers import REPO, config_toml, run_cli, start_cli, until, write_seeds
 from tests.support.redisserver import require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -86,6 +86,8 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
                 env=env)
 
         procs = [await start(i) for i in range(3)]
+        # each joined (its state dir is made after): a kill must hit a crawling worker
+        await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
         kills = 0
         for n in (60, 130, 200):
             await served_at_least(running, n)

@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.core.outputs.output import PAGES_FILE, write_json_atomic
+from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, write_json_atomic
 from crawler.core.state.state import (
     FLEET_KEY,
     CrawlError,
+    committed_items,
     committed_pages,
     require_state_dir,
     set_committed_pages,
@@ -132,7 +133,9 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
 
 def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[int, int]:
     """A new state dir ``output``: the OR of the filters, the union of the ledgers and of
-    the pages.jsonl files; no fleet identity (it resumes as one process).
+    the pages.jsonl and items.jsonl files (their committed lines, in the same input
+    order, so each page's items stay in step with its record); no fleet identity (it
+    resumes as one process).
     Returns (URLs, URLs present in several inputs)."""
     from dedup import merge_states
 
@@ -143,5 +146,8 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
     pages = b"".join(b"".join(committed_pages(d)) for d in ins)
     atomic_write_bytes(out / PAGES_FILE, pages)
+    items = b"".join(b"".join(committed_items(d)) for d in ins)
+    if items:
+        atomic_write_bytes(out / ITEMS_FILE, items)
     set_committed_pages(out, new_warc=True)
     return result.rows, result.duplicates

@@ -9,21 +9,19 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
 from crawler.config.settings import Settings
 from dedup import CRAWL_ID_BYTES
 
-if TYPE_CHECKING:  # the crawl loop: imported by the commands that crawl, when they run
-    from crawler.core.run.progress import Progress
-
 __all__ = [
     "PROG",
     "Parser",
     "UsageError",
     "add_crawl_options",
+    "add_hook_options",
     "add_seeded_command",
     "crawl_id",
     "crawl_options",
@@ -31,7 +29,6 @@ __all__ = [
     "describe",
     "err",
     "int_at_least",
-    "progress_for",
     "warn",
     "worker_flags",
 ]
@@ -268,6 +265,29 @@ def crawl_settings(args: argparse.Namespace) -> Settings:
     return settings_from_options(crawl_options(args))
 
 
+def add_hook_options(p: argparse.ArgumentParser, *, resume: bool,
+                     items: str = "DIR/items.jsonl") -> None:
+    """``--handler``, ``--follow`` and ``--on-error`` (``crawl``, ``fleet``, ``resume``);
+    ``items``: where the items go."""
+    started = " (default: the one the crawl was started with, if any)"
+    g = p.add_argument_group(
+        "page handler", "Python code run on every page with a response, as with "
+        "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
+        "current directory or the Python path")
+    g.add_argument("--handler", metavar="MODULE:FUNCTION",
+                   help="handler(page) returns the page's items (dicts, or None), written "
+                   f"to {items} with the page" + (started if resume else
+                                                         " (default: none)"))
+    g.add_argument("--follow", metavar="MODULE:FUNCTION",
+                   help="follow(page) returns the URLs to enqueue" + (
+                       started if resume else " (default: all of the page's in-scope links)"))
+    g.add_argument("--on-error", choices=("continue", "stop"), default=None,
+                   help="when the handler raises: record its traceback in pages.jsonl "
+                   "(handler_error) and go on, or stop the crawl (exit status 1, resumable: "
+                   "that page is handled again) (default: " + (
+                       "the crawl's, else continue)" if resume else "continue)"))
+
+
 def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     """The crawl options of ``fleet`` as worker ``i``'s command-line flags."""
     out: list[str] = []
@@ -292,11 +312,8 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in ("--allow-private", "--cookies", "--no-sitemaps"):
         if getattr(args, _dest(flag)):
             out.append(flag)
+    for flag in ("--handler", "--follow", "--on-error"):  # each worker runs the same code
+        value = getattr(args, _dest(flag), None)
+        if value is not None:
+            out += [flag, value]
     return out
-
-
-def progress_for(settings: Settings, quiet: bool) -> Progress:
-    from crawler.core.run.progress import Progress
-
-    return Progress(interval=settings.output.progress_interval,
-                    plain_interval=settings.output.plain_progress_interval, enabled=not quiet)

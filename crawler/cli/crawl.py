@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -13,35 +14,33 @@ from crawler.cli.args import (
     FROZEN_WHY,
     UsageError,
     add_crawl_options,
+    add_hook_options,
     add_resume_options,
     add_seeded_command,
     crawl_id,
     crawl_options,
-    crawl_settings,
     describe,
     int_at_least,
-    progress_for,
     resume_changes,
     warn,
 )
 from crawler.cli.loop import add_loop_option, run
 from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
-from crawler.config.settings import ConfigError
 from crawler.core.run.crawl import RESUME_OPTIONS, Crawler
 from crawler.core.run.page import HandlerError
-from crawler.core.state.state import (
-    FLEET_KEY,
-    CrawlError,
-    fleet_identity,
-    open_crawl,
-    store_changes,
+from crawler.core.state.state import CrawlError, fleet_identity
+from crawler.fleet.identity import (
+    REDIS_ENV,
+    derive_crawl_id,
+    is_fleet_dir,
+    read_fleet_dir,
+    stored_redis,
+    worker_meta,
 )
-from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet
 from crawler.fleet.resize import refuse_if_resized
-from crawler.net.fetch import check_env_proxies
 
 __all__ = ["add_crawl", "add_resume"]
 
@@ -52,7 +51,7 @@ def add_crawl(sub: Any) -> None:
     add_crawl_options(p)
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_loop_option(p)
-    _add_hook_options(p, resume=False)
+    add_hook_options(p, resume=False)
     add_ui_options(p)
     g = p.add_argument_group(
         "fleet worker", "Crawl as worker I of W sharing a Redis: each host has one owner "
@@ -71,30 +70,12 @@ def add_crawl(sub: Any) -> None:
     p.set_defaults(func=cmd_crawl)
 
 
-def _add_hook_options(p: argparse.ArgumentParser, *, resume: bool) -> None:
-    started = " (default: the one the crawl was started with, if any)"
-    g = p.add_argument_group(
-        "page handler", "Python code run on every page with a response, as with "
-        "crawler.Crawler (README: 'Crawling from Python'); MODULE is imported from the "
-        "current directory or the Python path")
-    g.add_argument("--handler", metavar="MODULE:FUNCTION",
-                   help="handler(page) returns the page's items (dicts, or None), written "
-                   "to DIR/items.jsonl with the page" + (started if resume else
-                                                         " (default: none)"))
-    g.add_argument("--follow", metavar="MODULE:FUNCTION",
-                   help="follow(page) returns the URLs to enqueue" + (
-                       started if resume else " (default: all of the page's in-scope links)"))
-    g.add_argument("--on-error", choices=("continue", "stop"), default=None,
-                   help="when the handler raises: record its traceback in pages.jsonl "
-                   "(handler_error) and go on, or stop the crawl (exit status 1, resumable: "
-                   "that page is handled again) (default: " + (
-                       "the crawl's, else continue)" if resume else "continue)"))
-
-
-def _run(crawl: Crawler, loop: str) -> int:
-    """Run a crawl to its exit status; a handler that stopped it has its traceback shown."""
+def _run(crawl: Crawler, loop: str, crawling: Coroutine[Any, Any, dict[str, Any]] | None = None
+         ) -> int:
+    """Run a crawl (``crawling``, default ``crawl.run()``) to its exit status; a handler
+    that stopped it has its traceback shown."""
     try:
-        return exit_status(run(crawl.run(), loop))
+        return exit_status(run(crawling if crawling is not None else crawl.run(), loop))
     except HandlerError as exc:
         warn("the page handler raised:\n" + exc.traceback.rstrip())
         raise
@@ -125,21 +106,18 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     ignored)."""
     fleet = _fleet_args(args)
     watch = ui_watch(ui_socket(args))
+    identity = None
     if fleet is not None:
-        if args.handler or args.follow:
-            raise UsageError("--handler and --follow are for a single-process crawl, not "
-                             "a fleet worker")
-        settings = crawl_settings(args)
-        progress = progress_for(settings, args.quiet)
         url, workers, worker_id = fleet
-        return exit_status(run(crawl_as_worker(
-            args.state, settings, args.seeds, redis_url=url, workers=workers,
-            worker_id=worker_id, crawl_id=args.crawl_id, progress=progress, warn=warn,
-            watch=watch), args.loop))
+        identity = worker_meta(args.crawl_id or derive_crawl_id(args.seeds, workers),
+                               workers, worker_id, url)
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
                     follow=args.follow, on_error=args.on_error,
                     progress=not args.quiet, handle_signals=True, watch=watch,
-                    **crawl_options(args))
+                    fleet=identity, **crawl_options(args))
+    if fleet is not None:
+        return _run(crawl, args.loop, crawl_as_worker(crawl, args.seeds, redis_url=fleet[0],
+                                                      warn=warn))
     crawl.open()
     for problem in crawl.problems:
         warn(f"{problem} (skipped)")
@@ -155,7 +133,7 @@ def add_resume(sub: Any) -> None:
                    "password, which is never stored (default: the recorded one)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_loop_option(p)
-    _add_hook_options(p, resume=True)
+    add_hook_options(p, resume=True)
     add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
@@ -193,31 +171,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet,
                             ui=sock)
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
-    if fleet_identity(args.dir) is None:
-        if args.redis:
-            raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
-                             "worker's; resume it without --redis")
-        crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
-                        on_error=args.on_error, progress=not args.quiet,
-                        handle_signals=True, watch=ui_watch(sock),
-                        **{name: getattr(args, name) for name in RESUME_OPTIONS})
-        return _run(crawl, args.loop)
-    if args.handler or args.follow:
-        raise UsageError("--handler and --follow are for a single-process crawl, not a "
-                         "fleet worker")
-    seen, settings, scope = open_crawl(args.dir)
-    try:
-        if changes:
-            settings = store_changes(seen, settings, changes)
-        if not settings.fetch.proxy:
-            try:
-                check_env_proxies()  # never crawl direct when a proxy was meant
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        progress = progress_for(settings, args.quiet)
-        meta = seen.meta_get(FLEET_KEY)
+    meta = fleet_identity(args.dir)
+    if meta is None and args.redis:
+        raise CrawlError(f"{args.dir} is a single-process crawl, not a fleet "
+                         "worker's; resume it without --redis")
+    url = None
+    identity = None
+    if meta is not None:
         url = args.redis or os.environ.get(REDIS_ENV) or stored_redis(meta, args.dir)
-        return exit_status(run(resume_as_worker(seen, settings, scope, meta, url, progress,
-                                                watch=ui_watch(sock)), args.loop))
-    finally:
-        seen.close()
+        identity = worker_meta(meta["crawl_id"], meta["workers"], meta["worker_id"], url)
+    crawl = Crawler(state=args.dir, handler=args.handler, follow=args.follow,
+                    on_error=args.on_error, progress=not args.quiet,
+                    handle_signals=True, watch=ui_watch(sock), fleet=identity,
+                    **{name: getattr(args, name) for name in RESUME_OPTIONS})
+    return _run(crawl, args.loop, resume_as_worker(crawl, url) if url is not None else None)

@@ -9,6 +9,7 @@ from typing import Any
 
 from crawler.cli.args import (
     add_crawl_options,
+    add_hook_options,
     add_seeded_command,
     crawl_id,
     crawl_settings,
@@ -17,6 +18,7 @@ from crawler.cli.args import (
 )
 from crawler.cli.ui import add_ui_options, ui_socket
 from crawler.config.settings import load_settings
+from crawler.core.run.crawl import load_callable
 from crawler.core.state.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.launch import start_fleet
 
@@ -33,6 +35,7 @@ def add_fleet(sub: Any) -> None:
     p.add_argument("--crawl-id", type=crawl_id, metavar="ID",
                    help="the fleet's id (default: a new random one)")
     add_crawl_options(p)
+    add_hook_options(p, resume=False, items="DIR/worker-I/items.jsonl (each worker's own)")
     p.add_argument("--quiet", action="store_true", help="no status line, no summary")
     add_ui_options(p)
     p.set_defaults(func=cmd_fleet)
@@ -43,11 +46,15 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     --redis URL, or a redis-server this command starts on a free loopback port (its data in
     DIR/redis, so 'bloomcrawl resume DIR' continues the fleet). Shows one combined progress
     line; Ctrl-C stops every worker. Crawl options apply to each worker (--max-pages is per
-    worker)."""
+    worker), and so does --handler: each worker writes its pages' items to its own
+    DIR/worker-I/items.jsonl."""
     settings = load_settings(args.config)  # a bad config file fails here, not W times
     state = Path(args.state)
     check_new_state_dir(state)
     seeds_and_scope(args.seeds, crawl_settings(args))  # bad flags and seeds fail here too
+    for spec in (args.handler, args.follow):  # an import error once, not W times
+        if spec is not None:
+            load_callable(spec)
     sock = ui_socket(args)  # one dashboard for the fleet, served by this process
     return start_fleet(state, str(Path(args.seeds).resolve()), workers=args.workers,
                        crawl_id=args.crawl_id or uuid.uuid4().hex, redis=args.redis,

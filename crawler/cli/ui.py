@@ -43,7 +43,7 @@ def _say(text: str) -> None:
 
 
 def ui_watch(sock: socket.socket | None) -> Watcher | None:
-    """``run_crawl``'s ``watch`` for ``sock`` (None: no dashboard)."""
+    """``Crawler``'s ``watch`` for ``sock`` (None: no dashboard)."""
     if sock is None:
         return None
     from crawler.ui.live import watch_engine  # aiohttp.web: only with --ui

@@ -4,7 +4,9 @@ The site (``crawler.demo.site``) has thousands of interlinked pages over four
 hosts, with navigation repeated on every page, tracking parameters,
 fragments, redirects, a robots.txt rule, a PDF or two and a calendar trap.
 The crawl's state goes to ./demo-state (wiped first); at the end the fetched
-set is compared with the set the generator says is reachable.
+set is compared with the set the generator says is reachable. The crawl runs on
+``crawler.Crawler``, as ``bloomcrawl crawl`` does: the demo shows the one crawl
+path there is.
 """
 
 from __future__ import annotations
@@ -14,31 +16,30 @@ import asyncio
 import contextlib
 import shutil
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from crawler.config.settings import Settings
 from crawler.core.outputs.output import PAGES_FILE, read_pages
-from crawler.core.run.engine import run_crawl
-from crawler.core.run.progress import Progress
-from crawler.core.state.state import create_crawl
+from crawler.core.run.crawl import Crawler
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 
 HOST_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 
 
-def demo_settings(max_depth: int) -> Settings:
-    return Settings().with_values(
+def demo_config(max_depth: int) -> dict[str, dict[str, Any]]:
+    """The demo crawl's settings, as the tables of a config file (``Crawler``'s
+    ``config``)."""
+    return {
         # no sitemaps: the demo checks the crawl against the sample site's link graph
-        crawl={"concurrency": 32, "max_depth": max_depth, "sitemaps": False},
-        politeness={"per_host": 4, "delay": 0.0},
-        fetch={"allow_private": True},  # the demo site lives on loopback addresses
-        dedup={"capacity": 200_000, "shards": 16},
-        snapshot={"interval": 5.0},
-    )
+        "crawl": {"concurrency": 32, "max_depth": max_depth, "sitemaps": False},
+        "politeness": {"per_host": 4, "delay": 0.0},
+        "fetch": {"allow_private": True},  # the demo site lives on loopback addresses
+        "dedup": {"capacity": 200_000, "shards": 16},
+        "snapshot": {"interval": 5.0},
+    }
 
 
 @contextlib.asynccontextmanager
@@ -66,18 +67,11 @@ async def demo(state_dir: Path, pages: int, max_depth: int) -> int:
         print(f"reachable from the home pages: {len(want.fetched)} URLs to fetch, "
               f"{len(want.robots_blocked)} disallowed by robots.txt", file=sys.stderr)
         shutil.rmtree(state_dir, ignore_errors=True)
-        settings = demo_settings(max_depth)
-        with tempfile.TemporaryDirectory() as tmp:
-            seeds = Path(tmp) / "seeds.txt"
-            seeds.write_text("".join(u + "\n" for u in running.seeds))
-            seen, scope, _ = create_crawl(state_dir, settings, seeds)
-        try:
-            summary = await run_crawl(seen, settings, scope, progress=Progress(),
-                                      install_signals=True)
+        async with Crawler(running.seeds, state=state_dir, config=demo_config(max_depth),
+                           progress=True, handle_signals=True) as crawl:
+            summary = await crawl.run()
             records = read_pages(state_dir / PAGES_FILE)
-            keys = Counter(seen.canonicalizer.resolve(r["url"])[1] for r in records)
-        finally:
-            seen.close()
+            keys = Counter(crawl.seen.canonicalizer.resolve(r["url"])[1] for r in records)
         got = set(keys)
         expected = want.fetched | want.robots_blocked
         print(f"pages.jsonl: {len(records)} records in {state_dir / PAGES_FILE}",

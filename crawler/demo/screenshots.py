@@ -17,10 +17,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from crawler.admin.htmlreport import write_report
-from crawler.core.run.engine import Engine, run_crawl
-from crawler.core.run.progress import Progress
-from crawler.core.state.state import create_crawl
-from crawler.demo.run import HOST_IPS, demo_settings, demo_site
+from crawler.core.run.crawl import Crawler
+from crawler.core.run.engine import Engine
+from crawler.demo.run import HOST_IPS, demo_config, demo_site
 from crawler.demo.site import SiteSpec
 from crawler.ui.address import bind_ui
 from crawler.ui.live import Dashboard, EngineProbe
@@ -60,11 +59,6 @@ async def take(out_dir: Path, *, after: float) -> None:
         seeds = site.seeds
         with tempfile.TemporaryDirectory(prefix="bloomcrawl-screenshots-") as tmp:
             state = Path(tmp) / "demo-crawl"
-            seeds_file = Path(tmp) / "seeds.txt"
-            seeds_file.write_text("".join(u + "\n" for u in seeds))
-            settings = demo_settings(10).with_values(
-                politeness={"per_host": 2, "delay": 0.04})
-            seen, scope, _ = create_crawl(state, settings, seeds_file)
             sock = bind_ui("127.0.0.1", 0)
             shot: asyncio.Task[None] | None = None
 
@@ -90,10 +84,8 @@ async def take(out_dir: Path, *, after: float) -> None:
                         shot.result()
                     await dash.stop()
 
-            try:
-                await run_crawl(seen, settings, scope, progress=Progress(), watch=watch)
-            finally:
-                seen.close()
+            await Crawler(seeds, state=state, config=demo_config(10), per_host=2, delay=0.04,
+                          progress=True, watch=watch).run()
             report = out_dir / "report.html"
             write_report(state, report)
             await screenshot(report.resolve().as_uri(), out_dir / "report.png")

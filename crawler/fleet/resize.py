@@ -1,6 +1,7 @@
 """``bloomcrawl resize``: a stopped fleet of W workers into one of W/2 or 2W.
 
-state dirs (``dedup.admin.resize``), pages.jsonl files, per-host counts, identities,
+state dirs (``dedup.admin.resize``), pages.jsonl and items.jsonl files, per-host counts,
+identities,
   and the un-acknowledged links in Redis (``crawler.fleet.reshard``).
 """
 
@@ -12,15 +13,22 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from crawler.core.outputs.output import PAGES_FILE, read_json, read_pages, write_json_atomic
+from crawler.core.outputs.output import (
+    ITEMS_FILE,
+    PAGES_FILE,
+    read_json,
+    read_pages,
+    write_json_atomic,
+)
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE
 from crawler.core.state.pagecounts import recount, rows_of_records
 from crawler.core.state.state import (
     FLEET_KEY,
     HOST_COUNTS_FILE,
     TOTALS_KEY,
+    committed_items,
     committed_pages,
     set_committed_pages,
 )
@@ -66,7 +74,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     Order, so that a failure is safe to repeat: everything cheap is checked;
     then Redis is resharded (idempotent: it only re-routes entries by owner); then
     ``dedup.admin.resize.resize`` builds ``out`` atomically; then the pages.jsonl
-    files, per-host counts and identities of the new workers are written, and
+    and items.jsonl files, per-host counts and identities of the new workers are written, and
     ``fleet.json`` last. A local Redis is resharded in a copy of its data
     (``out/redis``), so the source fleet stays whole and resumable.
     """
@@ -84,6 +92,10 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     check_compatible(dirs)
     for d in dirs:  # before Redis is touched: resharding under a running fleet breaks it
         _refuse_if_running(d)
+    if to == w * 2:  # items are split by their pages' hosts: they must be in step
+        for d in dirs:
+            if committed_items(d):
+                _items_of_pages(d, [json.loads(ln) for ln in committed_pages(d)])
     local_copy: Path | None = None
     if src.redis == LOCAL:
         if redis_url is not None:
@@ -204,14 +216,38 @@ def _carry_sitemaps(dirs: list[Path], out: Path, to: int) -> None:
         write_json_atomic(worker_dir(out, k) / SITEMAPS_FILE, levels)
 
 
+def _items_of_pages(d: Path, records: list[dict[str, Any]]) -> list[list[bytes]]:
+    """Worker ``d``'s committed items.jsonl lines, cut into each committed page's: a
+    page's items are the next ``items`` lines (its record's count; none without
+    one), as the group commit writes both files in one order."""
+    items = committed_items(d)
+    out: list[list[bytes]] = []
+    at = 0
+    for r in records:
+        n = r.get("items") or 0
+        out.append(items[at:at + n])
+        at += n
+    if at != len(items):
+        raise FleetError(f"{d / ITEMS_FILE}: its {len(items)} committed line(s) do not match "
+                         f"the {at} item(s) {d / PAGES_FILE}'s records count")
+    return out
+
+
+def _write_items(d: Path, items: list[bytes]) -> None:
+    if items:
+        atomic_write_bytes(d / ITEMS_FILE, b"".join(items))
+
+
 def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
-    """pages.jsonl, host_counts.json and sitemaps.json follow their hosts to the
-    new owners."""
+    """pages.jsonl, items.jsonl, host_counts.json and sitemaps.json follow their hosts
+    to the new owners (a page's items with its record)."""
     _carry_sitemaps(dirs, out, to)
     if to * 2 == w:
         for i in range(to):
             pages = b"".join(ln for j in (i, i + to) for ln in committed_pages(dirs[j]))
             atomic_write_bytes(worker_dir(out, i) / PAGES_FILE, pages)
+            _write_items(worker_dir(out, i),
+                         [ln for j in (i, i + to) for ln in committed_items(dirs[j])])
             counts: dict[str, int] = {}
             for j in (i, i + to):
                 for host, n in read_json(dirs[j] / HOST_COUNTS_FILE, {}).items():
@@ -220,16 +256,22 @@ def _carry_outputs(dirs: list[Path], out: Path, w: int, to: int) -> None:
         return
     for i, d in enumerate(dirs):
         parts: dict[int, list[bytes]] = {i: [], i + w: []}
-        for ln in committed_pages(d):
-            url = json.loads(ln)["url"]
-            part = parts.get(owner_of(host_of(url), to))
+        item_parts: dict[int, list[bytes]] = {i: [], i + w: []}
+        lines = committed_pages(d)
+        records = [json.loads(ln) for ln in lines]
+        for ln, r, page_items in zip(lines, records, _items_of_pages(d, records), strict=True):
+            url = r["url"]
+            owner = owner_of(host_of(url), to)
+            part = parts.get(owner)
             if part is None:
                 raise FleetError(f"{d / PAGES_FILE}: {url} was fetched by worker {i}, which "
                                  f"does not own its host among {w} workers")
             part.append(ln)
+            item_parts[owner] += page_items
         split_counts: dict[int, dict[str, int]] = {i: {}, i + w: {}}
         for host, n in read_json(d / HOST_COUNTS_FILE, {}).items():
             split_counts[owner_of(host, to)][host] = n
         for k in (i, i + w):
             atomic_write_bytes(worker_dir(out, k) / PAGES_FILE, b"".join(parts[k]))
+            _write_items(worker_dir(out, k), item_parts[k])
             write_json_atomic(worker_dir(out, k) / HOST_COUNTS_FILE, split_counts[k])

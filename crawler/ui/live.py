@@ -316,7 +316,7 @@ async def serving(probe: Probe, sock: socket.socket, *, interval: float = 1.0,
 
 def watch_engine(sock: socket.socket, *, say: Callable[[str], None] | None = None
                  ) -> Callable[[Engine], contextlib.AbstractAsyncContextManager[object]]:
-    """``run_crawl``'s ``watch``: the dashboard on ``sock`` for as long as the engine
+    """``Crawler``'s ``watch``: the dashboard on ``sock`` for as long as the engine
     runs, sampling as often as the status line (1 to 2 s)."""
     return lambda engine: serving(
         EngineProbe(engine), sock, say=say,

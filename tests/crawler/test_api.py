@@ -21,6 +21,7 @@ from aiohttp import web
 
 from crawler import Crawler, HandlerError, Page
 from crawler.cli.args import CRAWL_OPTIONS as CLI_OPTIONS
+from crawler.config.settings import ConfigError
 from crawler.core.outputs.output import read_pages
 from crawler.core.run.crawl import CRAWL_OPTIONS
 from crawler.core.state.state import CrawlError
@@ -213,6 +214,15 @@ def test_the_options_are_the_command_lines(tmp_path):
     assert set(CRAWL_OPTIONS) == {f.lstrip("-").replace("-", "_") for f, _ in CLI_OPTIONS}
 
 
+def test_config_is_a_toml_file_or_its_tables_as_a_dict(tmp_path):
+    tables = {"dedup": {"capacity": 12_345}, "politeness": {"per_host": 3}}
+    crawl = Crawler("http://127.0.0.1:9/", state=tmp_path / "s", config=tables, per_host=5)
+    assert crawl.settings.dedup.capacity == 12_345
+    assert crawl.settings.politeness.per_host == 5  # the options over the config
+    with pytest.raises(ConfigError, match="unknown section"):
+        Crawler("http://127.0.0.1:9/", state=tmp_path / "s", config={"nope": {}})
+
+
 HOOKS_MODULE = '''
 import re
 
@@ -316,3 +326,33 @@ async def test_kill9_loop_leaves_every_item_exactly_once(tmp_path, site):
     assert set(parts) == {(u, p) for u in answered for p in (1, 2)}  # none lost
     assert {r["url"]: r["items"] for r in records if r["status"] is not None} == \
         dict.fromkeys(answered, 2)
+
+
+async def test_merge_carries_each_committed_item_once_and_the_union_resumes(tmp_path):
+    app, log = docs_app()
+    state, union = tmp_path / "state", tmp_path / "union"
+    async with serve(app) as base:
+        await Crawler(base + "/", state=state, handler=title, config=config_file(tmp_path),
+                      max_pages=3).run()
+        # past the committed size, as a kill -9 between a group's writes and its commit
+        with open(state / "items.jsonl", "ab") as fh:
+            fh.write(b'{"url": "http://uncommitted.test/", "title": "x"}\n')
+        done = await run_cli("merge", "--state", "-o", str(union), str(state))
+        assert done.rc == 0, done.stderr
+        urls = [i["url"] for i in items_of(union)]
+        assert len(urls) == 3
+        assert set(urls) == {r["url"] for r in read_pages(state / "pages.jsonl")}
+        summary = await Crawler(state=union, handler=title, max_pages=0).run()  # the rest
+    assert summary["outcome"] == "finished" and summary["items"] == len(PAGES) - 3
+    assert sorted(i["url"] for i in items_of(union)) == sorted(base + p for p in PAGES)
+    assert fetched_paths(log) == Counter(list(PAGES))  # nothing fetched twice
+
+
+def test_every_crawl_runs_on_crawler():
+    """``bloomcrawl crawl``/``resume``, fleet workers, the demo and ``make screenshots``
+    all crawl through ``Crawler``: the engine is made in one place, no second path."""
+    import inspect
+
+    makers = sorted(p for p in (REPO / "crawler").rglob("*.py")
+                    if re.search(r"\bEngine\(", p.read_text(encoding="utf-8")))
+    assert makers == [Path(inspect.getfile(Crawler))]

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from crawler.cli.main import main
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.run.progress import Progress
 from crawler.core.state.state import create_crawl
 from dedup import UrlSeen
@@ -150,7 +150,7 @@ async def crawled(tmp_path, small_site):
     seeds = write_seeds(tmp_path / "seeds.txt", small_site.seeds)
     seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
     try:
-        await run_crawl(seen, settings, scope)
+        await Engine(seen, settings, scope).run()
     finally:
         seen.close()
     return tmp_path / "state", small_site

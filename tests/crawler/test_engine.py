@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import Engine, run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl
 from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
 from dedup import State
@@ -26,7 +26,7 @@ async def crawl(tmp_path, seed_urls, settings, name="state"):
     seen, scope, problems = create_crawl(tmp_path / name, settings, seeds)
     assert problems == []
     try:
-        summary = await run_crawl(seen, settings, scope)
+        summary = await Engine(seen, settings, scope).run()
         counts = seen.ledger.counts()
         keys = [seen.canonicalizer.resolve(r["url"])[1]
                 for r in read_pages(tmp_path / name / "pages.jsonl")]
@@ -88,7 +88,7 @@ async def test_a_group_of_pages_goes_through_the_seen_test_in_one_batch(tmp_path
 
         seen.admit_resolved_pages = counting
         try:
-            summary = await run_crawl(seen, settings, scope)
+            summary = await Engine(seen, settings, scope).run()
         finally:
             seen.close()
         records = read_pages(tmp_path / "state" / "pages.jsonl")
@@ -305,7 +305,7 @@ async def test_snapshots_are_taken_during_the_crawl_off_the_event_loop(tmp_path,
 
         seen.snapshot_shard = spy
         try:
-            await run_crawl(seen, settings, scope)
+            await Engine(seen, settings, scope).run()
         finally:
             seen.close()
     final = seen.nshards

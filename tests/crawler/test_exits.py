@@ -13,7 +13,7 @@ import pytest
 import crawler.core.run.engine
 from crawler.config.exits import exit_status
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl, open_crawl
 from tests.crawler.test_resume import final_check, run_until, setup_crawl
 from tests.support.faultserver import fault_server
@@ -128,14 +128,14 @@ async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         monkeypatch.setattr(crawler.core.run.engine, "extract_links", broken)
         try:
             with pytest.raises(RuntimeError, match="parser bug"):
-                await run_crawl(seen, settings, scope)
+                await Engine(seen, settings, scope).run()
             assert seen.ledger.counts()["queued"] > 0
         finally:
             seen.close()
         monkeypatch.setattr(crawler.core.run.engine, "extract_links", real)
         seen, settings, scope = open_crawl(state)
         try:
-            summary = await run_crawl(seen, settings, scope)
+            summary = await Engine(seen, settings, scope).run()
         finally:
             seen.close()
         assert summary["outcome"] == "finished"

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.state.state import create_crawl
 from crawler.demo.site import SiteSpec
@@ -92,7 +92,7 @@ async def crawl_site(tmp_path, running, settings, seed_urls=None) -> list[dict]:
     seeds = write_seeds(tmp_path / "seeds.txt", seed_urls or running.seeds)
     seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
     try:
-        await run_crawl(seen, settings, scope)
+        await Engine(seen, settings, scope).run()
     finally:
         seen.close()
     return read_pages(tmp_path / "state" / "pages.jsonl")

@@ -12,7 +12,7 @@ from aiohttp import web
 from crawler.cli.main import main
 from crawler.config.settings import FetchSettings
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl, open_crawl
 from crawler.net.fetch import Fetcher
 from tests.support.faultserver import HostMap, serve
@@ -93,7 +93,7 @@ async def test_cookies_are_off_by_default_and_kept_per_host(tmp_path):
             seen, scope, _ = create_crawl(tmp_path / name, settings,
                                           write_seeds(tmp_path / f"{name}.txt", [a + "/", b + "/"]))
             try:
-                await run_crawl(seen, settings, scope)
+                await Engine(seen, settings, scope).run()
             finally:
                 seen.close()
             assert "Cookie" not in one.headers("/") and "Cookie" not in two.headers("/")

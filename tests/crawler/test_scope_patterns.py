@@ -12,7 +12,7 @@ from crawler.cli.main import main
 from crawler.config.scope import Scope, SeedError, UrlPatterns
 from crawler.config.settings import ConfigError
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
@@ -63,7 +63,7 @@ async def test_include_and_exclude_decide_what_is_fetched_and_recorded(tmp_path)
                                              write_seeds(tmp_path / "seeds", [base + "/docs/"]))
         assert problems == []
         try:
-            await run_crawl(seen, settings, scope)
+            await Engine(seen, settings, scope).run()
             counts = seen.ledger.counts()
         finally:
             seen.close()

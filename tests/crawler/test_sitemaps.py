@@ -14,7 +14,7 @@ from aiohttp import web
 
 from crawler.config.settings import Settings, settings_from_dict
 from crawler.core.outputs.output import read_pages
-from crawler.core.run.engine import run_crawl
+from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl
 from crawler.net.sitemap import parse_sitemap
 from tests.support.faultserver import add_request_log, serve
@@ -77,7 +77,7 @@ async def crawl(tmp_path, base: str, settings: Settings, name: str = "s") -> dic
                                          write_seeds(tmp_path / f"{name}.seeds", [base + "/"]))
     assert problems == []
     try:
-        await run_crawl(seen, settings, scope)
+        await Engine(seen, settings, scope).run()
     finally:
         seen.close()
     return {r["url"].split("/", 3)[3]: r for r in read_pages(tmp_path / name / "pages.jsonl")}

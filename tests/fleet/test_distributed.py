@@ -37,7 +37,7 @@ from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import read_header
 from dedup.store.seen import host_of
-from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, until, write_seeds
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -408,6 +408,9 @@ async def test_redis_restart_mid_crawl_loses_nothing(tmp_path, redis_factory):
         fleet = make_fleet(tmp_path, running, server.url, 3)
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 100)
+        # every worker joined (its state dir is made after): a worker that starts slowly
+        # (a loaded machine) must meet the outage mid-crawl, not at its join
+        await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
         await asyncio.to_thread(server.stop)  # clean shutdown: the AOF keeps the streams
         # Redis comes back once every worker has met the outage (and said so)
         early = await asyncio.wait_for(

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from crawler.config.scope import normalize_domain
 from crawler.config.settings import ConfigError, Settings, load_settings
@@ -41,7 +41,12 @@ from crawler.core.state.state import (
     store_changes,
 )
 from crawler.net.fetch import check_env_proxies
+from crawler.wire.owner import owner_of
 from dedup import UrlSeen
+
+if TYPE_CHECKING:
+    from crawler.config.scope import Scope
+    from crawler.wire.transport import RedisTransport
 
 __all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "Crawler", "HandlerError", "Page",
            "load_callable", "settings_from_options"]
@@ -94,13 +99,16 @@ def check_options(options: Mapping[str, Any], *, resume: bool = False) -> dict[s
 
 
 def settings_from_options(options: Mapping[str, Any]) -> Settings:
-    """Settings for a new crawl: the defaults < ``config`` (a TOML file) < the options.
+    """Settings for a new crawl: the defaults < ``config`` (a TOML file, or its tables
+    as a dict: ``{"dedup": {"capacity": 200_000}}``) < the options.
 
     List options (``allow_domain``, ``include``, ``exclude``, ``header``) take a
     string or a list and add to the config file's lists. ConfigError names a bad
     value; TypeError an unknown option."""
     o = check_options(options)
-    settings = load_settings(o.get("config"))
+    config = o.get("config")
+    settings = (Settings().overlay(config, source="config") if isinstance(config, Mapping)
+                else load_settings(config))
     crawl: dict[str, Any] = {k: o[k] for k in ("max_pages", "max_depth", "concurrency")
                              if k in o}
     lists = {k: _strings(k, o[k]) for k in _LISTS if k in o}
@@ -204,13 +212,20 @@ class Crawler:
     summary) and the crawl goes on; with ``on_error="stop"`` the crawl stops
     cleanly, leaving that page queued, and ``HandlerError`` is raised (a resume
     handles that page again).
+
+    ``fleet``: the crawl is one worker of a fleet, with this identity
+    (``crawler.fleet.identity.worker_meta``: crawl id, W, I, the Redis URL without
+    its password). Such a crawl admits only the seeds whose host it owns and runs
+    with the fleet's transport (``run(transport=...)``); ``crawler.fleet.join``
+    joins the fleet and runs it. The handler runs in every worker, each writing
+    the items of its own pages to its own DIR/items.jsonl.
     """
 
     def __init__(self, seeds: Seeds | Iterable[str] | None = None, *, state: str | os.PathLike[str],
                  handler: Handler | str | None = None, follow: Follow | str | None = None,
                  on_error: OnError | None = None, progress: bool | Progress = False,
                  handle_signals: bool = False, watch: Watcher | None = None,
-                 **options: Any) -> None:
+                 fleet: Mapping[str, Any] | None = None, **options: Any) -> None:
         """Checks everything that can be checked without touching ``state``: unknown
         options (TypeError), bad values (ConfigError), a handler that cannot be
         imported. ``progress``: the status line and summary on stderr;
@@ -244,6 +259,7 @@ class Crawler:
         self._progress = progress
         self._signals = handle_signals
         self._watch = watch
+        self.fleet = dict(fleet) if fleet is not None else None
         self.problems: list[str] = []  # seed lines skipped (bad, or out of scope)
         self.summary: dict[str, Any] | None = None  # the figures, once the crawl ended
         self._seen: UrlSeen | None = None
@@ -255,6 +271,20 @@ class Crawler:
         self._gone = False
 
     # -- the state directory -------------------------------------------------------------
+
+    @property
+    def seen(self) -> UrlSeen:
+        """The open state directory (``open`` first)."""
+        if self._seen is None:
+            raise RuntimeError("the crawl's state directory is not open")
+        return self._seen
+
+    @property
+    def scope(self) -> Scope:
+        """The crawl's scope (``open`` first)."""
+        if self._seen is None:
+            raise RuntimeError("the crawl's state directory is not open")
+        return self._scope  # type: ignore[no-any-return]
 
     @property
     def settings(self) -> Settings:
@@ -272,9 +302,7 @@ class Crawler:
         if self._resume:
             seen, settings, scope = open_crawl(self.state_dir)
             try:
-                if seen.meta_get(FLEET_KEY) is not None:
-                    raise CrawlError(f"{self.state_dir} is a fleet worker's state directory: "
-                                     f"resume it with 'bloomcrawl resume {self.state_dir}'")
+                self._check_identity(seen.meta_get(FLEET_KEY))
                 changes: dict[str, dict[str, Any]] = {}
                 for name, value in self._options.items():
                     section, key = RESUME_OPTIONS[name]
@@ -290,10 +318,35 @@ class Crawler:
             self._settings = settings
         else:
             assert self._seeds is not None
-            seen, scope, self.problems = create_crawl(self.state_dir, self.settings,
-                                                      self._seeds, hooks=self._specs or None)
+            fleet = self.fleet
+            if fleet is None:
+                seen, scope, self.problems = create_crawl(
+                    self.state_dir, self.settings, self._seeds, hooks=self._specs or None)
+            else:
+                workers, me = int(fleet["workers"]), int(fleet["worker_id"])
+                seen, scope, self.problems = create_crawl(
+                    self.state_dir, self.settings, self._seeds, hooks=self._specs or None,
+                    crawl_id=fleet["crawl_id"], meta=fleet,
+                    owns=lambda host: owner_of(host, workers) == me)
         self._seen, self._scope = seen, scope
         return self
+
+    def _check_identity(self, stored: Mapping[str, Any] | None) -> None:
+        """A fleet worker's state directory resumes only as that worker, a single
+        process's only as a single process."""
+        if stored is None and self.fleet is not None:
+            raise CrawlError(f"{self.state_dir} is a single-process crawl, not a fleet "
+                             "worker's")
+        if stored is not None and self.fleet is None:
+            raise CrawlError(f"{self.state_dir} is a fleet worker's state directory: "
+                             f"resume it with 'bloomcrawl resume {self.state_dir}'")
+        if stored is not None and self.fleet is not None:
+            ids = ("crawl_id", "workers", "worker_id")
+            if [stored[k] for k in ids] != [self.fleet[k] for k in ids]:
+                raise CrawlError(f"{self.state_dir} is worker {stored['worker_id']} of "
+                                 f"{stored['workers']} in crawl {stored['crawl_id']}, not "
+                                 f"worker {self.fleet['worker_id']} of "
+                                 f"{self.fleet['workers']} in {self.fleet['crawl_id']}")
 
     def _stored_hooks(self, stored: Mapping[str, str]) -> None:
         """A resume that names no handler or follow runs the ones the crawl was
@@ -336,12 +389,20 @@ class Crawler:
 
     # -- running -------------------------------------------------------------------------
 
-    def _start(self, deliver: bool) -> asyncio.Task[dict[str, Any]]:
+    def _start(self, deliver: bool, transport: RedisTransport | None = None
+               ) -> asyncio.Task[dict[str, Any]]:
         if self._task is not None:
             raise RuntimeError("a Crawler runs once; make a new one to resume")
+        if (self.fleet is None) != (transport is None):
+            raise RuntimeError("a fleet worker runs with its fleet's transport, and only "
+                               "a fleet worker does (crawler.fleet.join)")
         self.open()
         assert self._seen is not None and self._settings is not None
         settings = self._settings
+        if self.fleet is not None and self._seen.meta_get(FLEET_KEY) != self.fleet:
+            # joined through another Redis URL: remember it (without a password)
+            self._seen.meta_set(FLEET_KEY, self.fleet)
+            self._seen.commit()
         hooks = None
         if self._handler is not None or self._follow is not None or deliver:
             hooks = Hooks(self._handler, self._follow, on_error=self._on_error,
@@ -352,7 +413,7 @@ class Crawler:
                                 plain_interval=settings.output.plain_progress_interval,
                                 enabled=bool(progress))
         self._engine = Engine(self._seen, settings, self._scope, progress=progress,
-                              hooks=hooks)
+                              hooks=hooks, transport=transport)
         self._task = asyncio.create_task(self._crawl(self._engine), name="bloomcrawl-crawl")
         return self._task
 
@@ -368,14 +429,16 @@ class Crawler:
             if self._queue is not None:
                 self._queue.put_nowait(_END)
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self, *, transport: RedisTransport | None = None) -> dict[str, Any]:
         """Crawl to the end (the frontier is empty, ``max_pages`` is reached, or
         ``stop``); the summary figures (``outcome``, ``fetched``, ``failed``, ...,
         ``items`` and ``handler_errors`` with a handler). Opens (and then closes)
-        the state directory when not used inside ``async with``."""
+        the state directory when not used inside ``async with``. ``transport``: a
+        fleet worker's, connected, its outbox attached (``crawler.fleet.join``);
+        the crawl ends when the whole fleet is done."""
         owned = self._seen is None
         try:
-            return await self._start(deliver=False)
+            return await self._start(deliver=False, transport=transport)
         finally:
             if owned:
                 self.close()

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from crawler.wire.relay import Relay
     from crawler.wire.transport import RedisTransport
 
-__all__ = ["Engine", "Watcher", "run_crawl"]
+__all__ = ["Engine", "Watcher"]
 
 log = logging.getLogger("crawler.core.engine")  # the name users configure; kept across moves
 
@@ -611,20 +611,3 @@ class Engine:
 # Something that runs alongside an engine for as long as it crawls, reading it (the
 # dashboard, ``crawler.ui``): given the engine, an async context manager.
 Watcher = Callable[["Engine"], AbstractAsyncContextManager[object]]
-
-
-async def run_crawl(seen: UrlSeen, settings: Settings, scope: Scope, *,
-                    progress: Progress | None = None, install_signals: bool = False,
-                    transport: RedisTransport | None = None,
-                    watch: Watcher | None = None) -> dict[str, Any]:
-    """Run an engine over an open state directory; returns the summary figures.
-
-    With a connected ``transport`` the engine is one worker of a fleet: it
-    fetches only the hosts it owns and ends when the whole fleet is done.
-    ``watch(engine)`` is entered before the crawl starts and left after it ends.
-    """
-    engine = Engine(seen, settings, scope, progress=progress, transport=transport)
-    if watch is None:
-        return await engine.run(install_signals=install_signals)
-    async with watch(engine):
-        return await engine.run(install_signals=install_signals)

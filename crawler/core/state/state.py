@@ -216,10 +216,24 @@ def committed_pages(state_dir: Path) -> list[bytes]:
     """The pages.jsonl lines of ``state_dir`` its ledger counts as committed (each with
     its newline): what a merge or resize carries over, never a line of a page that a
     crash left unmarked (it is fetched again)."""
+    return _committed_lines(state_dir, PAGES_FILE, "pages", None)
+
+
+def committed_items(state_dir: Path) -> list[bytes]:
+    """The items.jsonl lines of ``state_dir`` its ledger counts as committed, as
+    ``committed_pages``: never an item of a page a crash left unmarked (its handler
+    runs again). In the order of the pages.jsonl records whose ``items`` count them."""
+    return _committed_lines(state_dir, ITEMS_FILE, "items", 0)
+
+
+def _committed_lines(state_dir: Path, name: str, key: str, unrecorded: int | None
+                     ) -> list[bytes]:
+    """``name``'s lines up to the size committed under ``key`` (``unrecorded``: the
+    size when none is, None for the whole file)."""
     with Ledger.in_dir(state_dir, readonly=True) as ledger:
-        size = (ledger.meta_get(OUTPUTS_KEY) or {}).get("pages")
+        size = (ledger.meta_get(OUTPUTS_KEY) or {}).get(key, unrecorded)
     try:
-        with open(state_dir / PAGES_FILE, "rb") as fh:
+        with open(state_dir / name, "rb") as fh:
             data = fh.read() if size is None else fh.read(size)
     except FileNotFoundError:
         return []

@@ -1,0 +1,145 @@
+"""Page handlers in a fleet: every worker runs the handler on the pages it fetches and
+writes their items to its own items.jsonl, each exactly once across kill -9 of a worker
+and its resume (which runs the stored handler), and ``resize`` carries them with their
+pages to the new owners.
+
+Workers are child processes (``python -m crawler``) on a real redis-server; the site
+is served by the test and counts every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from crawler.core.outputs.output import read_pages
+from crawler.wire.owner import owner_of
+from dedup.store.seen import host_of
+from tests.crawler.test_exactly_once import output_grew
+from tests.fleet.test_distributed import (
+    CRAWL_ID,
+    SLOW_SPEC,
+    check_exact,
+    finish,
+    fleet_worker_dirs,
+    make_fleet,
+    owned_site,
+    served_at_least,
+    worker_settings,
+)
+from tests.support.helpers import REPO, config_toml, run_cli, start_cli, until, write_seeds
+from tests.support.redisserver import require_redis_binary
+
+pytestmark = pytest.mark.redis
+
+HOOKS = '''
+def parts(page):
+    # two items per page, so a torn or duplicated group shows
+    yield {"url": page.url, "part": 1, "status": page.status}
+    yield {"url": page.url, "part": 2, "links": len(page.links)}
+'''
+
+
+def hooks_env(tmp_path: Path) -> dict[str, str | None]:
+    (tmp_path / "fleet_hooks.py").write_text(HOOKS)
+    return {"PYTHONPATH": f"{tmp_path}:{REPO}"}
+
+
+def check_items(dirs: list[Path]) -> int:
+    """Each worker's items.jsonl holds the two items of every page with a response in
+    its pages.jsonl, each once, and of no other page; returns the items in all."""
+    workers = len(dirs)
+    total = 0
+    for i, d in enumerate(dirs):
+        records = read_pages(d / "pages.jsonl")
+        answered = {r["url"] for r in records if r["status"] is not None}
+        assert answered, d  # every worker owns hosts
+        items = [json.loads(line) for line in (d / "items.jsonl").read_bytes().split(b"\n")
+                 if line]  # a torn line fails here
+        parts = Counter((x["url"], x["part"]) for x in items)
+        assert [k for k, n in parts.items() if n > 1] == [], d  # no item twice
+        assert set(parts) == {(u, p) for u in answered for p in (1, 2)}, d  # none lost
+        assert all(owner_of(host_of(u), workers) == i for u, _ in parts), d
+        assert {r["url"]: r["items"] for r in records if r["status"] is not None} == \
+            dict.fromkeys(answered, 2)
+        total += len(items)
+    return total
+
+
+@pytest.mark.slow
+async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume(
+        tmp_path, redis_server):
+    env = hooks_env(tmp_path)
+    async with owned_site(SLOW_SPEC, 3) as running:
+        fleet = make_fleet(tmp_path, running, redis_server.url, 3)
+
+        async def start(i: int) -> asyncio.subprocess.Process:
+            return await start_cli(
+                "crawl", str(fleet.seeds), "--state", str(fleet.dir(i)), "--redis",
+                fleet.url, "--workers", "3", "--worker-id", str(i), "--crawl-id", CRAWL_ID,
+                "--config", str(fleet.config), "--quiet", "--handler", "fleet_hooks:parts",
+                env=env)
+
+        procs = [await start(i) for i in range(3)]
+        # each joined (its state dir is made after): a kill must hit a crawling worker
+        await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
+        kills = 0
+        for n in (60, 130, 200):
+            await served_at_least(running, n)
+            await output_grew(procs[1], fleet.dir(1) / "items.jsonl")  # a group is written
+            if procs[1].returncode is None:
+                procs[1].kill()
+                kills += 1
+            await procs[1].wait()
+            # no --handler: the one the worker was started with is stored
+            procs[1] = await start_cli("resume", str(fleet.dir(1)), "--redis", fleet.url,
+                                       "--quiet", env=env)
+        assert kills >= 2
+        results = await finish(procs)
+        assert all(rc == 0 for rc, _ in results), results
+        check_exact(fleet.dirs, running, max_refetches=6 * kills)
+    assert check_items(fleet.dirs) == 2 * sum(
+        r["status"] is not None for d in fleet.dirs for r in read_pages(d / "pages.jsonl"))
+
+
+@pytest.mark.slow
+async def test_fleet_handler_items_follow_their_pages_through_resize_and_merge(tmp_path):
+    require_redis_binary()
+    env = hooks_env(tmp_path)
+    async with owned_site(SLOW_SPEC, 4) as running:
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "worker.toml"
+        config.write_text(config_toml(worker_settings()))
+        f2, f4, f2b = tmp_path / "f2", tmp_path / "f4", tmp_path / "f2b"
+        proc = await start_cli("fleet", str(seeds), "--state", str(f2), "--workers", "2",
+                               "--config", str(config), "--handler", "fleet_hooks:parts",
+                               env=env)
+        await served_at_least(running, 100)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 128 + signal.SIGINT, err.decode()
+        before = check_items(fleet_worker_dirs(f2))
+        # a line past the committed size, as a kill -9 mid-group leaves: never carried
+        with open(f2 / "worker-0" / "items.jsonl", "ab") as fh:
+            fh.write(b'{"url": "http://uncommitted.test/", "part": 1}\n')
+        done = await run_cli("resize", "--from-state", str(f2), "--to", "4", "-o", str(f4))
+        assert done.rc == 0, done.stderr
+        assert check_items(fleet_worker_dirs(f4)) == before  # split by their pages' hosts
+        done = await run_cli("resume", str(f4), "--quiet", env=env)  # the stored handler
+        assert done.rc == 0, done.stderr
+        check_exact(fleet_worker_dirs(f4), running, max_refetches=0)
+    total = check_items(fleet_worker_dirs(f4))
+    assert total > before
+    done = await run_cli("resize", "--from-state", str(f4), "--to", "2", "-o", str(f2b))
+    assert done.rc == 0, done.stderr
+    assert check_items(fleet_worker_dirs(f2b)) == total  # joined two by two
+    merged = tmp_path / "merged"
+    done = await run_cli("merge", "--state", "-o", str(merged),
+                         *map(str, fleet_worker_dirs(f2b)))
+    assert done.rc == 0, done.stderr
+    assert check_items([merged]) == total  # one process's: every page's items, once

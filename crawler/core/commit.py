@@ -322,10 +322,11 @@ class GroupCommit:
         digest = (None if payload is None or res is None
                   else ex.payload_digest() if ex is not None and payload is ex.payload
                   else res.digest)
+        fetched_at = iso_time(now)
         content = None
         if digest is not None and payload and status is not None and 200 <= status < 300:
             content = (digest, ex.url if ex is not None else item.url,
-                       iso_time(ex.started if ex is not None else now))
+                       iso_time(ex.started) if ex is not None else fetched_at)
         record = {
             "url": item.url,
             "final_url": final_url,
@@ -338,7 +339,7 @@ class GroupCommit:
             "depth": item.depth,
             "links_found": links_found,
             "links_new": 0,
-            "fetched_at": iso_time(now),
+            "fetched_at": fetched_at,
             "error": error,
             "attempts": (attempts if attempts is not None
                          else res.attempts if res is not None else 0),

@@ -546,7 +546,8 @@ class Fetcher:
 async def _stream(resp: aiohttp.ClientResponse, body: Body, hop: _Hop, limit: int) -> bool:
     """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
     (the connection dropped instead of draining the rest, however much more comes)."""
-    async for chunk in resp.content.iter_chunked(_CHUNK):
+    read = resp.content.read  # not iter_chunked: one coroutine less a chunk
+    while chunk := await read(_CHUNK):
         hop.nbytes += len(chunk)
         if hop.nbytes > limit:
             body.write(chunk[:len(chunk) - (hop.nbytes - limit)])

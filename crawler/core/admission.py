@@ -64,7 +64,7 @@ class Admission:
         url_ok = self.scope.url_filter() if patterns else None
         cap = self.cap
         if url_ok is None and local is None and not cap:  # a page's links, most crawls
-            return [p for p in pairs if p is not None and allows(host_of(p[0]))], []
+            return self.scope.keep_hosts(pairs), []
         counts = self.host_counts
         keep: Pairs = []
         remote: list[Remote] = []

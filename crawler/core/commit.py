@@ -236,11 +236,15 @@ class GroupCommit:
         revisit of its first capture ``(uri, date)``. New digests go into the ledger's
         ``contents`` in this group's transaction: exact across kill -9."""
         seen = self._seen
-        group: dict[str, tuple[str, str]] = {}
+        # the pages' digests looked up in one query (the exchanges' are few: robots.txt)
+        asked = {e.content[0] for e in batch if e.content is not None}
+        group = seen.first_captures(asked)  # and this group's first captures
         added: list[tuple[str, str, str]] = []
 
         def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
-            ref = group.get(digest) or seen.first_capture(digest)
+            ref = group.get(digest)
+            if ref is None and digest not in asked:
+                ref = seen.first_capture(digest)
             if ref is None:
                 group[digest] = (url, date)
                 added.append((digest, url, date))

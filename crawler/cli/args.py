@@ -14,9 +14,9 @@ from typing import Any, NoReturn
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
 from crawler.config.settings import Settings
-from crawler.core.crawl import CRAWL_OPTIONS as CRAWL_OPTION_NAMES
-from crawler.core.crawl import settings_from_options
-from crawler.core.progress import Progress
+from crawler.core.run.crawl import CRAWL_OPTIONS as CRAWL_OPTION_NAMES
+from crawler.core.run.crawl import settings_from_options
+from crawler.core.run.progress import Progress
 from dedup import CRAWL_ID_BYTES
 
 __all__ = [
@@ -260,7 +260,7 @@ def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def crawl_settings(args: argparse.Namespace) -> Settings:
-    """Defaults < --config < flags (``crawler.core.crawl.settings_from_options``)."""
+    """Defaults < --config < flags (``crawler.core.run.crawl.settings_from_options``)."""
     return settings_from_options(crawl_options(args))
 
 

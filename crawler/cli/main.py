@@ -34,7 +34,7 @@ from crawler.cli.report import add_report
 from crawler.config.exits import ERROR, USAGE
 from crawler.config.scope import SeedError
 from crawler.config.settings import ConfigError
-from crawler.core.state import CrawlError
+from crawler.core.state.state import CrawlError
 from crawler.fleet.identity import FleetError
 from dedup import IndexDamaged, LedgerDamaged, SnapshotError, StateLocked
 

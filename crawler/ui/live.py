@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from crawler.core.output import PAGES_FILE
+from crawler.core.outputs.output import PAGES_FILE
 from crawler.ui.address import ui_url
 from crawler.ui.doc import SERIES_KEYS, document, totals_of_workers
 from crawler.ui.page import render_page
 from crawler.ui.stats import TOP_HOSTS, PageTally, Tail, storage_sizes
 
 if TYPE_CHECKING:
-    from crawler.core.engine import Engine
+    from crawler.core.run.engine import Engine
 
 __all__ = ["Dashboard", "EngineProbe", "FleetProbe", "serving", "watch_engine"]
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from crawler.cli.main import main
-from crawler.core.engine import run_crawl
-from crawler.core.progress import Progress
-from crawler.core.state import create_crawl
+from crawler.core.run.engine import run_crawl
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import create_crawl
 from dedup import UrlSeen
 from dedup.filter.shards import ShardedBloom
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from crawler.core.engine import Engine, run_crawl
-from crawler.core.output import read_pages
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import Engine, run_crawl
+from crawler.core.state.state import create_crawl
 from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
 from dedup import State
 from tests.support.faultserver import fault_server

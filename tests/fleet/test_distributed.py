@@ -22,8 +22,8 @@ import pytest
 from crawler.admin.report import state_stats
 from crawler.cli.main import main
 from crawler.config.scope import Scope
-from crawler.core.output import read_pages
-from crawler.core.state import FLEET_KEY, create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.state.state import FLEET_KEY, create_crawl
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta

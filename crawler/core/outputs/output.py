@@ -1,5 +1,5 @@
 """What a crawl leaves behind besides its state: pages.jsonl (and, with
-``crawler.core.warc``, WARC files).
+``crawler.core.outputs.warc``, WARC files).
 
 Why batched appends: the engine commits pages in groups (one write, then one
 ledger transaction, per group), so the per-page cost is building a dict.
@@ -32,7 +32,7 @@ __all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_j
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
-ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.page``)
+ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.run.page``)
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -130,7 +130,7 @@ def truncate_to(path: str | Path, size: int) -> int:
         os.close(fd)
 
 
-class _AppendFile(abc.ABC):
+class AppendFile(abc.ABC):
     """A file opened for appending with aiofiles (unbuffered), closed once.
 
     ``size`` is its length in bytes as written so far: the offset a commit
@@ -177,7 +177,7 @@ class _AppendFile(abc.ABC):
         await self.close()
 
 
-class PageLog(_AppendFile):
+class PageLog(AppendFile):
     """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     async def open(self) -> PageLog:
@@ -204,7 +204,7 @@ class PageLog(_AppendFile):
         await self._write(view)
 
 
-class ItemLog(_AppendFile):
+class ItemLog(AppendFile):
     """items.jsonl: the JSON lines page handlers returned, appended with their pages'
     group commit and cut back to its committed size like pages.jsonl.
 

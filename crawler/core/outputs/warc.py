@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler.core.output import _AppendFile, iso_time, truncate_to
+from crawler.core.outputs.output import AppendFile, iso_time, truncate_to
 from crawler.net.body import MEMORY
 from crawler.net.exchange import Exchange
 from dedup import fsync_dir
@@ -215,7 +215,7 @@ def first_warc(path: str | Path) -> Path:
     return warc_path(prefix, _next_serial(prefix, gz), gz)
 
 
-class _File(_AppendFile):
+class _File(AppendFile):
     info_end = 0  # where its warcinfo record ends, when this process wrote it
 
     async def open(self) -> _File:

@@ -15,7 +15,6 @@ fetched and written again: every record appears exactly once.
 from __future__ import annotations
 
 import abc
-import asyncio
 import json
 import math
 import os
@@ -23,8 +22,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
-
-import aiofiles
 
 from dedup import atomic_write_bytes
 
@@ -150,12 +147,18 @@ class AppendFile(abc.ABC):
     async def _open_append(self) -> None:
         if self.committed is not None:
             truncate_to(self.path, self.committed)
+        # asyncio and aiofiles here and in sync(), not at the top: the state dir's
+        # readers (bloomcrawl stats) import this module for its names and JSON helpers
+        import aiofiles
+
         self._fh = await aiofiles.open(self.path, "ab", buffering=0)
         self.size = os.fstat(self._fh.fileno()).st_size
 
     async def sync(self) -> None:
         """Make everything written so far durable (before a commit records ``size``)."""
         if self._fh is not None:
+            import asyncio
+
             await asyncio.to_thread(os.fdatasync, self._fh.fileno())
 
     async def _write(self, data: bytes | memoryview) -> None:

@@ -39,7 +39,6 @@ committed), so a record is in some file exactly when its page is done.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import re
@@ -122,8 +121,10 @@ def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None
 
 def _write_records(out: Any, ex: Exchange, *, gzip: bool,
                    refers_to: tuple[str, str] | None) -> None:
-    from warcio.statusandheaders import StatusAndHeaders  # only a crawl with --warc
-    from warcio.warcwriter import WARCWriter  # loads warcio (~40 ms of CPU)
+    # warcio and asyncio where used, not at the top: a state dir's readers (bloomcrawl
+    # stats) import this module through crawler.core.state for first_warc and warc_start
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
 
     writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
     date = iso_time(ex.started)
@@ -239,6 +240,8 @@ class _File(AppendFile):
                 done += n
 
         self.size += blob.size
+        import asyncio
+
         await asyncio.to_thread(copy)
 
 
@@ -332,6 +335,8 @@ class WarcFiles:
     async def sync(self) -> None:
         """Make every written byte durable; files left for a newer one are closed."""
         dirty, self._dirty = self._dirty, []
+        import asyncio
+
         await asyncio.gather(*(f.sync() for f in dirty))
         for f in dirty:
             if f is not self._file:

@@ -174,6 +174,23 @@ class Scope:
             self._cache[authority] = ok
         return ok
 
+    def keep_hosts(self, pairs: Iterable[tuple[str, str] | None]) -> list[tuple[str, str]]:
+        """The ``(url, key)`` pairs whose URL's host ``allows_host`` allows (None items
+        dropped): a page's links in one loop, without two calls a link."""
+        cache = self._cache
+        allows = self.allows_host
+        out = []
+        for pair in pairs:
+            if pair is None:
+                continue
+            host = pair[0].split("/", 3)[2].rpartition("@")[2]  # dedup.host_of
+            ok = cache.get(host)
+            if ok is None:
+                ok = allows(host)
+            if ok:
+                out.append(pair)
+        return out
+
     def to_dict(self) -> dict[str, list[str]]:
         # patterns only when set: a fleet's identity hashes this, and it must not
         # change for a crawl created without them

@@ -11,14 +11,13 @@ nothing is left behind however the process ends.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import os
 import tempfile
 from typing import BinaryIO
 
-__all__ = ["MEMORY", "Body"]
+__all__ = ["MEMORY", "Body", "sha1_text"]
 
 MEMORY = 1 << 20  # bytes kept in memory before a body moves to a temp file
 
@@ -77,7 +76,7 @@ class Body:
     def digest(self) -> str:
         """``sha1:BASE32`` of every byte written, as WARC-Payload-Digest and
         pages.jsonl write it."""
-        return "sha1:" + base64.b32encode(self._sha1.digest()).decode()
+        return sha1_text(self._sha1.digest())
 
     def head(self, n: int) -> bytes:
         """The first ``n`` stored bytes (in one allocation, read back from the file)."""
@@ -107,3 +106,20 @@ class Body:
         if self._file is not None:
             self._fd = -1  # never a number the OS may hand to another file
             self._file.close()
+
+
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_B32_PAIRS = [_B32[i >> 5] + _B32[i & 31] for i in range(1024)]  # 10 bits -> 2 letters
+
+
+def sha1_text(digest: bytes) -> str:
+    """``sha1:BASE32`` of a 20-byte SHA-1 digest (RFC 4648 base32, no padding needed:
+    160 bits are 32 letters), the text ``base64.b32encode`` makes at half its cost:
+    computed for every page's body."""
+    n = int.from_bytes(digest)
+    t = _B32_PAIRS
+    return "sha1:" + "".join((
+        t[n >> 150], t[(n >> 140) & 1023], t[(n >> 130) & 1023], t[(n >> 120) & 1023],
+        t[(n >> 110) & 1023], t[(n >> 100) & 1023], t[(n >> 90) & 1023], t[(n >> 80) & 1023],
+        t[(n >> 70) & 1023], t[(n >> 60) & 1023], t[(n >> 50) & 1023], t[(n >> 40) & 1023],
+        t[(n >> 30) & 1023], t[(n >> 20) & 1023], t[(n >> 10) & 1023], t[n & 1023]))

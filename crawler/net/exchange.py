@@ -8,18 +8,17 @@ file is the core's, so the record of the exchange lives here, below both.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass, field
 
-from crawler.net.body import Body
+from crawler.net.body import Body, sha1_text
 
 __all__ = ["Exchange", "payload_digest"]
 
 
 def payload_digest(body: bytes) -> str:
     """``sha1:BASE32`` of ``body``, as WARC-Payload-Digest and pages.jsonl write it."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    return sha1_text(hashlib.sha1(body).digest())
 
 
 @dataclass(slots=True)

@@ -249,6 +249,10 @@ class Fetcher:
             self._headers[name] = value
         self._proxies = _Proxies(settings.proxy, _env_proxies())
         self._checked: dict[str, float] = {}  # proxied target names found public, until
+        # a first attempt's whole budget (one object, not one a request)
+        self._timeout = aiohttp.ClientTimeout(total=settings.total_timeout,
+                                              sock_connect=settings.connect_timeout,
+                                              sock_read=settings.read_timeout)
 
     async def __aenter__(self) -> Fetcher:
         self._get_session()
@@ -414,8 +418,11 @@ class Fetcher:
                     budget: float) -> _Hop:
         hop = _Hop()
         s = self.settings
-        timeout = aiohttp.ClientTimeout(total=max(budget, 0.001), sock_connect=s.connect_timeout,
-                                        sock_read=s.read_timeout)
+        timeout = self._timeout
+        if budget < s.total_timeout - 0.001:  # a retry, or after a proxy check: what is left
+            timeout = aiohttp.ClientTimeout(total=max(budget, 0.001),
+                                            sock_connect=s.connect_timeout,
+                                            sock_read=s.read_timeout)
         session = self._get_session()
         proxy = self._proxies.for_url(url) if self._proxies else None
         if proxy is not None and not s.allow_private:
@@ -546,7 +553,8 @@ class Fetcher:
 async def _stream(resp: aiohttp.ClientResponse, body: Body, hop: _Hop, limit: int) -> bool:
     """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
     (the connection dropped instead of draining the rest, however much more comes)."""
-    async for chunk in resp.content.iter_chunked(_CHUNK):
+    read = resp.content.read  # not iter_chunked: one coroutine less a chunk
+    while chunk := await read(_CHUNK):
         hop.nbytes += len(chunk)
         if hop.nbytes > limit:
             body.write(chunk[:len(chunk) - (hop.nbytes - limit)])

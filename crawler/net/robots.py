@@ -53,6 +53,7 @@ class _Rules:
     fetched_ok: bool  # a real answer (2xx/4xx), reusable when a refetch fails
     error: str | None = None  # why there are no rules (robots.txt unavailable)
     retryable: bool = False  # the error may pass (a timeout, a 5xx): ask again later
+    delay: float | None = None  # Crawl-delay for our agent, capped (read once per fetch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,11 @@ class RobotsCache:
         origin, rest = self._split(url)
         if origin is None:
             return _DISALLOWED
-        rules = await self._get(origin)
+        rules = self._rules.get(origin)
+        if rules is None or rules.expires <= self._clock():
+            rules = await self._get(origin)
+        else:  # cached: no coroutine for it (this runs for every URL)
+            self._rules.move_to_end(origin)
         if rules.parser is None:
             if rules.allow_all:
                 return _ALLOWED
@@ -152,11 +157,16 @@ class RobotsCache:
         """Crawl-delay (or Request-rate as a delay) for our agent, capped; None if unknown."""
         origin = self._split(url)[0]
         rules = self._rules.get(origin) if origin else None
-        if rules is None or rules.parser is None:
+        return rules.delay if rules is not None else None
+
+    def _delay(self, parser: Protego | None) -> float | None:
+        """What ``crawl_delay`` answers for these rules: worked out once per fetch of
+        robots.txt rather than once per URL."""
+        if parser is None:
             return None
-        delay = rules.parser.crawl_delay(self.agent)
+        delay = parser.crawl_delay(self.agent)
         if delay is None:
-            rate = rules.parser.request_rate(self.agent)
+            rate = parser.request_rate(self.agent)
             if rate is not None and rate.requests > 0:
                 delay = rate.seconds / rate.requests
         if delay is None or not delay >= 0:
@@ -196,13 +206,15 @@ class RobotsCache:
         now = self._clock()
         if status is None or status >= 500 or status == 429:
             if previous is not None and previous.fetched_ok:
-                rules = _Rules(previous.parser, previous.allow_all, now + self.error_ttl, True)
+                rules = _Rules(previous.parser, previous.allow_all, now + self.error_ttl, True,
+                               delay=previous.delay)
             else:
                 reason = got.error or f"http {status}"
                 retryable = got.retryable or status is not None
                 rules = _Rules(None, False, now + self.error_ttl, False, reason, retryable)
         elif 200 <= status < 300 and text is not None:
-            rules = _Rules(_parse(text), True, now + self.ttl, True)
+            parser = _parse(text)
+            rules = _Rules(parser, True, now + self.ttl, True, delay=self._delay(parser))
         else:  # 4xx, or redirects that never ended: no usable rules => no restrictions
             rules = _Rules(None, True, now + self.ttl, True)
         self._rules[origin] = rules

@@ -540,6 +540,24 @@ class Journal:
         _, name, at = self._checked("contents", row)
         return name, at
 
+    def content_firsts(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``content_first`` of many digests, by digest (the ones stored): one query a
+        500 digests, where a group commit asked once a page."""
+        wanted = list(dict.fromkeys(digests))
+        out: dict[str, tuple[str, str]] = {}
+        for i in range(0, len(wanted), 500):
+            part = wanted[i:i + 500]
+            try:
+                rows = self._db.execute(
+                    f"SELECT digest, name, at, {self._crc['contents']} FROM contents "
+                    f"WHERE digest IN ({','.join('?' * len(part))})", part).fetchall()
+            except sqlite3.OperationalError:
+                return {}
+            for row in rows:
+                digest, name, at = self._checked("contents", row)
+                out[digest] = (name, at)
+        return out
+
     def content_add(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """``(digest, name, date)``: the first holder of each digest (a later add of
         the same digest keeps the first), in the open transaction."""

@@ -10,15 +10,17 @@ the part real pages are made of: an ASCII link, absolute http(s) ("scheme://"),
 scheme-relative ("//host"), origin-relative ("/x"), path-relative ("x", "../x"),
 query-only ("?q"), fragment-only and empty, against an http(s) page whose
 contexts dedup.url.urlform.page_contexts computed with ada; a host of ASCII
-letters, digits, '-', '_' and non-empty dot-separated labels, not a number
-(IPv4) and without "xn-" (IDNA); a port of 1 to 5 digits without a leading zero.
+letters, digits, '-', '_' and non-empty dot-separated labels, not ending in a
+number (IPv4) unless it is four decimal numbers of 0..255 ("127.0.0.1", which
+WHATWG writes as it is), and without "xn-" (IDNA); a port of 1 to 5 digits
+without a leading zero.
 Links with any other scheme are rejected here (None), as the Python path
 rejects them: whatever WHATWG makes of them, it is not http(s).
 
 Everything else is "not handled" and goes to the Python path: non-ASCII text,
-control characters, tabs and newlines, backslashes, userinfo, IPv6 and IPv4
-hosts, IDNA, empty labels, odd ports, "%2e" (a dot the standard decodes in path
-segments), "http:x" (relative to an http page), "///x", a str subclass or any
+control characters, tabs and newlines, backslashes, userinfo, IPv6 hosts,
+other IPv4 forms (hex, octal, fewer parts), IDNA, empty labels, odd ports, "%2e"
+(a dot the standard decodes in path segments), "http:x" (relative to an http page), "///x", a str subclass or any
 non-str item, links or page contexts longer than MAX_TEXT, and results that
 do not fit the buffers. Being unsure is always correct, only slower.
 
@@ -246,6 +248,27 @@ static void append_query(buf_t *raw, const unsigned char *t, Py_ssize_t p, Py_ss
     }
 }
 
+/* 1 if t[a..e) is an IPv4 address as WHATWG serializes it: four dot-separated
+   decimal numbers of 0..255 without leading zeros ("127.0.0.1"). Its serialization
+   is then the text itself; every other numeric host (hex, octal, fewer parts, a
+   trailing dot) is left to the Python path. */
+static int dotted_quad(const unsigned char *t, Py_ssize_t a, Py_ssize_t e) {
+    int parts = 0;
+    Py_ssize_t i = a;
+    while (i < e) {
+        Py_ssize_t d = i;
+        int v = 0;
+        while (i < e && t[i] >= '0' && t[i] <= '9' && i - d < 3) v = v * 10 + (t[i++] - '0');
+        Py_ssize_t n = i - d;
+        if (n == 0 || v > 255 || (n > 1 && t[d] == '0')) return 0;
+        if (++parts > 4) return 0;
+        if (i == e) break;
+        if (t[i] != '.' || i + 1 == e) return 0;
+        i++;
+    }
+    return parts == 4;
+}
+
 /* "host[:port]" of t[a..e) appended lowercased, the default port of the scheme
    dropped; 0 if not handled. */
 static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py_ssize_t e,
@@ -266,7 +289,8 @@ static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py
         h++;
     }
     if (h == label) return 0;                  /* empty host, trailing dot */
-    if (t[label] >= '0' && t[label] <= '9') return 0;  /* may end in a number: IPv4 */
+    if (t[label] >= '0' && t[label] <= '9' && !dotted_quad(t, a, h))
+        return 0;                              /* ends in a number: IPv4, not "a.b.c.d" */
     for (Py_ssize_t i = a; i < h; i++) put(raw, (char)lower(t[i]));
     if (h < e) {                               /* ':' port */
         Py_ssize_t d = h + 1, n = e - d;

@@ -98,6 +98,10 @@ class CrawlRecords:
         """``(url, date)`` of the first body with this payload digest, or None."""
         return self.ledger.journal.content_first(digest)
 
+    def first_captures(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``first_capture`` of many digests at once, by digest (unknown ones left out)."""
+        return self.ledger.journal.content_firsts(digests)
+
     def note_captures(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """``(digest, url, date)``: first captures, in the open transaction (a digest
         already known keeps its first)."""

@@ -14,7 +14,7 @@ from crawler.config.scope import Scope
 from crawler.core.schedule.admission import Admission
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.politeness import Politeness
-from dedup import UrlSeen
+from dedup import UrlSeen, host_of
 
 
 @pytest.fixture
@@ -92,3 +92,17 @@ def test_the_cap_counts_across_the_pages_of_one_group(seen):
     # the skipped link is seen: it is not admitted again, not even under the cap
     counts["a.test"] = 0
     assert adm.admit_pages([(pairs(seen, "http://a.test/4"), 1)]) == [0]
+
+
+def test_keep_hosts_keeps_what_allows_host_allows() -> None:
+    scope = Scope(frozenset({"a.test", "b.test:8080"}), ("c.test",))
+    urls = ["http://a.test/x", "http://a.test:8080/x", "https://b.test:8080/", "http://b.test/",
+            "http://www.c.test:99/y?q", "http://c.test/", "http://notc.test/", "http://u:p@a.test/z",
+            "https://x@b.test:8080/"]
+    pairs = [None, *((u, u + "#key") for u in urls), None]
+    kept = scope.keep_hosts(pairs)
+    assert kept == [p for p in pairs if p is not None and scope.allows_host(host_of(p[0]))]
+    assert [u for u, _ in kept] == ["http://a.test/x", "https://b.test:8080/",
+                                    "http://www.c.test:99/y?q", "http://c.test/",
+                                    "http://u:p@a.test/z", "https://x@b.test:8080/"]
+    assert scope.keep_hosts(pairs) == kept  # answered from the cache the second time

@@ -19,7 +19,7 @@ from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.core.outputs.output import read_pages
-from crawler.net.body import MEMORY, Body
+from crawler.net.body import MEMORY, Body, sha1_text
 from crawler.net.links import PIECE, extract_links
 from tests.support.faultserver import serve
 from tests.support.helpers import REPO, cli_env, config_toml, fast_settings, until, write_seeds
@@ -250,6 +250,14 @@ def test_a_body_spills_to_a_temp_file_and_keeps_its_head_and_digest(tmp_path) ->
     assert (kept.size, len(kept), kept.head(100)) == (5000, 10, data[:10])
     assert kept.digest() == Body.of(data[:5000]).digest()
     body.close()
+
+
+def test_the_digest_text_is_base32_of_the_sha1() -> None:
+    for n in range(300):
+        digest = hashlib.sha1(bytes([n % 256]) * n).digest()
+        assert sha1_text(digest) == "sha1:" + base64.b32encode(digest).decode()
+    for digest in (bytes(20), b"\xff" * 20, bytes(19) + b"\x01", b"\x80" + bytes(19)):
+        assert sha1_text(digest) == "sha1:" + base64.b32encode(digest).decode()
 
 
 def test_the_limits_come_from_flags_for_a_crawl_its_fleet_workers_and_resume() -> None:

@@ -313,3 +313,36 @@ async def test_snapshots_are_taken_during_the_crawl_off_the_event_loop(tmp_path,
     assert threading.get_ident() not in {ident for _, ident, _ in calls}
     periodic = calls[:-final]
     assert min(served for *_, served in periodic) < calls[-1][2]  # taken mid-crawl
+
+
+async def test_the_filter_fill_is_counted_only_when_someone_reads_it(tmp_path, site):
+    """Counting the filter's set bits takes ms: the progress loop does it for a status
+    line that is due, a fleet, or a reader of ``status()``, not every tick of a quiet
+    crawl (which counts it once, for its summary)."""
+    async with site(SiteSpec(hosts=1, pages=25, seed=13)) as running:
+        calls = {}
+        for reader in (False, True):
+            settings = fast_settings(output={"progress_interval": 0.01},
+                                     politeness={"delay": 0.02, "per_host": 1})
+            seeds = write_seeds(tmp_path / f"seeds-{reader}.txt", running.seeds)
+            seen, scope, _ = create_crawl(tmp_path / f"state-{reader}", settings, seeds)
+            counted = calls[reader] = []
+            info = seen.bloom.info
+            seen.bloom.info = lambda info=info, counted=counted: counted.append(1) or info()
+            engine = Engine(seen, settings, scope)
+
+            async def read(engine: Engine = engine) -> None:
+                while True:
+                    assert 0 < engine.status()["fill"] < 1
+                    await asyncio.sleep(0.01)
+
+            task = asyncio.create_task(read()) if reader else None
+            try:
+                summary = await engine.run()
+            finally:
+                if task is not None:
+                    task.cancel()
+                seen.close()
+            assert summary["session_pages"] > 20 and summary["fill"] > 0
+        assert len(calls[False]) == 1  # the summary's
+        assert len(calls[True]) > 10

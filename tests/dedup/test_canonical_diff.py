@@ -110,7 +110,8 @@ PARTS = st.sampled_from(
      "%", "%2", "%41", "%7e", "%2e", "%2E", "%zz", ":", ":80", ":443", ":8080", ":0", "@",
      "a", "B", "h.test", "WWW.H.Test", "xn--", "1", "0x", "-", "_", "~", " ", "\t", "\n",
      "\\", "\x00", "\x7f", "é", "[", "]", "^", "{", "'", '"', "<", "`", "utm_source", "gclid",
-     "mailto:", "javascript:", "ftp:", "http:", "https:"])
+     "mailto:", "javascript:", "ftp:", "http:", "https:", "127.0.0.1", "1.2.3.4", "255.",
+     "256", "0.0", "00"])
 LINKS = st.one_of(st.lists(PARTS, max_size=12).map("".join),
                   st.text(max_size=30),
                   st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7e),
@@ -175,6 +176,20 @@ def test_any_iterable_of_links_and_a_generator(monkeypatch: pytest.MonkeyPatch) 
     assert fast.resolve_many(tuple(links), "http://h.test/") == want
     assert fast.resolve_many(dict.fromkeys(links), "http://h.test/") == want
     assert fast.resolve_many([], "http://h.test/") == []
+
+
+def test_dotted_decimal_ipv4_hosts_are_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"a.b.c.d" (0..255, no leading zeros) is what WHATWG writes for an IPv4 host, so
+    the compiled path takes it; every other numeric host goes to the Python path."""
+    quads = ["http://127.0.0.5:8000/p/1.html", "//10.0.0.255/A?b=1&utm_source=x",
+             "https://0.0.0.0/", "http://255.255.255.255:80/x#f", "http://1.2.3.4/../a"]
+    others = ["http://127.0.0.05/x", "http://127.1/", "http://0x7f.0.0.1/", "http://256.0.0.1/",
+              "http://1.2.3.4./a", "http://1.2.3.4.5/", "http://01.2.3.4/", "http://1.2.3/",
+              "http://1..2.3/", "http://1.2.3.999/", "http://1.2.3.4%2e/", "http://a.1/",
+              "http://1.2.3.1000/", "http://1.2.3.4a/"]
+    pages = [("http://127.0.0.2:8000/a/b", quads + others), ("https://h.test/", quads + others)]
+    fast = assert_same(pages, CanonRules(), monkeypatch)
+    assert fast.cache_info()["compiled"] == 2 * len(quads)
 
 
 def test_the_compiled_path_counts_what_it_resolved() -> None:

@@ -55,6 +55,10 @@ def test_meta_referrers_and_captures_survive_reopening(tmp_path: Path) -> None:
         assert seen.referrer_of(new[-1].seq + 1) is None
         assert seen.first_capture("sha1:AB") == ("http://a.test/x", "2026-01-01T00:00:00Z")
         assert seen.first_capture("sha1:CD") is None
+        assert seen.first_captures(["sha1:CD", "sha1:AB", "sha1:AB"]) == {
+            "sha1:AB": ("http://a.test/x", "2026-01-01T00:00:00Z")}
+        many = seen.first_captures([*(f"sha1:{i}" for i in range(1200)), "sha1:AB"])
+        assert many == {"sha1:AB": ("http://a.test/x", "2026-01-01T00:00:00Z")}
         assert seen.verify() > 0
         fps = b"".join(fingerprint(k, seen.seed) for k in ("http://a.test/x", "http://no.test/"))
         assert seen.contains_hashes(halves(fps)).tolist() == [True, False]

@@ -236,11 +236,15 @@ class GroupCommit:
         revisit of its first capture ``(uri, date)``. New digests go into the ledger's
         ``contents`` in this group's transaction: exact across kill -9."""
         seen = self._seen
-        group: dict[str, tuple[str, str]] = {}
+        # the pages' digests looked up in one query (the exchanges' are few: robots.txt)
+        asked = {e.content[0] for e in batch if e.content is not None}
+        group = seen.first_captures(asked)  # and this group's first captures
         added: list[tuple[str, str, str]] = []
 
         def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
-            ref = group.get(digest) or seen.first_capture(digest)
+            ref = group.get(digest)
+            if ref is None and digest not in asked:
+                ref = seen.first_capture(digest)
             if ref is None:
                 group[digest] = (url, date)
                 added.append((digest, url, date))
@@ -322,10 +326,11 @@ class GroupCommit:
         digest = (None if payload is None or res is None
                   else ex.payload_digest() if ex is not None and payload is ex.payload
                   else res.digest)
+        fetched_at = iso_time(now)
         content = None
         if digest is not None and payload and status is not None and 200 <= status < 300:
             content = (digest, ex.url if ex is not None else item.url,
-                       iso_time(ex.started if ex is not None else now))
+                       iso_time(ex.started) if ex is not None else fetched_at)
         record = {
             "url": item.url,
             "final_url": final_url,
@@ -338,7 +343,7 @@ class GroupCommit:
             "depth": item.depth,
             "links_found": links_found,
             "links_new": 0,
-            "fetched_at": iso_time(now),
+            "fetched_at": fetched_at,
             "error": error,
             "attempts": (attempts if attempts is not None
                          else res.attempts if res is not None else 0),

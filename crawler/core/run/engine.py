@@ -142,6 +142,7 @@ class Engine:
         self._closing = asyncio.Event()
         self._started = 0.0
         self._info: dict[str, Any] | None = None
+        self._asked = False  # status() was called since the filter's fill was counted
         self.relay: Relay | None = None
         self._local = None  # which hosts this worker fetches: all, unless in a fleet
         if transport is not None:
@@ -575,10 +576,15 @@ class Engine:
         last_pages, last_t = 0, time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            # Fill counts bits over the whole filter: off the loop (it only reads).
+            if not (self.progress.due(time.monotonic()) or self.relay is not None
+                    or self._asked):
+                continue  # no line due, no fleet, no reader: the figures would go unread
+            self._asked = False
+            # Fill counts bits over the whole filter (ms for a default one): off the
+            # loop (it only reads), and only for a reader.
             self._info = await asyncio.to_thread(self.seen.bloom.info)
             now = time.monotonic()
-            status = self.status()
+            status = self._status()
             pages = self.session.pages
             status["rate"] = (pages - last_pages) / max(1e-9, now - last_t)
             last_pages, last_t = pages, now
@@ -587,7 +593,13 @@ class Engine:
                 await self.relay.publish(status)
 
     def status(self, *, final: bool = False) -> dict[str, Any]:
-        """Live figures (cheap: no ledger scan) for the status line and the summary."""
+        """Live figures (cheap: no ledger scan) for the status line and the summary;
+        the filter's fill as the progress loop last counted it (the next tick counts
+        it again because this asked)."""
+        self._asked = True
+        return self._status(final=final)
+
+    def _status(self, *, final: bool = False) -> dict[str, Any]:
         info = self._info
         if final or info is None:
             info = self._info = self.seen.bloom.info()

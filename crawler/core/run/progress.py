@@ -152,16 +152,18 @@ class Progress:
         self._last = 0.0
         self._width = 0
 
+    def due(self, now: float) -> bool:
+        """Would ``show`` draw a line at ``now``: is it worth working out the figures."""
+        return self.enabled and now - self._last >= self.interval * 0.95
+
     def update(self, status: dict[str, Any], *, now: float | None = None) -> None:
         """The crawl's status line, at most once per interval."""
         self.show(format_status(status), now=now)
 
     def show(self, line: str, *, now: float | None = None) -> None:
         """Any status line (a fleet's, say), at most once per interval."""
-        if not self.enabled:
-            return
         now = time.monotonic() if now is None else now
-        if now - self._last < self.interval * 0.95:
+        if not self.due(now):
             return
         self._last = now
         self._draw(line)

@@ -165,6 +165,24 @@ class FingerprintIndex:
         present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
         return present, np.where(present, raw, -1)
 
+    def held_among(self, fps: bytes) -> list[int]:
+        """Indexes of the 16-byte fingerprints in ``fps`` (``hi || lo`` little-endian,
+        a page's few) that the index holds, ascending: :meth:`lookup`'s answer with
+        fewer numpy steps, for the seen-test's call per page."""
+        self._install()
+        h = np.frombuffer(fps, dtype="<u8")
+        hi, lo = h[0::2].copy(), h[1::2].copy()
+        if _compiled.lookup is None:
+            raw = self._find_each(hi.tolist(), lo.tolist()).tolist()
+            return [i for i, r in enumerate(raw) if r >= 0]
+        left = np.ones(len(hi), dtype=np.uint8)
+        got = np.zeros(len(hi), dtype=np.uint64)
+        for part in (*self._buffer.parts, *self._runs):
+            if part.count:
+                part.find_into(hi, lo, left, got)
+        return [i for i, (more, raw) in enumerate(zip(left.tolist(), got.tolist(), strict=True))
+                if not more and raw < _TOMB]  # a tombstone: forgotten, not held
+
     def _find_few(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """A page-sized batch with the compiled lookup: each part's ``find_into`` (one
         C call) on the keys the newer parts did not hold, in the order asked (no

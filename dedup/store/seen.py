@@ -216,11 +216,23 @@ class UrlSeen(CrawlRecords):
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it."""
-        pairs, n_links = self._resolve((url,), base_url)
+        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        counters = self.counters
+        if pairs[0] is None:
+            counters["rejected"] += 1
+            n_links = 0
+        else:
+            n_links = 1
         misses = self._one  # one key: a page's 4,096-slot table would cost more
         misses.reset()
-        hits = self._confirmed.count_hits(pairs, misses)
-        return bool(self._admit_pending(misses, n_links, hits, depth))
+        if self._confirmed.count_hits(pairs, misses):  # a repeat confirmed lately: the
+            counters["links"] += 1                    # commonest answer, at once
+            counters["confirm_cache_hits"] += 1
+            counters["repeats"] += 1
+            if self._pending:
+                self._flush_if_due()
+            return False
+        return bool(self._admit_pending(misses, n_links, 0, depth))
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
         """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
@@ -277,14 +289,13 @@ class UrlSeen(CrawlRecords):
         if at:
             counters["ledger_queries"] += 1
             maybe = [ask[j] for j in at]
-            hm = halves(b"".join(maybe))
-            present = self.ledger.contains_hashes(hm)
-            found = np.flatnonzero(present).tolist()
+            found = self.ledger.held_among(b"".join(maybe))
             counters["false_positives"] += len(maybe) - len(found)
             if found:
-                self._confirmed.add(hm[present])
-                known = {maybe[j] for j in found}
-                new = [fp for fp in ask if fp not in known]
+                known = [maybe[j] for j in found]
+                self._confirmed.add(halves(b"".join(known)))
+                held = set(known)
+                new = [fp for fp in ask if fp not in held]
         counters["new"] += len(new)
         counters["repeats"] += n_links - len(new)
         if not new:

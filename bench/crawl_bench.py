@@ -60,7 +60,10 @@ CPU a process, ~0.02 ms a page at 22k pages).
 records, gzip per record) in each repetition: the cost of the WARC output.
 ``--ui`` also runs ours with ``--ui 127.0.0.1:PORT`` and a client polling
 ``/api/stats`` every second (a thread of this process) in each repetition, ours and
-ours+ui back to back (their order flips each repetition): the dashboard's cost.
+ours+ui back to back (their order flips each repetition): the dashboard's cost, as
+the pair's difference in pages/s and CPU ms/page, and as counted inside the crawl
+(``crawler.ui.live.COST``, written at exit: the CPU time of the sampler and the
+/api/stats requests over the event-loop thread's while the dashboard ran).
 
     .venv/bin/python bench/crawl_bench.py [--hosts 10 --pages 2000] [--runs 3] [--profile]
     .venv/bin/python bench/crawl_bench.py --quick     # 4 x 300 pages, 1 run each
@@ -106,12 +109,17 @@ RUN_TIMEOUT = 600.0
 # ru_maxrss: Linux carries the parent's high-water mark into a forked child's
 # ru_maxrss across exec, so a child would report at least the driver's RSS.
 _HWM_MARK = "@@VmHWM_kB "
+# With --ui, also the dashboard's own CPU count (crawler.ui.live.COST) as JSON.
+_UI_MARK = "@@UI "
 _RUN_CRAWLER = (
-    "import atexit, runpy, sys\n"
+    "import atexit, json, runpy, sys\n"
     "def _hwm():\n"
     "    for line in open('/proc/self/status'):\n"
     "        if line.startswith('VmHWM:'):\n"
     f"            sys.stderr.write('{_HWM_MARK}' + line.split()[1] + '\\n')\n"
+    "    ui = sys.modules.get('crawler.ui.live')\n"
+    "    if ui is not None:\n"
+    f"        sys.stderr.write('{_UI_MARK}' + json.dumps(ui.COST.figures()) + '\\n')\n"
     "atexit.register(_hwm)\n"
     "sys.argv = ['crawler', *sys.argv[1:]]\n"
     "runpy.run_module('crawler', run_name='__main__', alter_sys=True)\n"
@@ -354,9 +362,12 @@ def _run(cmd: list[str], server_pid: int, tmp: Path, cwd: Path = ROOT
     proc.returncode = os.waitstatus_to_exitcode(status)
     text = errfile.read_text(errors="replace")
     hwm = [int(line.split()[1]) for line in text.splitlines() if line.startswith(_HWM_MARK)]
+    ui = [json.loads(line[len(_UI_MARK):]) for line in text.splitlines()
+          if line.startswith(_UI_MARK)]
     if proc.returncode != 0:
         sys.stderr.write(f"{' '.join(cmd[-12:])} exited {proc.returncode}:\n{text[-3000:]}\n")
-    usage = {"cpu": ru.ru_utime + ru.ru_stime, "maxrss_mb": hwm[-1] / 1024 if hwm else 0.0}
+    usage = {"cpu": ru.ru_utime + ru.ru_stime, "maxrss_mb": hwm[-1] / 1024 if hwm else 0.0,
+             "ui": ui[-1] if ui else None}
     return proc.returncode, wall, usage, _proc_cpu(server_pid) - cpu0
 
 
@@ -439,6 +450,11 @@ def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
     result["sitemaps"] = len(sitemaps)
     if ui:
         result["ui_polls"] = polls
+        cost = usage["ui"] or {}
+        result["ui_share"] = cost.get("share", float("nan"))
+        result["ui_cpu_ms_per_page"] = 1000 * (cost.get("sample_s", 0.0) + cost.get(
+            "serve_s", 0.0)) / max(1, len(fetched))
+        result["ui_cost"] = cost
     if warc:
         result["warc_mb"] = sum(f.stat().st_size for f in warc_dir.iterdir()) / 2**20
         shutil.rmtree(warc_dir, ignore_errors=True)
@@ -532,6 +548,28 @@ def _median_row(name: str, runs: list[dict[str, Any]]) -> list[Any]:
             med("cpu_ms_per_page"), med("peak_rss_mb"), med("server_cpu_s")]
 
 
+def _paired(ours: list[dict[str, Any]], uis: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per repetition, ours+ui against ours of the same repetition (run back to back):
+    % change of pages/s (negative: slower) and of CPU ms/page (positive: costlier)."""
+    by_run = {r["run"]: r for r in ours}
+    out: dict[str, list[float]] = {"pps": [], "cpu": []}
+    for u in uis:
+        o = by_run.get(u["run"])
+        if o is not None:
+            out["pps"].append(100 * (u["pages_per_s"] / o["pages_per_s"] - 1))
+            out["cpu"].append(100 * (u["cpu_ms_per_page"] / o["cpu_ms_per_page"] - 1))
+    return out
+
+
+def _spread(values: list[float], sign: str = "+") -> str:
+    """``median % (min, max, n)`` of percentages."""
+    if not values:
+        return "n/a"
+    v = sorted(values)
+    return (f"median {statistics.median(v):{sign}.2f}% (min {v[0]:{sign}.2f}, "
+            f"max {v[-1]:{sign}.2f}, n={len(v)})")
+
+
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     from crawler.demo.site import Site, SiteSpec
 
@@ -556,11 +594,13 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             vname, _, vargs = v.partition("=")
             variants[vname] = (vargs.split(), ROOT)
         names = ([] if args.no_bare else ["bare"]) + list(variants)
+        if args.ui:  # next to ours: the pair's order flips with the rest
+            names.insert(names.index("ours") + 1, "ours+ui")
         _compile_trees(sorted({tree for _, tree in variants.values()}))
+        if args.ui:
+            variants["ours+ui"] = ([], ROOT)
         for i in range(args.runs):
             order = tuple(names) if i % 2 == 0 else tuple(reversed(names))
-            if args.ui:  # back to back with ours
-                order += ("ours+ui",)
             if args.warc:
                 order += ("ours+warc",)
             for who in order:
@@ -579,7 +619,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                       f" server CPU {r['server_cpu_s']:.1f} s, load {r['load1']:.2f}, "
                       f"check {r['check']}"
                       + (f", WARC {r['warc_mb']:.1f} MB" if "warc_mb" in r else "")
-                      + (f", {r['ui_polls']} polls of /api/stats" if "ui_polls" in r else ""),
+                      + (f", {r['ui_polls']} polls of /api/stats, dashboard "
+                         f"{100 * r['ui_share']:.2f}% of the loop thread's CPU "
+                         f"({r['ui_cpu_ms_per_page']:.4f} ms/page)" if "ui_polls" in r else ""),
                       flush=True)
         prof_rows = profile_ours(seeds, tmp, args.concurrency, args.top) if args.profile \
             else []
@@ -587,7 +629,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                                                             "steady_pages_per_s": float("nan")}]
     ours = [r for r in runs if r["crawler"] == "ours"]
     warcs = [r for r in runs if r["crawler"] == "ours+warc"]
-    others = [n for n in names if n not in ("bare", "ours")]
+    others = [n for n in names if n not in ("bare", "ours", "ours+ui")]
     uis = [r for r in runs if r["crawler"] == "ours+ui"]
     ratio = statistics.median(r["pages_per_s"] for r in ours) / \
         statistics.median(r["pages_per_s"] for r in bare)
@@ -607,9 +649,18 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             statistics.median(r["pages_per_s"] for r in ours)
         ui_steady = 1 - statistics.median(r["steady_pages_per_s"] for r in uis) / \
             statistics.median(r["steady_pages_per_s"] for r in ours)
+        paired = _paired(ours, uis)
+        shares = sorted(100 * r["ui_share"] for r in uis)
         notes.append(f"--ui with /api/stats polled every second: {100 * ui_cost:+.1f}% "
                      f"pages/s (wall), {100 * ui_steady:+.1f}% steady, vs ours without "
-                     "(positive: slower; target < 3%).")
+                     "(positive: slower; target < 3%); each repetition's pair (ours+ui "
+                     f"against the ours run next to it): pages/s {_spread(paired['pps'])}, "
+                     f"CPU ms/page {_spread(paired['cpu'])}.")
+        notes.append("The dashboard's own CPU (sampler + /api/stats, time.thread_time "
+                     f"inside the crawl): {_spread(shares, '')} of the event-loop "
+                     "thread's CPU while it ran; "
+                     f"{statistics.median(r['ui_cpu_ms_per_page'] for r in uis):.4f} CPU "
+                     "ms/page (median).")
     tables = [
         {"title": "Crawl macro-benchmark (medians)", "columns": cols,
          "rows": ([] if args.no_bare else [_median_row("bare aiohttp loop + set", bare)])

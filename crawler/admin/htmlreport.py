@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler.admin.report import state_stats
-from crawler.core.output import PAGES_FILE
+from crawler.core.outputs.output import PAGES_FILE
 from crawler.ui.doc import document, totals_of_workers
 from crawler.ui.page import render_page
 from crawler.ui.stats import TOP_HOSTS, PageTally, bin_series, storage_sizes

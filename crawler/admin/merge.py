@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.core.output import PAGES_FILE, write_json_atomic
-from crawler.core.state import (
+from crawler.core.outputs.output import PAGES_FILE, write_json_atomic
+from crawler.core.state.state import (
     FLEET_KEY,
     CrawlError,
     committed_pages,

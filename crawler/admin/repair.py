@@ -14,7 +14,7 @@ WARC's offset is dropped: resume cuts a torn record off its end and appends
 after it), and the shard files are rebuilt from the new ledger.
 
 When not even the ledger's meta is readable, the crawl's settings come from the
-copy the crawl keeps beside it (``crawler.core.state.SETTINGS_COPY_FILE``). Queued
+copy the crawl keeps beside it (``crawler.core.state.state.SETTINGS_COPY_FILE``). Queued
 URLs whose text was lost are found again where the crawl found them: the links
 of the pages its WARC holds and the redirects pages.jsonl records, admitted
 with the crawl's scope and depth limit (a link already seen stays seen). Without
@@ -35,10 +35,10 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from crawler.config.scope import Scope
 from crawler.config.settings import settings_from_dict
-from crawler.core.output import PAGES_FILE, complete_lines, repair_tail
-from crawler.core.pagecounts import recount
-from crawler.core.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
-from crawler.core.warc import serials, warc_path, warc_prefix
+from crawler.core.outputs.output import PAGES_FILE, complete_lines, repair_tail
+from crawler.core.outputs.warc import serials, warc_path, warc_prefix
+from crawler.core.state.pagecounts import recount
+from crawler.core.state.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
 from crawler.net.headers import parse_content_type
 from crawler.net.links import extract_links
 from dedup import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crawler.core.pagecounts import PageCounts
-from crawler.core.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
+from crawler.core.state.pagecounts import PageCounts
+from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
 
 __all__ = ["is_shard_dir", "shard_dir_stats", "state_stats"]

@@ -9,15 +9,15 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
 from crawler.config.settings import Settings
-from crawler.core.crawl import CRAWL_OPTIONS as CRAWL_OPTION_NAMES
-from crawler.core.crawl import settings_from_options
-from crawler.core.progress import Progress
 from dedup import CRAWL_ID_BYTES
+
+if TYPE_CHECKING:  # the crawl loop: imported by the commands that crawl, when they run
+    from crawler.core.run.progress import Progress
 
 __all__ = [
     "PROG",
@@ -256,11 +256,15 @@ def _dest(flag: str) -> str:
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
     """The crawl options as ``crawler.Crawler`` takes them (the same names)."""
+    from crawler.core.run.crawl import CRAWL_OPTIONS as CRAWL_OPTION_NAMES
+
     return {name: getattr(args, name) for name in CRAWL_OPTION_NAMES}
 
 
 def crawl_settings(args: argparse.Namespace) -> Settings:
-    """Defaults < --config < flags (``crawler.core.crawl.settings_from_options``)."""
+    """Defaults < --config < flags (``crawler.core.run.crawl.settings_from_options``)."""
+    from crawler.core.run.crawl import settings_from_options
+
     return settings_from_options(crawl_options(args))
 
 
@@ -292,5 +296,7 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
 
 
 def progress_for(settings: Settings, quiet: bool) -> Progress:
+    from crawler.core.run.progress import Progress
+
     return Progress(interval=settings.output.progress_interval,
                     plain_interval=settings.output.plain_progress_interval, enabled=not quiet)

@@ -28,9 +28,15 @@ from crawler.cli.loop import add_loop_option, run
 from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.config.settings import ConfigError
-from crawler.core.crawl import RESUME_OPTIONS, Crawler
-from crawler.core.page import HandlerError
-from crawler.core.state import FLEET_KEY, CrawlError, fleet_identity, open_crawl, store_changes
+from crawler.core.run.crawl import RESUME_OPTIONS, Crawler
+from crawler.core.run.page import HandlerError
+from crawler.core.state.state import (
+    FLEET_KEY,
+    CrawlError,
+    fleet_identity,
+    open_crawl,
+    store_changes,
+)
 from crawler.fleet.identity import REDIS_ENV, is_fleet_dir, read_fleet_dir, stored_redis
 from crawler.fleet.join import crawl_as_worker, resume_as_worker
 from crawler.fleet.launch import resume_fleet

@@ -17,7 +17,7 @@ from crawler.cli.args import (
 )
 from crawler.cli.ui import add_ui_options, ui_socket
 from crawler.config.settings import load_settings
-from crawler.core.state import check_new_state_dir, seeds_and_scope
+from crawler.core.state.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.launch import start_fleet
 
 __all__ = ["add_fleet"]

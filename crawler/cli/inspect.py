@@ -10,8 +10,8 @@ from typing import Any
 
 from crawler.admin.report import is_shard_dir, shard_dir_stats, state_stats
 from crawler.cli.args import describe, warn
-from crawler.core.progress import format_filter_stats, format_stats
-from crawler.core.state import CrawlError, require_state_dir
+from crawler.core.run.progress import format_filter_stats, format_stats
+from crawler.core.state.state import CrawlError, require_state_dir
 from crawler.fleet.identity import is_fleet_dir
 from dedup import Diagnosis, IndexDamaged, StateLocked, UrlRejected, UrlSeen, diagnose, in_use
 

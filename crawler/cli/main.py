@@ -9,54 +9,55 @@ too). Every exit status is listed in ``crawler.config.exits`` and the README.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import signal
 import sqlite3
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from importlib.metadata import version as package_version
-from typing import Any
+from collections.abc import Sequence
 
 from crawler.cli.args import PROG, Parser, UsageError, err
-from crawler.cli.crawl import add_crawl, add_resume
-from crawler.cli.fleet import add_fleet
-from crawler.cli.inspect import (
-    add_check,
-    add_forget,
-    add_migrate,
-    add_rebuild,
-    add_repair,
-    add_stats,
-)
-from crawler.cli.merge import add_merge, add_resize
-from crawler.cli.report import add_report
 from crawler.config.exits import ERROR, USAGE
-from crawler.config.scope import SeedError
-from crawler.config.settings import ConfigError
-from crawler.core.state import CrawlError
-from crawler.fleet.identity import FleetError
-from dedup import IndexDamaged, LedgerDamaged, SnapshotError, StateLocked
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-# One registration function per command (it sets the command's ``func``).
-COMMANDS: list[Callable[[Any], None]] = [
-    add_crawl, add_resume, add_fleet, add_stats, add_check, add_forget, add_merge, add_resize,
-    add_rebuild, add_repair, add_migrate, add_report,
-]
+# Each command, in --help's order, and the module whose ``add_COMMAND`` registers it
+# (and sets its ``func``). A run imports its command's module only: ``stats`` loads
+# no crawl loop and no HTTP client; --help, or no known command, imports them all.
+COMMANDS: dict[str, str] = {
+    "crawl": "crawler.cli.crawl", "resume": "crawler.cli.crawl", "fleet": "crawler.cli.fleet",
+    "stats": "crawler.cli.inspect", "check": "crawler.cli.inspect",
+    "forget": "crawler.cli.inspect", "merge": "crawler.cli.merge",
+    "resize": "crawler.cli.merge", "rebuild": "crawler.cli.inspect",
+    "repair": "crawler.cli.inspect", "migrate": "crawler.cli.inspect",
+    "report": "crawler.cli.report",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse._VersionAction):
+    """``--version``, its package metadata read when asked (importlib.metadata is slow
+    to import for a command that does not show it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        from importlib.metadata import version
+
+        self.version = f"{PROG} {version('bloomcrawl')}"
+        super().__call__(parser, *args, **kw)  # type: ignore[arg-type]
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; of the command ``argv`` starts with, if it does (a
+    parse of ``argv`` reads no other command's parser, so the result is the same)."""
     parser = Parser(prog=PROG, description="A crawler whose URL-seen test is a persistent, "
                     "sharded Bloom filter confirmed by an exact SQLite ledger.")
-    parser.add_argument("--version", action="version",
-                        version=f"{PROG} {package_version('bloomcrawl')}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for register in COMMANDS:
-        register(sub)
+    only = argv[0] if argv and argv[0] in COMMANDS else None
+    for name in COMMANDS if only is None else (only,):
+        getattr(importlib.import_module(COMMANDS[name]), f"add_{name}")(sub)
     return parser
 
 
@@ -71,22 +72,33 @@ def _describe(exc: BaseException) -> str:
 _NOT_DAMAGE = ("locked", "disk i/o error", "full", "unable to open", "readonly", "interrupted")
 
 
+def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
+    """``module.name`` if ``module`` was imported, else nothing: an exception of a type
+    whose module this run never loaded cannot have been raised."""
+    m = sys.modules.get(module)
+    return () if m is None else (getattr(m, name),)
+
+
 def _is_damage(exc: BaseException) -> bool:
     """A damaged ledger: malformed pages, or garbage where text should be."""
-    if isinstance(exc, LedgerDamaged):
+    if isinstance(exc, _loaded("dedup.base.errors", "LedgerDamaged")):
         return True
     return isinstance(exc, sqlite3.DatabaseError) and not any(
         word in str(exc).lower() for word in _NOT_DAMAGE)
 
 
-_USER_ERRORS = (CrawlError, SeedError, ConfigError, SnapshotError, StateLocked, sqlite3.Error,
-                OSError, ValueError, FleetError)
+# the error types shown as one line (beside sqlite3.Error, OSError and ValueError)
+_USER_ERRORS = (("crawler.core.state.state", "CrawlError"),
+                ("crawler.config.scope", "SeedError"), ("crawler.config.settings", "ConfigError"),
+                ("dedup.base.errors", "SnapshotError"), ("dedup.base.errors", "StateLocked"),
+                ("crawler.fleet.identity", "FleetError"),
+                ("crawler.wire.monitor", "TransportError"))
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """The error types shown as one line; the Redis ones only if Redis was used (imported)."""
-    monitor = sys.modules.get("crawler.wire.monitor")
-    return _USER_ERRORS + ((monitor.TransportError,) if monitor is not None else ())
+    """The error types shown as one line, of the modules this run imported."""
+    return (sqlite3.Error, OSError, ValueError,
+            *(t for module, name in _USER_ERRORS for t in _loaded(module, name)))
 
 
 def _reader_gone() -> int:
@@ -101,7 +113,9 @@ def _reader_gone() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: warning: %(message)s",
                         stream=sys.stderr)
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
@@ -113,19 +127,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _reader_gone()
     try:
         return int(args.func(args))
-    except (UsageError, ConfigError) as exc:
+    except UsageError as exc:
         err(str(exc))
         return USAGE
     except BrokenPipeError:
         return _reader_gone()
     except Exception as exc:
+        if isinstance(exc, _loaded("crawler.config.settings", "ConfigError")):
+            err(str(exc))
+            return USAGE
         if not isinstance(exc, _user_errors()):
             raise
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
         err(_describe(exc))
         where = getattr(args, "dir", None) or getattr(args, "state", None) or "DIR"
-        if isinstance(exc, IndexDamaged):
+        if isinstance(exc, _loaded("dedup.base.errors", "IndexDamaged")):
             err(f"the fingerprint index is damaged; it is derived from the ledger's "
                 f"journal, so rebuilding it loses nothing: 'bloomcrawl rebuild {where}' "
                 "(README: 'Damaged ledger')")

@@ -11,7 +11,7 @@ from typing import Any
 
 from crawler.admin.htmlreport import write_report
 from crawler.cli.args import describe
-from crawler.core.state import CrawlError
+from crawler.core.state.state import CrawlError
 from crawler.fleet.identity import is_fleet_dir, read_fleet_dir
 
 __all__ = ["add_report"]

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from crawler.cli.args import UsageError
-from crawler.core.engine import Watcher
+from crawler.core.run.engine import Watcher
 from crawler.ui.address import UiAddressError, bind_ui, parse_ui_address
 
 __all__ = ["add_ui_options", "ui_socket", "ui_watch"]

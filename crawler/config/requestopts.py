@@ -8,7 +8,10 @@ the fetcher takes the checked values.
 
 from __future__ import annotations
 
-from yarl import URL
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from yarl import URL
 
 __all__ = ["check_proxy_url", "parse_header_line"]
 
@@ -37,6 +40,8 @@ def parse_header_line(line: str) -> tuple[str, str]:
 
 def check_proxy_url(text: str) -> URL:
     """A ``--proxy`` value as a URL, or ValueError naming it."""
+    from yarl import URL  # here: the commands that never see a proxy need not load it
+
     try:
         url = None if any(c.isspace() or ord(c) < 32 for c in text) else URL(text)
     except (ValueError, TypeError):

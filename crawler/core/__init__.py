@@ -1,3 +1,9 @@
-"""One crawl: the engine over the frontier and politeness, admission and group commit,
-retries, checkpoints, signals, progress, the output files (pages.jsonl, WARC) and the
-crawl's state directory."""
+"""One crawl, in layers (each imports only the ones below it):
+
+- ``run``: the crawl loop (engine), when it is over (pending), signals, progress,
+  and ``Crawler`` (crawl) with the page handlers it calls (page);
+- ``durability``: how a run's work becomes durable: the group commit, checkpoints;
+- ``state`` | ``schedule``: the crawl's state directory and the counts kept in it |
+  which URLs are fetched and when (admission, frontier, politeness, retries, sitemaps);
+- ``outputs``: the files a crawl leaves besides its state (pages.jsonl, items.jsonl, WARC).
+"""

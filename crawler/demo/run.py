@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from crawler.config.settings import Settings
-from crawler.core.engine import run_crawl
-from crawler.core.output import PAGES_FILE, read_pages
-from crawler.core.progress import Progress
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import PAGES_FILE, read_pages
+from crawler.core.run.engine import run_crawl
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import create_crawl
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 

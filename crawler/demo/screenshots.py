@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from crawler.admin.htmlreport import write_report
-from crawler.core.engine import Engine, run_crawl
-from crawler.core.progress import Progress
-from crawler.core.state import create_crawl
+from crawler.core.run.engine import Engine, run_crawl
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import create_crawl
 from crawler.demo.run import HOST_IPS, demo_settings, demo_site
 from crawler.demo.site import SiteSpec
 from crawler.ui.address import bind_ui

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config.scope import Scope
 from crawler.config.settings import Settings
-from crawler.core.state import FLEET_KEY
+from crawler.core.state.state import FLEET_KEY
 from crawler.wire.redis_url import has_password, redact
 from dedup import CanonRules, Ledger, atomic_write_bytes, is_state_dir
 

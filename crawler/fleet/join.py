@@ -12,9 +12,9 @@ from typing import Any
 
 from crawler.config.scope import Scope
 from crawler.config.settings import Settings
-from crawler.core.engine import Watcher, run_crawl
-from crawler.core.progress import Progress
-from crawler.core.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
+from crawler.core.run.engine import Watcher, run_crawl
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import FLEET_KEY, check_new_state_dir, create_crawl, seeds_and_scope
 from crawler.fleet.identity import (
     derive_crawl_id,
     fleet_geometry,

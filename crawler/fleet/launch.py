@@ -14,8 +14,8 @@ import socket
 from pathlib import Path
 
 from crawler.config.settings import Settings, load_settings
-from crawler.core.state import CrawlError, check_new_state_dir
-from crawler.core.statecreate import check_resources
+from crawler.core.state.state import CrawlError, check_new_state_dir
+from crawler.core.state.statecreate import check_resources
 from crawler.fleet.identity import (
     FLEET_FILE,
     LOCAL,

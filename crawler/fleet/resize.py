@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawler.core.output import PAGES_FILE, read_json, read_pages, write_json_atomic
-from crawler.core.pagecounts import recount, rows_of_records
-from crawler.core.sitemaps import SITEMAPS_FILE
-from crawler.core.state import (
+from crawler.core.outputs.output import PAGES_FILE, read_json, read_pages, write_json_atomic
+from crawler.core.schedule.sitemaps import SITEMAPS_FILE
+from crawler.core.state.pagecounts import recount, rows_of_records
+from crawler.core.state.state import (
     FLEET_KEY,
     HOST_COUNTS_FILE,
     TOTALS_KEY,
@@ -195,7 +195,7 @@ def _totals(state_dir: Path) -> dict[str, int]:
 
 
 def _carry_sitemaps(dirs: list[Path], out: Path, to: int) -> None:
-    """A queued sitemap is known as one by its new owner (``crawler.core.sitemaps``)."""
+    """A queued sitemap is known as one by its new owner (``crawler.core.schedule.sitemaps``)."""
     parts: dict[int, dict[str, int]] = {}
     for d in dirs:
         for url, level in read_json(d / SITEMAPS_FILE, {}).items():

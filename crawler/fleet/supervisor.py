@@ -28,7 +28,7 @@ from typing import Any
 
 from crawler.config.exits import GAVE_UP, normal_exit
 from crawler.config.settings import Settings
-from crawler.core.progress import Progress, si
+from crawler.core.run.progress import Progress, si
 from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
 from dedup import is_state_dir
 

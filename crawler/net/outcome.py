@@ -9,17 +9,11 @@ depend on the wording of an error message.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import aiohttp
-from aiohttp.http_exceptions import HttpProcessingError
-
-from crawler.net.netguard import PrivateAddressError
 
 if TYPE_CHECKING:
     from crawler.net.exchange import Exchange
@@ -82,7 +76,13 @@ class Failure:
 
 def classify_error(exc: BaseException) -> Failure:
     """What a request that raised ``exc`` came to, decided by the exception's type."""
-    if isinstance(exc, asyncio.TimeoutError):
+    # here, not at the top: ``failure_cause`` (bloomcrawl stats) needs no HTTP client
+    import aiohttp
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    from crawler.net.netguard import PrivateAddressError
+
+    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError
         return Failure("timeout", True, True)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         cause = exc.os_error

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from crawler.core.state import CrawlError
+from crawler.core.state.state import CrawlError
 
 __all__ = ["UiAddressError", "bind_ui", "parse_ui_address", "ui_url"]
 

@@ -25,7 +25,7 @@ def document(*, mode: str, status: dict[str, Any], tally: PageTally,
              top_hosts: list[dict[str, Any]], workers: Sequence[dict[str, Any]] = (),
              status_scope: str = "this run", pages_per_s: float = 0.0,
              bytes_per_s: float = 0.0) -> dict[str, Any]:
-    """The document: ``status`` is a crawl's figures (``crawler.core.progress.crawl_status``
+    """The document: ``status`` is a crawl's figures (``crawler.core.run.progress.crawl_status``
     or ``bloomcrawl stats``'s), ``tally`` its pages.jsonl records counted."""
     causes = dict(status.get("failed_causes") or {}) or dict(tally.causes)
     return {

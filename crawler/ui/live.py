@@ -22,18 +22,66 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from crawler.core.output import PAGES_FILE
+from crawler.core.outputs.output import PAGES_FILE
 from crawler.ui.address import ui_url
 from crawler.ui.doc import SERIES_KEYS, document, totals_of_workers
 from crawler.ui.page import render_page
 from crawler.ui.stats import TOP_HOSTS, PageTally, Tail, storage_sizes
 
 if TYPE_CHECKING:
-    from crawler.core.engine import Engine
+    from crawler.core.run.engine import Engine
 
-__all__ = ["Dashboard", "EngineProbe", "FleetProbe", "serving", "watch_engine"]
+__all__ = ["COST", "Dashboard", "EngineProbe", "FleetProbe", "UiCost", "serving",
+           "watch_engine"]
 
 HISTORY = 900  # samples kept for the charts (15 minutes at one a second)
+
+
+class UiCost:
+    """CPU seconds the dashboards of this process took from the event loop's thread
+    (``time.thread_time``), against that thread's CPU while they ran.
+
+    Why: the dashboard must cost the crawl < 3% of its pages/s, a difference the
+    noise of a shared machine hides in a with/without comparison; counted inside one
+    crawl, the share is exact. ``bench/crawl_bench.py --ui`` reads ``COST`` at exit.
+    A sample of an ``EngineProbe`` never awaits, so its time is its own; a fleet's
+    probe awaits Redis, and its figure includes whatever ran meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.sample_s = 0.0  # sampling: probe, document, JSON
+        self.serve_s = 0.0  # requests: the handler, its response written
+        self.loop_s = 0.0  # the loop thread's CPU while a dashboard was up
+        self.samples = 0
+        self.requests = 0
+
+    def figures(self) -> dict[str, float]:
+        ui = self.sample_s + self.serve_s
+        return {"sample_s": self.sample_s, "serve_s": self.serve_s, "loop_s": self.loop_s,
+                "samples": self.samples, "requests": self.requests,
+                "share": ui / self.loop_s if self.loop_s else 0.0}
+
+
+COST = UiCost()
+
+
+class Budgeted:
+    """``fn()``'s last result, called again only once the time since its last call is
+    ``1 / share`` times what that call cost (CPU): a figure whose cost grows with the
+    crawl (the frontier's hosts) is refreshed less often instead of taking more of it."""
+
+    def __init__(self, fn: Callable[[], Any], share: float) -> None:
+        self.fn, self.share = fn, share
+        self._due = 0.0
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        now = time.monotonic()
+        if now >= self._due:
+            t0 = time.thread_time()
+            self._value = self.fn()
+            self._due = now + (time.thread_time() - t0) / self.share
+        return self._value
 
 
 class Probe(Protocol):
@@ -57,6 +105,9 @@ class EngineProbe:
         self.tally = PageTally()
         self._tail = Tail(engine.state_dir / PAGES_FILE)
         self._last: tuple[float, int, int] | None = None
+        # O(hosts queued): at most 0.2% of the time, every sample below ~2 ms
+        self._queued = Budgeted(lambda: dict(engine.frontier.top_hosts(TOP_HOSTS * 20)),
+                                share=0.002)
 
     async def read(self) -> dict[str, Any]:
         e = self.engine
@@ -73,7 +124,7 @@ class EngineProbe:
             rate, brate = (pages - self._last[1]) / dt, (nbytes - self._last[2]) / dt
         self._last = (now, pages, nbytes)
         loop_now = asyncio.get_running_loop().time()
-        queued = dict(e.frontier.top_hosts(TOP_HOSTS * 20))
+        queued = self._queued()
         fetched = {h: (f, x) for h, f, x in self.tally.top_hosts(TOP_HOSTS * 2)}
         names = list(dict.fromkeys([*fetched, *queued]))
         rows = []
@@ -147,13 +198,25 @@ class Dashboard:
         self.interval = interval
         self.series: dict[str, deque[float | None]] = {
             k: deque(maxlen=HISTORY) for k in SERIES_KEYS}
+        # the same points as JSON, each encoded once: the series are most of the
+        # document (15 minutes of 7 figures), and floats are the slow part of dumps
+        self._encoded: dict[str, deque[str]] = {k: deque(maxlen=HISTORY) for k in SERIES_KEYS}
         self._page = render_page(None, title=probe.title).encode()
         self._doc = b"{}"
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
+        self._loop_t0: float | None = None
         self.url = ui_url(sock)
 
     async def sample(self) -> dict[str, Any]:
+        t0 = time.thread_time()
+        try:
+            return await self._sample()
+        finally:
+            COST.sample_s += time.thread_time() - t0
+            COST.samples += 1
+
+    async def _sample(self) -> dict[str, Any]:
         got = await self.probe.read()
         st, storage = got["status"], got["storage"]
         point = {"t": round(time.time(), 3), "pages_per_s": round(got["pages_per_s"], 3),
@@ -162,13 +225,17 @@ class Dashboard:
                  "index_bytes": storage.get("index_bytes")}
         for k in SERIES_KEYS:
             self.series[k].append(point[k])
+            self._encoded[k].append(json.dumps(point[k]))
         doc = document(mode="live", status=st, tally=got["tally"], series=self.series,
                        storage=storage, top_hosts=got["top_hosts"],
                        workers=got.get("workers", ()), pages_per_s=got["pages_per_s"],
                        bytes_per_s=got["bytes_per_s"])
         doc["title"] = self.probe.title
         doc["interval"] = self.interval
-        self._doc = json.dumps(doc, separators=(",", ":")).encode()
+        rest = json.dumps({k: v for k, v in doc.items() if k != "series"},
+                          separators=(",", ":"))
+        series = ",".join(f'"{k}":[{",".join(v)}]' for k, v in self._encoded.items())
+        self._doc = f'{rest[:-1]},"series":{{{series}}}}}'.encode()
         return doc
 
     async def _sampling(self) -> None:
@@ -181,13 +248,13 @@ class Dashboard:
             except Exception as exc:  # a dashboard problem must never stop the crawl
                 self._doc = json.dumps({"error": repr(exc)}).encode()
 
-    async def _index(self, _: web.Request) -> web.Response:
-        return web.Response(body=self._page, content_type="text/html", charset="utf-8",
-                            headers=_HEADERS)
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return await _sent(request, self._page, content_type="text/html", charset="utf-8",
+                           headers=_HEADERS)
 
-    async def _stats(self, _: web.Request) -> web.Response:
-        return web.Response(body=self._doc, content_type="application/json",
-                            headers={**_HEADERS, "Cache-Control": "no-store"})
+    async def _stats(self, request: web.Request) -> web.StreamResponse:
+        return await _sent(request, self._doc, content_type="application/json",
+                           headers=_STATS_HEADERS)
 
     async def start(self) -> None:
         app = web.Application()
@@ -197,6 +264,7 @@ class Dashboard:
                                      shutdown_timeout=0.5)
         await self._runner.setup()
         await web.SockSite(self._runner, self.sock).start()
+        self._loop_t0 = time.thread_time()
         await self.sample()
         self._task = asyncio.create_task(self._sampling(), name="bloomcrawl-ui")
 
@@ -208,12 +276,28 @@ class Dashboard:
         if self._runner is not None:
             await self._runner.cleanup()
         self.sock.close()
+        if self._loop_t0 is not None:
+            COST.loop_s += time.thread_time() - self._loop_t0
+            self._loop_t0 = None
+
+
+async def _sent(request: web.Request, body: bytes, **kw: Any) -> web.Response:
+    """A response of ``body``, written out here so that ``COST`` counts the writing
+    too (a small body on a local socket: the writes do not wait)."""
+    t0 = time.thread_time()
+    resp = web.Response(body=body, **kw)
+    await resp.prepare(request)
+    await resp.write_eof()
+    COST.serve_s += time.thread_time() - t0
+    COST.requests += 1
+    return resp
 
 
 # The page loads nothing from anywhere (no CDN, no fonts): say so to the browser too.
 _HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
             "style-src 'unsafe-inline'; img-src data:; connect-src 'self'",
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+_STATS_HEADERS = {**_HEADERS, "Cache-Control": "no-store"}
 
 
 @contextlib.asynccontextmanager

@@ -5,7 +5,7 @@ commits it, and the sender marks the page that found it done right after the
 forward. A Redis that loses its data (restarted without persistence, flushed)
 would take such links with it, and nothing would ever find them again. So the
 sender appends every batch here before the XADD, and the group commit that
-marks the page syncs it with pages.jsonl (``crawler.core.commit``); when the
+marks the page syncs it with pages.jsonl (``crawler.core.durability.commit``); when the
 fleet's Redis turns out to have lost data (its epoch changed, see
 ``crawler.wire.transport``), the sender forwards everything here again, and
 the owners' seen-tests drop what they already committed.

@@ -44,7 +44,7 @@ _PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "errors", "skipped", "que
 
 
 class Crawl(Protocol):
-    """What the relay needs of the crawl it serves (``crawler.core.engine.Engine``)."""
+    """What the relay needs of the crawl it serves (``crawler.core.run.engine.Engine``)."""
 
     @property
     def stopping(self) -> bool: ...

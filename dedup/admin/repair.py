@@ -31,7 +31,7 @@ import numpy as np
 
 from dedup.base.atomic import fsync_dir
 from dedup.base.errors import LedgerDamaged, StateFormatError
-from dedup.index.fpindex import MANIFEST, _read_manifest
+from dedup.index.fpindex import MANIFEST, read_manifest
 from dedup.index.runs import TOMBSTONE, Run, RunFileError
 from dedup.journal.format import (
     CRC_TABLES,
@@ -263,7 +263,7 @@ def index_keys(state_dir: str | os.PathLike[str]) -> np.ndarray:
     directory = ledger_path(Path(state_dir)).with_name(
         ledger_path(Path(state_dir)).stem + INDEX_SUFFIX)
     try:
-        names = _read_manifest(directory / MANIFEST)[2]
+        names = read_manifest(directory / MANIFEST)[2]
     except (ValueError, OSError):
         names = sorted(p.name for p in directory.glob("run-*.fpr"))
     live, dead = [np.zeros((0, 2), dtype=np.uint64)], [np.zeros((0, 2), dtype=np.uint64)]

@@ -115,7 +115,7 @@ class FingerprintIndex:
                         capacity=buffer_records))
         self._merge: _Merge | None = None
         self._manifest = manifest
-        self.mark, next_id, names = _read_manifest(self.directory / manifest)
+        self.mark, next_id, names = read_manifest(self.directory / manifest)
         self._next_id = max(next_id, first_id)
         self._runs: list[Run] = []  # newest first
         try:
@@ -451,12 +451,12 @@ def verify_index(directory: str | os.PathLike[str], *, attempts: int = 5,
     ``attempts`` times; a run still missing under an unchanged manifest is damage."""
     directory = Path(directory)
     for attempt in range(attempts):
-        _, _, names = _read_manifest(directory / MANIFEST)
+        _, _, names = read_manifest(directory / MANIFEST)
         try:
             check = verify_run if records else check_run_header
             return sum(check(directory / name) for name in names)
         except RunFileError:
-            if attempt == attempts - 1 or _read_manifest(directory / MANIFEST)[2] == names:
+            if attempt == attempts - 1 or read_manifest(directory / MANIFEST)[2] == names:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -466,7 +466,7 @@ def _free_id(directory: Path) -> int:
     if it can be read: a rebuild's run names collide with no file, live or orphan."""
     top = 0
     with contextlib.suppress(IndexDamaged):
-        top = _read_manifest(directory / MANIFEST)[1]
+        top = read_manifest(directory / MANIFEST)[1]
     for p in directory.glob(f"{_RUN_PREFIX}*{_RUN_SUFFIX}"):
         digits = p.name[len(_RUN_PREFIX):-len(_RUN_SUFFIX)]
         if digits.isdigit():
@@ -478,8 +478,9 @@ def _u64(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.uint64).reshape(-1)
 
 
-def _read_manifest(path: Path) -> tuple[int, int, list[str]]:
-    """``(mark, next_id, run names newest first)``; a missing manifest is an empty index."""
+def read_manifest(path: Path) -> tuple[int, int, list[str]]:
+    """``(mark, next_id, run names newest first)``; a missing manifest is an empty index.
+    Public for ``dedup.admin.repair``, which lists the runs of a damaged index."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:

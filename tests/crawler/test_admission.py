@@ -1,4 +1,4 @@
-"""Admission on its own (crawler/core/admission.py): which of a page's links are kept
+"""Admission on its own (crawler/core/schedule/admission.py): which of a page's links are kept
 here, handed to another worker or dropped (scope, URL patterns, owner, the per-host
 cap), and what a group's ``admit_pages`` queues, skips and counts, over a real state
 directory and frontier."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from crawler.config.scope import Scope
-from crawler.core.admission import Admission
-from crawler.core.frontier import Frontier
-from crawler.core.politeness import Politeness
+from crawler.core.schedule.admission import Admission
+from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.politeness import Politeness
 from dedup import UrlSeen
 
 

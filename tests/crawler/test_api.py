@@ -21,9 +21,9 @@ from aiohttp import web
 
 from crawler import Crawler, HandlerError, Page
 from crawler.cli.args import CRAWL_OPTIONS as CLI_OPTIONS
-from crawler.core.crawl import CRAWL_OPTIONS
-from crawler.core.output import read_pages
-from crawler.core.state import CrawlError
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.crawl import CRAWL_OPTIONS
+from crawler.core.state.state import CrawlError
 from dedup import UrlSeen
 from tests.crawler.test_exactly_once import output_grew
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl

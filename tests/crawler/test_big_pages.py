@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.net.body import MEMORY, Body
 from crawler.net.links import PIECE, extract_links
 from tests.support.faultserver import serve

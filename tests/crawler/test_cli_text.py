@@ -12,7 +12,7 @@ from importlib.metadata import version
 import pytest
 
 from crawler.cli.main import build_parser, main
-from crawler.core.progress import Progress, format_status
+from crawler.core.run.progress import Progress, format_status
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

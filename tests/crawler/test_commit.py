@@ -1,4 +1,4 @@
-"""GroupCommit on its own (crawler/core/commit.py), over a real state directory,
+"""GroupCommit on its own (crawler/core/durability/commit.py), over a real state directory,
 pages.jsonl and WARC file in tmp_path: a group's records and WARC records are written
 and synced before its marks commit, ``before_commit`` runs inside that transaction,
 the committed offsets are the files' sizes, a page's ``links_new`` and ``referrer``
@@ -15,11 +15,11 @@ import pytest
 
 from crawler.config.scope import Scope
 from crawler.config.settings import OutputSettings
-from crawler.core.admission import Admission
-from crawler.core.commit import GroupCommit, output_files
-from crawler.core.frontier import Frontier
-from crawler.core.politeness import Politeness
-from crawler.core.state import OUTPUTS_KEY
+from crawler.core.durability.commit import GroupCommit, output_files
+from crawler.core.schedule.admission import Admission
+from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.state import OUTPUTS_KEY
 from crawler.net.exchange import Exchange
 from dedup import State, UrlSeen
 
@@ -196,7 +196,7 @@ def test_iso_time_is_datetimes_text_to_the_byte():
     import random
     from datetime import UTC, datetime
 
-    from crawler.core.output import iso_time
+    from crawler.core.outputs.output import iso_time
 
     def reference(ts: float) -> str:
         return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from crawler.core.engine import Engine, run_crawl
-from crawler.core.output import read_pages
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import Engine, run_crawl
+from crawler.core.state.state import create_crawl
 from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
 from dedup import State
 from tests.support.faultserver import fault_server
@@ -236,7 +236,7 @@ async def test_warc_output_holds_each_answered_page(tmp_path, site):
         pos += 4
 
 
-async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
+async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site, capsys):
     spec = SiteSpec(hosts=2, pages=40, seed=19, delay=0.05)
     async with site(spec) as running:
         settings = fast_settings(crawl={"stop_grace": 0.0})
@@ -249,6 +249,9 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site):
         engine.stop()
         summary = await task
         assert summary["outcome"] == "stopped"
+        # the pages cut short by the deadline are said (their resume refetches them)
+        assert re.search(r"\d+ page\(s\) still under way after 0 s \(crawl.stop_grace\): "
+                         "cut short", capsys.readouterr().err)
         queued = seen.ledger.counts()["queued"]
         seen.close()
         records = read_pages(tmp_path / "state" / "pages.jsonl")

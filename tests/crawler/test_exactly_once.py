@@ -17,9 +17,9 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.core.output import PageLog, read_pages
-from crawler.core.state import TOTALS_KEY
-from crawler.core.warc import WarcFiles, build_records
+from crawler.core.outputs.output import PageLog, read_pages
+from crawler.core.outputs.warc import WarcFiles, build_records
+from crawler.core.state.state import TOTALS_KEY
 from crawler.net.exchange import Exchange
 from dedup import UrlSeen
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl

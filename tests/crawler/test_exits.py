@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
-import crawler.core.engine
+import crawler.core.run.engine
 from crawler.config.exits import exit_status
-from crawler.core.engine import run_crawl
-from crawler.core.output import read_pages
-from crawler.core.state import create_crawl, open_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import run_crawl
+from crawler.core.state.state import create_crawl, open_crawl
 from tests.crawler.test_resume import final_check, run_until, setup_crawl
 from tests.support.faultserver import fault_server
 from tests.support.helpers import REPO, cli_env, config_toml, fast_settings, run_cli, write_seeds
@@ -73,7 +73,7 @@ async def test_a_finished_crawl_exits_0_and_a_ctrl_c_130(tmp_path, site):
 
 _DISK_FULL = textwrap.dedent("""
     import errno, sys
-    import crawler.core.output as output
+    import crawler.core.outputs.output as output
     real = output.PageLog.append
     calls = [0]
     async def append(self, records):
@@ -112,7 +112,7 @@ async def test_a_disk_error_in_the_group_commit_exits_1_and_the_state_resumes(tm
 async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         tmp_path, site, monkeypatch):
     from tests.crawler.test_resume import SPEC
-    real = crawler.core.engine.extract_links
+    real = crawler.core.run.engine.extract_links
     calls = []
 
     def broken(body, url, **kw):
@@ -125,14 +125,14 @@ async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         seeds, _, state = setup_crawl(tmp_path, running)
         settings = fast_settings(crawl={"concurrency": 4})
         seen, scope, _ = create_crawl(state, settings, seeds)
-        monkeypatch.setattr(crawler.core.engine, "extract_links", broken)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_links", broken)
         try:
             with pytest.raises(RuntimeError, match="parser bug"):
                 await run_crawl(seen, settings, scope)
             assert seen.ledger.counts()["queued"] > 0
         finally:
             seen.close()
-        monkeypatch.setattr(crawler.core.engine, "extract_links", real)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_links", real)
         seen, settings, scope = open_crawl(state)
         try:
             summary = await run_crawl(seen, settings, scope)

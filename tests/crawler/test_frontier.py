@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from crawler.core.frontier import Frontier
-from crawler.core.politeness import Politeness
+from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.politeness import Politeness
 from dedup import State, UrlSeen
 
 

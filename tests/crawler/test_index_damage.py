@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from crawler.cli.main import main
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from tests.crawler.test_resume import setup_crawl

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from crawler.cli.main import main
-from crawler.core.output import read_pages
-from crawler.core.state import CONFIG_KEY
+from crawler.core.outputs.output import read_pages
+from crawler.core.state.state import CONFIG_KEY
 from dedup import UrlSeen
 from dedup.store.statedir import is_state_dir
 from tests.crawler.test_cli import one_error_line

@@ -12,15 +12,15 @@ from collections import Counter
 import pytest
 
 from crawler.admin.report import state_stats
-from crawler.core.output import read_pages
-from crawler.core.pagecounts import (
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.progress import format_stats, format_summary
+from crawler.core.state.pagecounts import (
     MAX_HOSTS,
     OTHER_HOSTS,
     PAGE_COUNTS_KEY,
     UNKNOWN_HOST,
     PageCounts,
 )
-from crawler.core.progress import format_stats, format_summary
 from crawler.net.outcome import failure_cause
 from dedup import State, UrlSeen, host_of
 from tests.crawler.test_engine import crawl

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from crawler.core.frontier import Frontier
-from crawler.core.pending import Pending
-from crawler.core.politeness import Politeness
+from crawler.core.run.pending import Pending
+from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.politeness import Politeness
 from dedup import State, UrlSeen
 
 

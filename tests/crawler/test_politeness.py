@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from crawler.core.engine import run_crawl
-from crawler.core.output import read_pages
-from crawler.core.politeness import Politeness
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import run_crawl
+from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.state import create_crawl
 from crawler.demo.site import SiteSpec
 from tests.support.helpers import fast_settings, write_seeds
 

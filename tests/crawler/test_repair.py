@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crawler.admin.report import state_stats
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from dedup.journal.walcheck import FRAME_HEADER, WAL_HEADER

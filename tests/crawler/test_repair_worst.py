@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from tests.crawler.test_resume import setup_crawl

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.core.output import read_pages, repair_tail
+from crawler.core.outputs.output import read_pages, repair_tail
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from crawler.config.settings import ConfigError, Settings, settings_from_dict
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from dedup import UrlSeen
 from tests.crawler.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve

@@ -11,9 +11,9 @@ from aiohttp import web
 from crawler.cli.main import main
 from crawler.config.scope import Scope, SeedError, UrlPatterns
 from crawler.config.settings import ConfigError
-from crawler.core.engine import run_crawl
-from crawler.core.output import read_pages
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import run_crawl
+from crawler.core.state.state import create_crawl
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 

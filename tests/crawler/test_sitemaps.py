@@ -13,9 +13,9 @@ from collections import Counter
 from aiohttp import web
 
 from crawler.config.settings import Settings, settings_from_dict
-from crawler.core.engine import run_crawl
-from crawler.core.output import read_pages
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import run_crawl
+from crawler.core.state.state import create_crawl
 from crawler.net.sitemap import parse_sitemap
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import (

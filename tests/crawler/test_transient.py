@@ -9,10 +9,10 @@ import socket
 from aiohttp import web
 
 from crawler.admin.report import state_stats
-from crawler.core.engine import Engine
-from crawler.core.output import read_pages
-from crawler.core.progress import format_stats
-from crawler.core.state import create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.run.engine import Engine
+from crawler.core.run.progress import format_stats
+from crawler.core.state.state import create_crawl
 from tests.crawler.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve
 from tests.support.helpers import fast_settings, write_seeds

@@ -222,3 +222,37 @@ def test_browser_tests_fail_without_chromium_where_required(monkeypatch) -> None
     monkeypatch.setenv("BLOOMCRAWL_REQUIRE_CHROMIUM", "1")
     with pytest.raises(pytest.fail.Exception, match="BLOOMCRAWL_REQUIRE_CHROMIUM=1 requires"):
         require_chromium()
+
+
+async def test_recent_errors_are_failures_and_error_statuses_not_pdfs(tmp_path: Path,
+                                                                      site) -> None:
+    """A real crawl: PDFs come back 200 and are not parsed ("not html"): fetched, not
+    errors; a 404 and a refused connection are."""
+    config = tmp_path / "c.toml"
+    config.write_text("[crawl]\nmax_retries = 0\n")
+    async with site(SiteSpec(hosts=2, pages=120, seed=7)) as running:
+        missing = running.seeds[0].rstrip("/") + "/no-such-page"
+        seeds = write_seeds(tmp_path / "seeds.txt",
+                            [missing, *running.seeds, "http://127.0.0.1:9/"])
+        r = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "state"),
+                          "--config", str(config), "--allow-private", "--no-sitemaps",
+                          "--delay", "0", "--quiet")
+    assert r.rc == 3, r.stderr  # the refused seed was given up
+    records = [json.loads(line) for line in
+               (tmp_path / "state" / "pages.jsonl").read_text().splitlines()]
+    errors = {rec["error"] for rec in records}
+    assert {"not html", "http 404", "robots.txt unavailable: connection refused"} <= errors
+    out = tmp_path / "report.html"
+    r = await run_cli("report", str(tmp_path / "state"), "-o", str(out))
+    assert r.rc == 0, r.stderr
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>',
+                     out.read_text(), re.S)
+    assert data is not None
+    listed = json.loads(data.group(1))["recent_errors"]
+    want = [rec for rec in records
+            if (rec["status"] is None and rec["error"] != "robots.txt")
+            or (rec["status"] or 0) >= 400 or (rec["error"] or "").startswith("too large")]
+    assert [(e["url"], e["error"]) for e in listed] == \
+        [(rec["url"], rec["error"]) for rec in reversed(want[-20:])]
+    assert {e["error"] for e in listed} >= {"robots.txt unavailable: connection refused"}
+    assert "not html" not in {e["error"] for e in listed}

@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from tests.support.faultserver import serve
 from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
 from tests.support.proxyserver import forward_proxy

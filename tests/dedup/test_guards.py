@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawler.admin.merge import merge_shard_files
-from crawler.core.state import CrawlError
+from crawler.core.state.state import CrawlError
 from crawler.wire.owner import owner_function
 from dedup import GeometryMismatch, UrlSeen
 from dedup.admin.resize import merge_states, resize

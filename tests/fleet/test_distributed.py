@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -22,8 +23,8 @@ import pytest
 from crawler.admin.report import state_stats
 from crawler.cli.main import main
 from crawler.config.scope import Scope
-from crawler.core.output import read_pages
-from crawler.core.state import FLEET_KEY, create_crawl
+from crawler.core.outputs.output import read_pages
+from crawler.core.state.state import FLEET_KEY, create_crawl
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
@@ -46,8 +47,15 @@ SPEC = SiteSpec(hosts=8, pages=45, seed=31)
 SLOW_SPEC = SiteSpec(hosts=8, pages=45, seed=32, delay=0.03)
 
 
+# A graceful stop refetches nothing only if every page under way finishes within
+# crawl.stop_grace (the rest are cut short, said on stderr, and fetched again on resume):
+# a box loaded enough to stall a page for 10 s (the default) must not look like a lost page.
+STOP_GRACE = 60.0
+
+
 def worker_settings():
-    return fast_settings(crawl={"concurrency": 6}, politeness={"per_host": 2, "delay": 0.0},
+    return fast_settings(crawl={"concurrency": 6, "stop_grace": STOP_GRACE},
+                         politeness={"per_host": 2, "delay": 0.0},
                          snapshot={"interval": 0.3, "every_new_urls": 50},
                          distributed={"poll_interval": 0.05, "receive_block": 0.2,
                                       "retry_for": 30.0})
@@ -97,12 +105,41 @@ def make_fleet(tmp_path: Path, running: RunningSite, url: str, workers: int) -> 
     return Fleet(tmp_path, seeds, config, url, workers)
 
 
-async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 60.0
+async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 180.0
                  ) -> list[tuple[int, str]]:
-    async def one(p: asyncio.subprocess.Process) -> tuple[int, str]:
-        _, err = await asyncio.wait_for(p.communicate(), timeout)
-        return p.returncode or 0, err.decode()
-    return list(await asyncio.gather(*map(one, procs)))
+    """Each child's status and stderr once all have exited. On timeout they are stopped
+    (a second SIGINT makes a ``fleet`` stop its workers at once, then SIGKILL), so that
+    a test that fails leaves no worker crawling into the next one, and the failure
+    shows what each had said."""
+    errs: list[list[bytes]] = [[] for _ in procs]
+
+    async def one(p: asyncio.subprocess.Process, err: list[bytes]) -> None:
+        assert p.stdout is not None and p.stderr is not None
+        async def read(stream: asyncio.StreamReader, into: list[bytes]) -> None:
+            while chunk := await stream.read(65536):
+                into.append(chunk)
+        await asyncio.gather(read(p.stdout, []), read(p.stderr, err), p.wait())
+
+    readers = [asyncio.create_task(one(p, e)) for p, e in zip(procs, errs, strict=True)]
+    done, pending = await asyncio.wait(readers, timeout=timeout)
+    if pending:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGINT)
+        _, still = await asyncio.wait(pending, timeout=10)
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        if still:
+            await asyncio.wait(still, timeout=10)
+        late = {readers.index(t) for t in pending}
+        said = "\n".join(f"-- child {i} ({'ran on' if i in late else 'exited'}):\n"
+                         + b"".join(e).decode(errors="replace")[-2000:]
+                         for i, e in enumerate(errs))
+        raise AssertionError(f"still running after {timeout:g} s:\n{said}")
+    for t in done:
+        t.result()
+    return [(p.returncode or 0, b"".join(e).decode()) for p, e in zip(procs, errs, strict=True)]
 
 
 async def stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:
@@ -118,7 +155,7 @@ async def stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:
             return "".join(lines)
 
 
-async def served_at_least(running: RunningSite, n: int, timeout: float = 30.0) -> None:
+async def served_at_least(running: RunningSite, n: int, timeout: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while sum(running.total_pages().values()) < n:
@@ -306,7 +343,7 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 100)
         procs[0].send_signal(signal.SIGINT)
-        results = await finish(procs, timeout=20)
+        results = await finish(procs, timeout=STOP_GRACE + 60)
         assert [rc for rc, _ in results] == [130, 130, 130], results  # interrupted
         assert "SIGINT: stopping" in results[0][1]
         assert all("stop requested by the fleet" in err for _, err in results[1:])
@@ -324,9 +361,44 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
                              "-o", str(six))
         assert done.rc == 0, done.stderr
         assert "un-acknowledged link(s) in Redis at redis://127.0.0.1:" in done.stdout
-        done = await run_cli("resume", str(six), "--quiet")  # the stored URL, no --redis
+        # the stored URL, no --redis
+        done = await run_cli("resume", str(six), "--quiet", timeout=180)
         assert done.rc == 0, done.stderr
         check_exact([six / f"worker-{i}" for i in range(6)], running, max_refetches=0)
+
+
+@pytest.mark.slow
+async def test_a_stop_cut_short_by_stop_grace_says_so_and_refetches_only_those_pages(
+        tmp_path, redis_server):
+    """The one way a graceful stop refetches: a page still under way after stop_grace
+    (here: waiting to forward its links to a Redis that stalls) is cut short, said."""
+    async with owned_site(SLOW_SPEC, 2) as running:
+        fleet = make_fleet(tmp_path, running, redis_server.url, 2)
+        fleet.config.write_text(config_toml(worker_settings().with_values(
+            crawl={"stop_grace": 1.0})))
+        procs = [await fleet.start(i) for i in range(2)]
+        await served_at_least(running, 60)
+        redis = redis_server.proc
+        assert redis is not None
+        redis.send_signal(signal.SIGSTOP)  # pages with links for the other worker wait
+        try:
+            await asyncio.sleep(0.5)
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            await asyncio.sleep(3.0)  # past the grace
+        finally:
+            redis.send_signal(signal.SIGCONT)
+        results = await finish(procs)
+        assert [rc for rc, _ in results] == [130, 130], results
+        cut = [re.findall(r"(\d+) page\(s\) still under way after 1 s \(crawl.stop_grace\): "
+                          r"cut short", err) for _, err in results]
+        assert any(cut), results
+        results = await finish([await fleet.resume(i) for i in range(2)])
+        assert all(rc == 0 for rc, _ in results), results
+        said = sum(int(n) for found in cut for n in found)
+        check_exact(fleet.dirs, running, max_refetches=said)
+        # those waiting on Redis were served before they were cut short: fetched again
+        assert sum(n - 1 for n in running.total_pages().values()) > 0
 
 
 @pytest.mark.slow
@@ -381,9 +453,9 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
             await served_at_least(running, n)
             assert proc.returncode is None
             proc.send_signal(signal.SIGINT)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
-            assert proc.returncode == 128 + signal.SIGINT, err.decode()
-            return err.decode()
+            ((rc, err),) = await finish([proc], timeout=STOP_GRACE + 60)
+            assert rc == 128 + signal.SIGINT, err
+            return err
 
         err = await run_until_ctrl_c(await start_cli(
             "fleet", str(seeds), "--state", str(f4), "--workers", "4", "--config",
@@ -400,7 +472,7 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
         done = await run_cli("resize", "--from-state", str(f2), "--to", "4", "-o", str(f4b))
         assert done.rc == 0, done.stderr
         assert sum(running.total_pages().values()) < total  # work was left for the end
-        done = await run_cli("resume", str(f4b), "--quiet")
+        done = await run_cli("resume", str(f4b), "--quiet", timeout=180)
         assert done.rc == 0, done.stderr
         assert done.stderr == ""
         check_exact(fleet_worker_dirs(f4b), running, max_refetches=0)

@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from crawler.core.output import read_pages
+from crawler.core.outputs.output import read_pages
 from crawler.wire.owner import owner_of
 from dedup.store.seen import host_of
 from tests.fleet.test_distributed import worker_settings

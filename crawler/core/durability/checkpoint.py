@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from crawler.config.settings import SnapshotSettings
-from crawler.core.output import write_json_atomic
-from crawler.core.politeness import Politeness
-from crawler.core.state import COUNTER_KEYS, HOST_COUNTS_FILE, TOTALS_KEY
+from crawler.core.outputs.output import write_json_atomic
+from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.state import COUNTER_KEYS, HOST_COUNTS_FILE, TOTALS_KEY
 from dedup import UrlSeen
 
 __all__ = ["Checkpoint"]

@@ -16,9 +16,9 @@ from typing import Any
 
 from crawler.config.scope import Scope, UrlPatterns, read_seeds, seed_lines
 from crawler.config.settings import Settings, settings_from_dict
-from crawler.core.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
-from crawler.core.statecreate import building, check_resources
-from crawler.core.warc import warc_start
+from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
+from crawler.core.outputs.warc import warc_start
+from crawler.core.state.statecreate import building, check_resources
 from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_FILE",
@@ -117,7 +117,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
     follow named as ``module:function`` (stored under ``HOOKS_KEY`` for resume).
     Returns (seen, scope, problems with seed lines).
     The directory is built beside ``state_dir`` and renamed into place complete
-    (``crawler.core.statecreate``): a failed or killed start leaves no half-made crawl.
+    (``crawler.core.state.statecreate``): a failed or killed start leaves no half-made crawl.
     Raises CrawlError (directory in use or not empty), ConfigError (the machine
     cannot hold or write it) or SeedError — all before anything is created.
     """

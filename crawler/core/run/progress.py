@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from crawler.core.pagecounts import format_host_failures, top_failed_hosts
-from crawler.core.state import COUNTER_KEYS
+from crawler.core.state.pagecounts import format_host_failures, top_failed_hosts
+from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
     "Progress",
@@ -214,7 +214,7 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
     this run queued; ``counters`` the
     URL-seen test's counters (only ``COUNTER_KEYS`` are shown); ``pages`` the
     committed pages over every run, fetched and failed by cause and host
-    (``crawler.core.pagecounts.PageCounts``). ``given_up`` is the URLs with no
+    (``crawler.core.state.pagecounts.PageCounts``). ``given_up`` is the URLs with no
     usable answer after every retry (the ledger's failed state: exit status 3).
     """
     marked = session.pages + session.skipped

@@ -5,7 +5,7 @@ Why kept in the ledger's meta and counted by the group commit: the summary and
 ``bloomcrawl stats`` must add up to the pages committed, across kill -9 and
 resume. Counting when a page is processed would count pages in flight at a
 crash, which are fetched (and counted) again; counting in the transaction that
-marks them counts each committed page exactly once (``crawler.core.commit``).
+marks them counts each committed page exactly once (``crawler.core.durability.commit``).
 
 "fetched" means an HTTP response was received, whatever its status (a 404 or a
 500 is an answer: "with errors"); "failed" means none was (refused, timed out,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from crawler.core.frontier import Frontier
+from crawler.core.schedule.frontier import Frontier
 
 __all__ = ["Pending"]
 

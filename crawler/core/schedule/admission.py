@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from crawler.config.scope import Scope
-from crawler.core.frontier import Frontier
+from crawler.core.schedule.frontier import Frontier
 from dedup import State, UrlSeen, host_of
 
 __all__ = ["Admission", "Pairs", "Remote"]
@@ -51,7 +51,7 @@ class Admission:
         all). ``patterns=False`` skips include/exclude (for sitemap files: the
         URLs they list are checked against them). The links are admitted by
         ``admit_pages`` at the page's group commit; until it returns the page is
-        pending (``crawler.core.pending``), so the crawl cannot end before."""
+        pending (``crawler.core.run.pending``), so the crawl cannot end before."""
         keep, remote = self._split(pairs, depth, local, patterns)
         if not keep:
             return None, remote

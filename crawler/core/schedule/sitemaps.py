@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from crawler.core.output import read_json, write_json_atomic
+from crawler.core.outputs.output import read_json, write_json_atomic
 from dedup import host_of
 
 __all__ = ["SITEMAPS_FILE", "SitemapFiles"]

@@ -28,10 +28,10 @@ from typing import Any, Self
 
 from crawler.config.scope import normalize_domain
 from crawler.config.settings import ConfigError, Settings, load_settings
-from crawler.core.engine import Engine, Watcher
-from crawler.core.page import Follow, Handler, HandlerError, Hooks, OnError, Page
-from crawler.core.progress import Progress
-from crawler.core.state import (
+from crawler.core.run.engine import Engine, Watcher
+from crawler.core.run.page import Follow, Handler, HandlerError, Hooks, OnError, Page
+from crawler.core.run.progress import Progress
+from crawler.core.state.state import (
     FLEET_KEY,
     HOOKS_KEY,
     CrawlError,

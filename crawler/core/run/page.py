@@ -21,7 +21,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crawler.core.state import CrawlError
+from crawler.core.state.state import CrawlError
 
 __all__ = ["Follow", "Handler", "HandlerError", "Hooks", "Outcome", "Page"]
 

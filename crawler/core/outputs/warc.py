@@ -39,7 +39,6 @@ committed), so a record is in some file exactly when its page is done.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import re
@@ -48,10 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
-
-from crawler.core.output import _AppendFile, iso_time, truncate_to
+from crawler.core.outputs.output import AppendFile, iso_time, truncate_to
 from crawler.net.body import MEMORY
 from crawler.net.exchange import Exchange
 from dedup import fsync_dir
@@ -125,6 +121,11 @@ def build_records(ex: Exchange, *, gzip: bool, refers_to: tuple[str, str] | None
 
 def _write_records(out: Any, ex: Exchange, *, gzip: bool,
                    refers_to: tuple[str, str] | None) -> None:
+    # warcio and asyncio where used, not at the top: a state dir's readers (bloomcrawl
+    # stats) import this module through crawler.core.state for first_warc and warc_start
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
     writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
     date = iso_time(ex.started)
     common = {"WARC-Date": date}
@@ -156,6 +157,8 @@ def _write_records(out: Any, ex: Exchange, *, gzip: bool,
 
 
 def warcinfo(filename: str, *, gzip: bool) -> bytes:
+    from warcio.warcwriter import WARCWriter
+
     out = io.BytesIO()
     writer = WARCWriter(out, gzip=gzip, warc_version="1.1")
     writer.write_record(writer.create_warcinfo_record(filename, {
@@ -213,7 +216,7 @@ def first_warc(path: str | Path) -> Path:
     return warc_path(prefix, _next_serial(prefix, gz), gz)
 
 
-class _File(_AppendFile):
+class _File(AppendFile):
     info_end = 0  # where its warcinfo record ends, when this process wrote it
 
     async def open(self) -> _File:
@@ -237,6 +240,8 @@ class _File(_AppendFile):
                 done += n
 
         self.size += blob.size
+        import asyncio
+
         await asyncio.to_thread(copy)
 
 
@@ -330,6 +335,8 @@ class WarcFiles:
     async def sync(self) -> None:
         """Make every written byte durable; files left for a newer one are closed."""
         dirty, self._dirty = self._dirty, []
+        import asyncio
+
         await asyncio.gather(*(f.sync() for f in dirty))
         for f in dirty:
             if f is not self._file:

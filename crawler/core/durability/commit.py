@@ -8,10 +8,10 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    into the ledger's open transaction and to the frontier, and each page's
    ``links_new`` is known before its record is written;
 2. the group's pages.jsonl lines, items.jsonl lines (what page handlers returned,
-   ``crawler.core.page``) and WARC records are written and fsynced, then
+   ``crawler.core.run.page``) and WARC records are written and fsynced, then
    the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
-   size, ``crawler.core.warc``), the dedup totals (``TOTALS_KEY``), the pages'
-   counts (fetched, failed by cause and host: ``crawler.core.pagecounts``), the first capture
+   size, ``crawler.core.outputs.warc``), the dedup totals (``TOTALS_KEY``), the pages'
+   counts (fetched, failed by cause and host: ``crawler.core.state.pagecounts``), the first capture
    of each new body digest and the page each run of new URLs was found on (the
    ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
    ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
@@ -32,7 +32,7 @@ robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
 skipped). Links over the per-host cap are marked skipped in the ledger without
 a record; out-of-scope and too-deep links are never admitted at all. A
 transient failure (refused, timed out, 5xx, robots.txt unavailable) is no
-record yet: the URL goes back to the frontier for a later round (``crawler.core.retry``).
+record yet: the URL goes back to the frontier for a later round (``crawler.core.schedule.retry``).
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from crawler.config.settings import OutputSettings
-from crawler.core.admission import Pairs
-from crawler.core.frontier import Frontier, Item
-from crawler.core.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
-from crawler.core.pagecounts import PageCounts
-from crawler.core.state import OUTPUTS_KEY, TOTALS_KEY
-from crawler.core.warc import Blob, WarcFiles, build_records
+from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
+from crawler.core.outputs.warc import Blob, WarcFiles, build_records
+from crawler.core.schedule.admission import Pairs
+from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.state.pagecounts import PageCounts
+from crawler.core.state.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
 from dedup import State, UrlSeen

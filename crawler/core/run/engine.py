@@ -6,15 +6,15 @@ per-host cap -> the group commit, where the pages of a group go through
 ``UrlSeen.admit_resolved_pages`` together (one call per group) -> frontier.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
-holds for each URL are ``crawler.core.commit``'s; snapshots (``crawler.core.checkpoint``)
-only make a restart faster.
+holds for each URL are ``crawler.core.durability.commit``'s; snapshots
+(``crawler.core.durability.checkpoint``) only make a restart faster.
 
-With ``hooks`` (``crawler.core.page``: what ``crawler.Crawler`` runs), each page
+With ``hooks`` (``crawler.core.run.page``: what ``crawler.Crawler`` runs), each page
 with a response also becomes a ``Page``: its handler's items are committed with
 it (items.jsonl), ``follow`` chooses which of its links are admitted, and the
 page is handed on (``deliver``) once committed.
 
-Whether anything is left is decided in one place, ``crawler.core.pending``
+Whether anything is left is decided in one place, ``crawler.core.run.pending``
 (the frontier, the pages under way and, in a fleet, the deliveries being
 received: ``Pending.idle``). The crawl ends in one place, ``Engine.end``: the
 frontier closes, every worker returns after its current page, and ``run``
@@ -40,20 +40,20 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config.scope import Scope, hostname_of
 from crawler.config.settings import Settings
-from crawler.core.admission import Admission, Remote
-from crawler.core.checkpoint import Checkpoint
-from crawler.core.commit import GroupCommit, Links, items_file, output_files
-from crawler.core.frontier import Frontier, Item
-from crawler.core.output import read_json
-from crawler.core.page import HandlerError, Hooks, Outcome, Page
-from crawler.core.pagecounts import PageCounts
-from crawler.core.pending import Pending
-from crawler.core.politeness import Politeness
-from crawler.core.progress import Progress, SessionCounts, crawl_status
-from crawler.core.retry import Retries
-from crawler.core.signals import stop_on_signals
-from crawler.core.sitemaps import SitemapFiles
-from crawler.core.state import HOST_COUNTS_FILE
+from crawler.core.durability.checkpoint import Checkpoint
+from crawler.core.durability.commit import GroupCommit, Links, items_file, output_files
+from crawler.core.outputs.output import read_json
+from crawler.core.run.page import HandlerError, Hooks, Outcome, Page
+from crawler.core.run.pending import Pending
+from crawler.core.run.progress import Progress, SessionCounts, crawl_status
+from crawler.core.run.signals import stop_on_signals
+from crawler.core.schedule.admission import Admission, Remote
+from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.schedule.politeness import Politeness
+from crawler.core.schedule.retry import Retries
+from crawler.core.schedule.sitemaps import SitemapFiles
+from crawler.core.state.pagecounts import PageCounts
+from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
 from crawler.net.links import extract_links
 from crawler.net.netguard import check_literal_host
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "Watcher", "run_crawl"]
 
-log = logging.getLogger("crawler.core.engine")
+log = logging.getLogger("crawler.core.engine")  # the name users configure; kept across moves
 
 
 class Engine:
@@ -254,6 +254,11 @@ class Engine:
                 ended.cancel()
                 if self.stopping and not all_done.done():  # in-flight fetches get a deadline
                     _, pending = await asyncio.wait(workers, timeout=s.crawl.stop_grace)
+                    if pending:  # said, so that a resume's refetches are not a surprise
+                        self.message(
+                            f"bloomcrawl: {len(pending)} page(s) still under way after "
+                            f"{s.crawl.stop_grace:g} s (crawl.stop_grace): cut short; a "
+                            "resume fetches again those not yet committed")
                     for t in pending:
                         t.cancel()
                 await all_done

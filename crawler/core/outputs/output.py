@@ -1,5 +1,5 @@
 """What a crawl leaves behind besides its state: pages.jsonl (and, with
-``crawler.core.warc``, WARC files).
+``crawler.core.outputs.warc``, WARC files).
 
 Why batched appends: the engine commits pages in groups (one write, then one
 ledger transaction, per group), so the per-page cost is building a dict.
@@ -15,7 +15,6 @@ fetched and written again: every record appears exactly once.
 from __future__ import annotations
 
 import abc
-import asyncio
 import json
 import math
 import os
@@ -24,15 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-import aiofiles
-
 from dedup import atomic_write_bytes
 
 __all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_json", "read_pages",
            "repair_tail", "truncate_to", "write_json_atomic"]
 
 PAGES_FILE = "pages.jsonl"
-ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.page``)
+ITEMS_FILE = "items.jsonl"  # what page handlers returned (``crawler.core.run.page``)
 _INLINE_WRITE = 64 * 1024  # PageLog appends up to this size skip the thread hop
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -130,7 +127,7 @@ def truncate_to(path: str | Path, size: int) -> int:
         os.close(fd)
 
 
-class _AppendFile(abc.ABC):
+class AppendFile(abc.ABC):
     """A file opened for appending with aiofiles (unbuffered), closed once.
 
     ``size`` is its length in bytes as written so far: the offset a commit
@@ -150,12 +147,18 @@ class _AppendFile(abc.ABC):
     async def _open_append(self) -> None:
         if self.committed is not None:
             truncate_to(self.path, self.committed)
+        # asyncio and aiofiles here and in sync(), not at the top: the state dir's
+        # readers (bloomcrawl stats) import this module for its names and JSON helpers
+        import aiofiles
+
         self._fh = await aiofiles.open(self.path, "ab", buffering=0)
         self.size = os.fstat(self._fh.fileno()).st_size
 
     async def sync(self) -> None:
         """Make everything written so far durable (before a commit records ``size``)."""
         if self._fh is not None:
+            import asyncio
+
             await asyncio.to_thread(os.fdatasync, self._fh.fileno())
 
     async def _write(self, data: bytes | memoryview) -> None:
@@ -177,7 +180,7 @@ class _AppendFile(abc.ABC):
         await self.close()
 
 
-class PageLog(_AppendFile):
+class PageLog(AppendFile):
     """Append-only JSON-lines file of page records (large appends written with aiofiles)."""
 
     async def open(self) -> PageLog:
@@ -204,7 +207,7 @@ class PageLog(_AppendFile):
         await self._write(view)
 
 
-class ItemLog(_AppendFile):
+class ItemLog(AppendFile):
     """items.jsonl: the JSON lines page handlers returned, appended with their pages'
     group commit and cut back to its committed size like pages.jsonl.
 

@@ -7,7 +7,7 @@ is not an answer; turning it into a permanent "failed" (or a robots.txt
 "skipped") loses it. So it goes back to the frontier for a later round, with
 exponential backoff; only when its budget is spent is it given up, and what
 was given up is counted where ``bloomcrawl stats`` and the exit status see it
-(the ledger's failed state; its cause in ``crawler.core.pagecounts``).
+(the ledger's failed state; its cause in ``crawler.core.state.pagecounts``).
 
 Why one budget per URL (``[crawl] max_retries``, like Scrapy's RETRY_TIMES and
 Crawlee's maxRequestRetries): quick retries within a fetch times rounds over
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from crawler.config.settings import Settings
-from crawler.core.frontier import Frontier, Item
+from crawler.core.schedule.frontier import Frontier, Item
 
 __all__ = ["ATTEMPTS_KEY", "Retries", "Tried"]
 

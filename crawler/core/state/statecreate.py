@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawler.config.settings import ConfigError, Settings
-from crawler.core.warc import first_warc
+from crawler.core.outputs.warc import first_warc
 from dedup import fsync_dir, layer_geometry
 
 __all__ = ["building", "check_resources", "memory_needed", "physical_memory"]

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from crawler.core.politeness import Politeness
+from crawler.core.schedule.politeness import Politeness
 
 __all__ = ["Frontier", "Item"]
 
@@ -221,7 +221,7 @@ class Frontier:
 
     def finished(self) -> bool:
         """Nothing left to hand out, nothing in flight or deferred. Pages done but not
-        yet committed may still add URLs: ``crawler.core.pending`` counts them."""
+        yet committed may still add URLs: ``crawler.core.run.pending`` counts them."""
         if self.in_flight or self._deferred:
             return False
         if self.max_take is not None and self.taken >= self.max_take:

@@ -206,8 +206,9 @@ def main() -> None:
         impls = ("urlseen", "rfp")
         argvs = [["--worker", impl, "--state", str(Path(tmp, impl)), "--requests",
                   str(a.requests), "--progress", str(a.progress)] for impl in impls]
-        rows = [] if not a.requests else \
-            children(argvs) if a.parallel else [child(argv) for argv in argvs]
+        if not a.requests:
+            impls, argvs = (), []
+        rows = children(argvs) if a.parallel else [child(argv) for argv in argvs]
         for impl, row in zip(impls, rows, strict=True):
             row.update(child(["--worker", impl, "--reopen", "--state", str(Path(tmp, impl))]))
             figures["rows"].append(row)

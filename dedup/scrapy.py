@@ -47,10 +47,10 @@ again on the next run (fetched twice, never lost).
 
 **RAM** is fixed, not per request: the Bloom filter (12 MB at the default 10M
 keys, ``BLOOMCRAWL_SEEN_CAPACITY``), the confirm cache (``BLOOMCRAWL_CONFIRM_CACHE``
-keys, default 65,536, ~2 MB) and the fingerprint index's newest records
-(``BLOOMCRAWL_INDEX_BUFFER``, default 65,536, ~2 MB; older ones are in run files
-read with ``pread``), smaller than a bloomcrawl crawl's (16 and 25 MB): larger
-ones buy some speed (fewer Bloom probes and index merges) with RAM.
+keys, default 500,000, 16 MB: the recent keys a repeat is answered from, which
+is most of the speed) and the fingerprint index's newest records
+(``BLOOMCRAWL_INDEX_BUFFER``, default 65,536, 2 MB; older ones are in run files
+read with ``pread``; a bloomcrawl crawl keeps 786,432, 25 MB).
 
 Without the middleware the filter marks a request done when its response
 arrives (``response_received``): a kill -9 while a callback is still yielding can
@@ -94,10 +94,10 @@ _DONE_META = "bloomcrawl_done"  # ... moved aside while its response is in the s
 MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
 _CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
 _RECOVER_PAGE = 1000
-# smaller than a bloomcrawl crawl's (500,000 keys, 16 MB; 786,432 records, 25 MB): a
-# Scrapy process holds its own scheduler and responses, and the filter's RAM is what
-# it is chosen on (bench/README.md "Scrapy dupefilter")
-CONFIRM_CACHE = 1 << 16
+# the confirm cache is a bloomcrawl crawl's (500,000 keys, 16 MB): at 65,536 keys
+# request_seen ran at half the speed; the index buffer is 65,536 records, not 786,432
+# (2 MB instead of 25, about as fast): bench/README.md "Scrapy dupefilter"
+CONFIRM_CACHE = 500_000
 INDEX_BUFFER = 1 << 16
 
 _filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()

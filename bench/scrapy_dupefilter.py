@@ -74,7 +74,7 @@ def state_files(impl: str, state: Path) -> list[Path]:
     return [p for p in state.rglob("*") if p.is_file()]
 
 
-def run_worker(impl: str, state: Path, n: int) -> dict[str, Any]:
+def run_worker(impl: str, state: Path, n: int, progress: int = 0) -> dict[str, Any]:
     from crawlstream import CrawlStream
     from scrapy import Request
     base = proc_status()["VmRSS"]
@@ -92,6 +92,9 @@ def run_worker(impl: str, state: Path, n: int) -> dict[str, Any]:
         spent += time.process_time() - c
         wall += time.perf_counter() - t
         done += len(reqs)
+        if progress and done // progress > (done - len(reqs)) // progress:
+            print(f"{impl} {done:,} requests {new:,} new {done / spent:,.0f} req/s "
+                  f"RSS {proc_status()['VmRSS']:.0f} MB", file=sys.stderr, flush=True)
     t = time.perf_counter()
     df.close("finished")
     close_s = time.perf_counter() - t
@@ -115,9 +118,19 @@ def reopen_worker(impl: str, state: Path) -> dict[str, Any]:
 
 
 def child(args: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True,
-                         text=True, cwd=REPO)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return children([args])[0]
+
+
+def children(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Run workers at once (each its own process; their progress goes to stderr)
+    and return each one's figures."""
+    procs = [subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE,
+                              text=True, cwd=REPO) for args in argvs]
+    outs = [p.communicate()[0] for p in procs]
+    for p in procs:
+        if p.returncode:
+            raise SystemExit(f"worker {p.args} failed: {p.returncode}")
+    return [json.loads(out.strip().splitlines()[-1]) for out in outs]
 
 
 SPIDER = '''
@@ -171,9 +184,13 @@ async def crawl_demo(tmp: Path, pages: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--requests", type=int, default=1_000_000, help="0: only --crawl")
     ap.add_argument("--crawl", action="store_true", help="also crawl the demo site")
     ap.add_argument("--crawl-pages", type=int, default=1000, help="pages per demo host")
+    ap.add_argument("--parallel", action="store_true",
+                    help="run the two filters' workers at once (same load, half the wall time)")
+    ap.add_argument("--progress", type=int, default=0, metavar="N",
+                    help="print each worker's figures to stderr every N requests")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", choices=["urlseen", "rfp"], help=argparse.SUPPRESS)
     ap.add_argument("--reopen", action="store_true", help=argparse.SUPPRESS)
@@ -181,15 +198,19 @@ def main() -> None:
     a = ap.parse_args()
     if a.worker:
         res = reopen_worker(a.worker, a.state) if a.reopen else \
-            run_worker(a.worker, a.state, a.requests)
+            run_worker(a.worker, a.state, a.requests, a.progress)
         print(json.dumps(res))
         return
     figures: dict[str, Any] = {"requests": a.requests, "rows": []}
     with tempfile.TemporaryDirectory(prefix="scrapy-df-bench-") as tmp:
-        for impl in ("urlseen", "rfp"):
-            state = Path(tmp, impl)
-            row = child(["--worker", impl, "--state", str(state), "--requests", str(a.requests)])
-            row.update(child(["--worker", impl, "--reopen", "--state", str(state)]))
+        impls = ("urlseen", "rfp")
+        argvs = [["--worker", impl, "--state", str(Path(tmp, impl)), "--requests",
+                  str(a.requests), "--progress", str(a.progress)] for impl in impls]
+        if not a.requests:
+            impls, argvs = (), []
+        rows = children(argvs) if a.parallel else [child(argv) for argv in argvs]
+        for impl, row in zip(impls, rows, strict=True):
+            row.update(child(["--worker", impl, "--reopen", "--state", str(Path(tmp, impl))]))
             figures["rows"].append(row)
             print(f"{impl:8} {row['requests']:>9,} requests {row['distinct']:>9,} distinct "
                   f"{row['requests_per_s']:>9,.0f} req/s  peak RSS {row['peak_rss_mb']:6.0f} MB "

@@ -41,9 +41,16 @@ again on the next run. A non-GET request is recorded as done at
 once: its body is not kept, so it is not re-issued after a crash.
 
 Writes are group-committed (``BLOOMCRAWL_COMMIT_INTERVAL`` seconds, default 1.0,
-or every ``BLOOMCRAWL_COMMIT_EVERY`` admissions); ``close()`` commits and
+or every ``BLOOMCRAWL_COMMIT_EVERY`` new admissions); ``close()`` commits and
 snapshots. A kill -9 loses at most the last group: those requests count as new
 again on the next run (fetched twice, never lost).
+
+**RAM** is fixed, not per request: the Bloom filter (12 MB at the default 10M
+keys, ``BLOOMCRAWL_SEEN_CAPACITY``), the confirm cache (``BLOOMCRAWL_CONFIRM_CACHE``
+keys, default 500,000, 16 MB: the recent keys a repeat is answered from, which
+is most of the speed) and the fingerprint index's newest records
+(``BLOOMCRAWL_INDEX_BUFFER``, default 65,536, 2 MB; older ones are in run files
+read with ``pread``; a bloomcrawl crawl keeps 786,432, 25 MB).
 
 Without the middleware the filter marks a request done when its response
 arrives (``response_received``): a kill -9 while a callback is still yielding can
@@ -87,6 +94,11 @@ _DONE_META = "bloomcrawl_done"  # ... moved aside while its response is in the s
 MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
 _CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
 _RECOVER_PAGE = 1000
+# the confirm cache is a bloomcrawl crawl's (500,000 keys, 16 MB): at 65,536 keys
+# request_seen ran at half the speed; the index buffer is 65,536 records, not 786,432
+# (2 MB instead of 25, about as fast): bench/README.md "Scrapy dupefilter"
+CONFIRM_CACHE = 500_000
+INDEX_BUFFER = 1 << 16
 
 _filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()
 
@@ -111,7 +123,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def __init__(self, path: str | Path | None = None, *, debug: bool = False,
                  crawler: Crawler | None = None, capacity: int | None = None,
                  commit_interval: float = 1.0, commit_every: int = 10_000,
-                 recover: bool = True) -> None:
+                 recover: bool = True, confirm_cache_size: int = CONFIRM_CACHE,
+                 index_buffer: int = INDEX_BUFFER) -> None:
         self._temporary = path is None
         self.path = Path(tempfile.mkdtemp(prefix="bloomcrawl-seen-")) if path is None \
             else Path(path)
@@ -122,6 +135,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self.commit_interval = commit_interval
         self.commit_every = commit_every
         self.recover = recover
+        self.confirm_cache_size = confirm_cache_size
+        self.index_buffer = index_buffer
         self.seen: UrlSeen | None = None
         # requests answered before they reach request_seen (admitted from a callback's
         # output, or re-issued): the answer, and what marks their seqs skipped if
@@ -148,7 +163,9 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                  capacity=s.getint("BLOOMCRAWL_SEEN_CAPACITY") or None,
                  commit_interval=s.getfloat("BLOOMCRAWL_COMMIT_INTERVAL", 1.0),
                  commit_every=s.getint("BLOOMCRAWL_COMMIT_EVERY", 10_000),
-                 recover=s.getbool("BLOOMCRAWL_RECOVER", True))
+                 recover=s.getbool("BLOOMCRAWL_RECOVER", True),
+                 confirm_cache_size=s.getint("BLOOMCRAWL_CONFIRM_CACHE", CONFIRM_CACHE),
+                 index_buffer=s.getint("BLOOMCRAWL_INDEX_BUFFER", INDEX_BUFFER))
         _filters[crawler] = df
         return df
 
@@ -157,7 +174,9 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def open(self) -> None:
         """Open (or create) the state directory; plan the re-issue of earlier runs'
         queued requests (module docstring)."""
-        self.seen = UrlSeen(self.path, capacity=self.capacity, autocommit=False)
+        self.seen = UrlSeen(self.path, capacity=self.capacity, autocommit=False,
+                            confirm_cache_size=self.confirm_cache_size,
+                            index_buffer=self.index_buffer)
         ledger = self.seen.ledger
         clean = ledger.meta_get(_CLEAN, True)
         jobdir = self.crawler is not None and bool(self.crawler.settings.get("JOBDIR"))
@@ -206,21 +225,42 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def request_seen(self, request: Request) -> bool:
         """True if a request with the same key was recorded (this run or an earlier
         one); otherwise record it and answer False. ``dont_filter`` requests are
-        never recorded (Scrapy does not ask for them; this says so again)."""
+        never recorded (Scrapy does not ask for them; this says so again).
+
+        Scrapy calls it once per request, so a GET without a body (nearly every
+        request) takes one straight path: canonicalize, ``UrlSeen.admit_one``."""
         if request.dont_filter:
             return False
-        pending = self._pending.pop(request, None)
-        if pending is not None:
-            answer, dropped = pending
-            if dropped is not None:
-                dropped.detach()
-            return not answer
-        key = self._key(request)
-        if key is None:
+        if self._pending.data:  # the dict under it: len() of a WeakKeyDictionary is a call
+            pending = self._pending.pop(request, None)
+            if pending is not None:
+                answer, dropped = pending
+                if dropped is not None:
+                    dropped.detach()
+                return not answer
+        seen = self.seen
+        if seen is None:
+            raise RuntimeError("UrlSeenDupeFilter used before open() or after close()")
+        url = request.url
+        if request.body or request.method.upper() != "GET":
+            key = request_key(request, seen.canonicalizer)
+            if key is None or self._admit(request, key):
+                return False
+            self.done(request)
+            return True
+        (resolved,) = seen.canonicalizer.resolve_many((url,))
+        if resolved is None:
             return False
-        if self._admit(request, key):
+        seq = seen.admit_one(url, resolved[1])
+        meta = request.meta
+        if seq is not None:
+            meta[SEQS_META] = (*meta.get(SEQS_META, ()), seq)
+            self._tick(1)
             return False
-        self.done(request)  # a redirect chain that ends at a seen URL ends here
+        if SEQS_META in meta:
+            self.done(request)  # a redirect chain that ends at a seen URL ends here
+        else:
+            self._tick(0)
         return True
 
     def preadmit(self, request: Request) -> None:
@@ -244,6 +284,9 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         return request_key(request, seen.canonicalizer)
 
     def _admit(self, request: Request, key: str) -> bool:
+        """Record ``key``: True if it is new. A GET without a body is a pending
+        admission whose seq (its URL kept to re-issue after a crash) goes into the
+        request's meta; anything else is recorded done at once (its body is not kept)."""
         seen = self._require_open()
         if request.method.upper() == "GET" and not request.body:
             # a pending admission (UrlSeen.admit_one): no journal write per request
@@ -251,11 +294,11 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             if seq is not None:
                 meta = request.meta
                 meta[SEQS_META] = (*meta.get(SEQS_META, ()), seq)
-            self._tick(1)
+            self._tick(seq is not None)
             return seq is not None
-        got = seen.admit_resolved([(request.url, key)], state=State.FETCHED)
-        self._tick(1)
-        return bool(got)
+        got = bool(seen.admit_resolved([(request.url, key)], state=State.FETCHED))
+        self._tick(got)
+        return got
 
     def done(self, request: Request, status: int | None = None, *,
              state: State = State.FETCHED) -> None:
@@ -265,12 +308,16 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def mark_done(self, seqs: Iterable[int], status: int | None = None, *,
                   state: State = State.FETCHED) -> None:
         """Mark ledger seqs done (see :meth:`done`)."""
+        if not seqs:
+            return
         rows = [(seq, state, status, None) for seq in seqs]
-        if rows and self.seen is not None:
+        if self.seen is not None:
             self.seen.record_outcomes(rows)  # writes pending admissions first
             self._tick(0)
 
     def _tick(self, n: int) -> None:
+        """Count ``n`` new admissions; commit every ``commit_every`` of them or
+        ``commit_interval`` seconds (a repeat writes nothing, so only time counts)."""
         self._uncommitted += n
         if self._dropped and self.seen is not None:
             dropped, self._dropped = self._dropped, []

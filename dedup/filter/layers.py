@@ -102,6 +102,7 @@ class LayerStack:
         self.arenas = [Arena(layer_geometry(self.capacity, self.error_rate, self.growth, 0),
                              rows)]
         self.nlayers = np.ones(rows, dtype=np.intp)
+        self._kernel_layers: tuple[tuple[np.ndarray, int, int, int, int], ...] = ()
         self._full_logged = False
 
     # -- layers ------------------------------------------------------------------
@@ -252,6 +253,21 @@ class LayerStack:
             set_bits(arena, h[a:b], np.full(b - a, row, dtype=np.intp))
             arena.counts[row] += b - a
             a = b
+
+    def maybe_in_rows(self, fps: bytes | bytearray) -> list[int]:
+        """Indexes of the 16-byte fingerprints in ``fps`` that may be held, each in
+        row :func:`~dedup.url.fingerprint.shard_of` its h1 (``rows`` of them): the
+        seen-test's probe of a page's dozen keys as one compiled call, where numpy
+        paid a fixed cost per step (rows, each layer) and Python ~2 µs a key."""
+        kernel = _compiled.kernel
+        if kernel is not None:
+            if len(self._kernel_layers) != len(self.arenas):  # arenas are only appended
+                self._kernel_layers = tuple((a.flat, a.words.shape[1], a.m, a.k, a.salt)
+                                            for a in self.arenas)
+            return kernel.stack_maybe(fps, self.rows, self._kernel_layers, self.nlayers)
+        h = np.frombuffer(fps, dtype="<u8").reshape(-1, 2)
+        rows = ((h[:, 0] >> np.uint64(32)) * np.uint64(self.rows)) >> np.uint64(32)
+        return np.flatnonzero(self.contains(h, rows.astype(np.intp))).tolist()
 
     # -- one key at a time (no numpy call overhead) ------------------------------------
 

@@ -167,6 +167,11 @@ class ShardedBloom(StackedFilter):
         h1, h2, row = self._row_of(fp)
         return self._stack.contains_one(h1, h2, row)
 
+    def maybe_fingerprints(self, fps: bytes | bytearray) -> list[int]:
+        """Indexes of the fingerprints (16 bytes each, the ``seed``'s, concatenated)
+        that may be in the filter, ascending: one call for a page's keys."""
+        return self._stack.maybe_in_rows(fps)
+
     def _add(self, h: np.ndarray) -> np.ndarray:
         stack, s = self._stack, self.nshards
         if len(h) <= SMALL:

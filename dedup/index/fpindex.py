@@ -65,6 +65,7 @@ from dedup.index.runs import (
     write_run,
 )
 from dedup.index.sortedkeys import BLOCK_RECORDS, Query
+from dedup.native import compiled as _compiled
 
 MANIFEST = "MANIFEST"
 REBUILD_MANIFEST = "MANIFEST.rebuild"  # a rebuild's manifest until it is swapped in
@@ -157,11 +158,44 @@ class FingerprintIndex:
         self._install()
         hi, lo = _u64(his), _u64(los)
         if len(hi) <= SMALL_BATCH:
-            raw = self._find_each(hi.tolist(), lo.tolist())
+            raw = (self._find_few(hi, lo) if _compiled.lookup is not None
+                   else self._find_each(hi.tolist(), lo.tolist()))
         else:
             raw = self._search(hi, lo, mapped=len(hi) > MAPLESS_BATCH)
         present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
         return present, np.where(present, raw, -1)
+
+    def held_among(self, fps: bytes) -> list[int]:
+        """Indexes of the 16-byte fingerprints in ``fps`` (``hi || lo`` little-endian,
+        a page's few) that the index holds, ascending: :meth:`lookup`'s answer with
+        fewer numpy steps, for the seen-test's call per page."""
+        self._install()
+        h = np.frombuffer(fps, dtype="<u8")
+        hi, lo = h[0::2].copy(), h[1::2].copy()
+        if _compiled.lookup is None:
+            raw = self._find_each(hi.tolist(), lo.tolist()).tolist()
+            return [i for i, r in enumerate(raw) if r >= 0]
+        left = np.ones(len(hi), dtype=np.uint8)
+        got = np.zeros(len(hi), dtype=np.uint64)
+        for part in (*self._buffer.parts, *self._runs):
+            if part.count:
+                part.find_into(hi, lo, left, got)
+        return [i for i, (more, raw) in enumerate(zip(left.tolist(), got.tolist(), strict=True))
+                if not more and raw < _TOMB]  # a tombstone: forgotten, not held
+
+    def _find_few(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """A page-sized batch with the compiled lookup: each part's ``find_into`` (one
+        C call) on the keys the newer parts did not hold, in the order asked (no
+        sort, no query tuples: a page's lookup paid ~30 us of Python per call in
+        them); the seq found (negative for a tombstone), -1 where none."""
+        left = np.ones(len(hi), dtype=np.uint8)
+        got = np.zeros(len(hi), dtype=np.uint64)
+        for part in (*self._buffer.parts, *self._runs):
+            if part.count:
+                part.find_into(hi, lo, left, got)
+        out = got.view(np.int64)  # tombstones (top bit): negative
+        out[left != 0] = -1
+        return out
 
     def _find_each(self, his: list[int], los: list[int]) -> np.ndarray:
         """A page-sized batch key by key: the seq found (negative for a tombstone),

@@ -253,6 +253,103 @@ done:
     return count < 0 ? NULL : PyLong_FromSsize_t(count);
 }
 
+/* The 64-bit little-endian word at p (fingerprints are h1 || h2, little-endian). */
+static inline uint64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; b--) v = (v << 8) | p[b];
+    return v;
+}
+
+#define MAXLAYERS 64  /* dedup.filter.geometry.MAX_LAYERS */
+
+/* stack_maybe(fps, rows, layers, nlayers) -> list of int: the indexes i, ascending, of
+   the n fingerprints in `fps` (16 bytes each) that may be in their row's filter: every
+   bit of some layer j < nlayers[row] set, row = ((h1 >> 32) * rows) >> 32 (shard_of).
+   `layers`: a tuple of (words, row_words, m, k, salt), layer j of all rows, as
+   layer_test takes them. A page's dozen keys in one call: in numpy the fixed cost of
+   a call per step (rows, each layer's test) was most of a page's probe. */
+static PyObject *stack_maybe(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *layers_o, *nlayers_o, *out = NULL;
+    Py_buffer fps = {0}, nl = {0};
+    Py_ssize_t rows, nlay = 0;
+    Layer L[MAXLAYERS];
+    memset(L, 0, sizeof(L));
+    if (!PyArg_ParseTuple(args, "y*nO!O", &fps, &rows, &PyTuple_Type, &layers_o, &nlayers_o))
+        return NULL;
+    if (fps.len % 16 || rows < 1 || rows > 65536) {
+        PyErr_SetString(PyExc_ValueError, "stack_maybe: fingerprints must be 16 bytes each, "
+                        "rows 1..65536");
+        goto done;
+    }
+    if (get_items(nlayers_o, &nl, "stack_maybe: nlayers", &INTP, 0) < 0) goto done;
+    if (nl.len != rows * (Py_ssize_t)sizeof(Py_ssize_t)) {
+        PyErr_SetString(PyExc_ValueError, "stack_maybe: nlayers must be one intp per row");
+        goto done;
+    }
+    Py_ssize_t given = PyTuple_GET_SIZE(layers_o);
+    if (given < 1 || given > MAXLAYERS) {
+        PyErr_SetString(PyExc_ValueError, "stack_maybe: 1 to 64 layers");
+        goto done;
+    }
+    for (; nlay < given; nlay++) {
+        Layer *y = &L[nlay];
+        PyObject *words;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(layers_o, nlay), "OKKKK;a layer is (words, "
+                              "row_words, m, k, salt)", &words, &y->row_words, &y->m, &y->k,
+                              &y->salt)
+                || get_items(words, &y->words, "stack_maybe: words", &U64, 0) < 0)
+            goto done;
+        y->nwords = y->words.len / 8;
+        if (y->m < 2 || y->k == 0 || y->k > MAXK || y->row_words == 0
+                || y->m / 64 + (y->m % 64 != 0) > y->row_words
+                || (uint64_t)y->nwords / y->row_words < (uint64_t)rows) {
+            PyErr_SetString(PyExc_ValueError, "stack_maybe: bad layer geometry");
+            nlay++;  /* its words are held: released below */
+            goto done;
+        }
+    }
+    const Py_ssize_t *depth = nl.buf;
+    for (Py_ssize_t r = 0; r < rows; r++)
+        if (depth[r] < 0 || depth[r] > nlay) {
+            PyErr_SetString(PyExc_ValueError, "stack_maybe: a row has more layers than given");
+            goto done;
+        }
+    out = PyList_New(0);
+    if (!out) goto done;
+    const unsigned char *f = fps.buf;
+    Py_ssize_t n = fps.len / 16;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h1 = le64(f + 16 * i), h2 = le64(f + 16 * i + 8);
+        uint64_t row = ((h1 >> 32) * (uint64_t)rows) >> 32;
+        int found = 0;
+        for (Py_ssize_t j = 0; j < depth[row] && !found; j++) {
+            const Layer *y = &L[j];
+            const uint64_t *w = (const uint64_t *)y->words.buf + row * y->row_words;
+            uint64_t x = h1 + y->salt;
+            found = 1;
+            for (uint64_t t = 0; t < y->k; t++) {
+                uint64_t p = (x + t * h2) % y->m;
+                if (!((w[p >> 6] >> (p & 63)) & 1)) { found = 0; break; }
+            }
+        }
+        if (found) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            if (!at || PyList_Append(out, at) < 0) {
+                Py_XDECREF(at);
+                Py_CLEAR(out);
+                goto done;
+            }
+            Py_DECREF(at);
+        }
+    }
+done:
+    for (Py_ssize_t j = 0; j < nlay; j++)
+        if (L[j].words.obj) PyBuffer_Release(&L[j].words);
+    if (nl.obj) PyBuffer_Release(&nl);
+    PyBuffer_Release(&fps);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"fingerprints", fingerprints, METH_VARARGS,
      "fingerprints(keys, seed) -> bytes: mmh3.hash_bytes of each key, joined"},
@@ -260,6 +357,8 @@ static PyMethodDef methods[] = {
      "layer_test(words, h, rows, sel, row_words, m, k, salt, out): all k bits set?"},
     {"layer_set", layer_set, METH_VARARGS,
      "layer_set(words, h, rows, sel, row_words, m, k, salt): set the k bits"},
+    {"stack_maybe", stack_maybe, METH_VARARGS,
+     "stack_maybe(fps, rows, layers, nlayers) -> indexes of the keys maybe in the filter"},
     {"first_new", first_new, METH_VARARGS,
      "first_new(h, present, out) -> count: first occurrences of the keys not present"},
     {NULL, NULL, 0, NULL},

@@ -212,6 +212,15 @@ class CacheMisses:
         self.held = 0
         self.let_through: set[bytes] = set()  # the Python pass's
 
+    def reset(self) -> None:
+        """Empty, for the next pass (a caller's scratch, cheaper than a new one)."""
+        self.keys.clear()
+        self.values.clear()
+        self.fps.clear()
+        self.held = 0
+        self.table.fill(0)
+        self.let_through.clear()
+
     def grow(self) -> None:
         """Twice the compiled pass's table."""
         self.table, self.held = _doubled(self.table)

@@ -154,6 +154,11 @@ class Ledger:
         present, _ = self.index.lookup(h[:, 0], h[:, 1])
         return present
 
+    def held_among(self, fps: bytes) -> list[int]:
+        """Indexes of the fingerprints (16 bytes each, concatenated) the ledger holds:
+        :meth:`contains_hashes` for a page's few keys, as a list."""
+        return self.index.held_among(fps) if fps else []
+
     def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
                hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
         """Admit fingerprints known to be absent (one journal row, one index add).

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from dedup.filter.bloom import SMALL, write_snapshot
+from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
@@ -125,7 +125,10 @@ class UrlSeen(CrawlRecords):
         self._pending_rows: list[list[Any]] = []
         self._pending_row_count = 0
         self._rows_first = 0
-        self._one = CacheMisses(4)  # admit_one's pass, reset per call (not reallocated)
+        # the confirm cache's passes of add and admit_one (one key) and of filter_new
+        # (by table size): reset per call, not reallocated
+        self._one = CacheMisses(4)
+        self._scratch: dict[int, CacheMisses] = {}
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -197,7 +200,11 @@ class UrlSeen(CrawlRecords):
         slots = 4
         while slots < 2 * len(pairs) and slots < 4096:  # a page's table, not a group's
             slots *= 2
-        misses = CacheMisses(slots)
+        misses = self._scratch.get(slots)
+        if misses is None:
+            misses = self._scratch[slots] = CacheMisses(slots)
+        else:
+            misses.reset()
         hits = self._confirmed.count_hits(pairs, misses)
         keys = misses.keys
         return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth)]
@@ -209,10 +216,23 @@ class UrlSeen(CrawlRecords):
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it."""
-        pairs, n_links = self._resolve((url,), base_url)
-        misses = CacheMisses(4)  # one key: a page's 4,096-slot table would cost more
-        hits = self._confirmed.count_hits(pairs, misses)
-        return bool(self._admit_pending(misses, n_links, hits, depth))
+        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        counters = self.counters
+        if pairs[0] is None:
+            counters["rejected"] += 1
+            n_links = 0
+        else:
+            n_links = 1
+        misses = self._one  # one key: a page's 4,096-slot table would cost more
+        misses.reset()
+        if self._confirmed.count_hits(pairs, misses):  # a repeat confirmed lately: the
+            counters["links"] += 1                    # commonest answer, at once
+            counters["confirm_cache_hits"] += 1
+            counters["repeats"] += 1
+            if self._pending:
+                self._flush_if_due()
+            return False
+        return bool(self._admit_pending(misses, n_links, 0, depth))
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
         """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
@@ -230,11 +250,7 @@ class UrlSeen(CrawlRecords):
             raise ValueError(f"a URL holds a raw newline: {url!r}")
         host = host_of(url)
         misses = self._one
-        misses.keys.clear()
-        misses.values.clear()
-        misses.fps.clear()
-        misses.held = 0
-        misses.table.fill(0)
+        misses.reset()
         hits = self._confirmed.count_hits([(url, key)], misses)
         if not self._admit_pending(misses, 1, hits, depth, ((url, host),)):
             return None
@@ -247,8 +263,8 @@ class UrlSeen(CrawlRecords):
         (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
 
         A pending key is answered "seen" from the pending set (its bits are not set
-        yet); the others are probed, a few key by key (no numpy call), and the
-        "maybe seen" ones looked up in the ledger's index in one batch."""
+        yet); the others are probed in one call (compiled where built, no numpy),
+        and the "maybe seen" ones looked up in the ledger's index in one batch."""
         counters = self.counters
         counters["links"] += n_links
         m = len(misses)
@@ -259,30 +275,27 @@ class UrlSeen(CrawlRecords):
                 self._flush_if_due()
             return []
         blob = bytes(misses.fps)
-        fps: list[bytes] = [blob] if m == 1 else np.frombuffer(blob, dtype="V16").tolist()
+        fps = [blob[i:i + 16] for i in range(0, 16 * m, 16)] if m > 1 else [blob]
         pending = self._pending
-        ask = fps
+        ask, ask_blob = fps, blob
         if pending and not pending.isdisjoint(fps):
             ask = [fp for fp in fps if fp not in pending]
+            ask_blob = b"".join(ask)
         counters["confirm_cache_hits"] += hits + m - len(ask)  # answered from memory
-        if len(ask) <= SMALL:
-            contains = self.bloom.contains_fingerprint
-            maybe = [fp for fp in ask if contains(fp)]
-        else:
-            found = self.bloom.contains_hashes(halves(blob if ask is fps else b"".join(ask)))
-            maybe = [ask[j] for j in np.flatnonzero(found).tolist()] if found.any() else []
-        counters["bloom_maybe"] += len(maybe)
-        counters["bloom_definitely_new"] += len(ask) - len(maybe)
+        at = self.bloom.maybe_fingerprints(ask_blob) if ask else []
+        counters["bloom_maybe"] += len(at)
+        counters["bloom_definitely_new"] += len(ask) - len(at)
         new = ask
-        if maybe:
+        if at:
             counters["ledger_queries"] += 1
-            hm = halves(b"".join(maybe))
-            present = self.ledger.contains_hashes(hm)
-            self._confirmed.add(hm[present])
-            known = {maybe[j] for j in np.flatnonzero(present).tolist()}
-            counters["false_positives"] += len(maybe) - len(known)
-            if known:
-                new = [fp for fp in ask if fp not in known]
+            maybe = [ask[j] for j in at]
+            found = self.ledger.held_among(b"".join(maybe))
+            counters["false_positives"] += len(maybe) - len(found)
+            if found:
+                known = [maybe[j] for j in found]
+                self._confirmed.add(halves(b"".join(known)))
+                held = set(known)
+                new = [fp for fp in ask if fp not in held]
         counters["new"] += len(new)
         counters["repeats"] += n_links - len(new)
         if not new:

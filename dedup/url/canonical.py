@@ -146,8 +146,8 @@ class Canonicalizer:
     slower). Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_compiled", "_half", "_hits", "_misses", "_old", "_rules", "_young",
-                 "rules", "seed")
+    __slots__ = ("_base", "_compiled", "_half", "_hits", "_misses", "_native", "_old",
+                 "_page", "_rules", "_young", "rules", "seed")
 
     def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
                  seed: int = 0) -> None:
@@ -167,6 +167,12 @@ class Canonicalizer:
         self._hits = 0
         self._misses = 0
         self._compiled = 0
+        # the last base and its contexts: a caller adding a page's links one call
+        # each (UrlSeen.add) passes the same base every time; parsing it cost more
+        # than resolving the link
+        self._base: str | None = None
+        self._page: PageContexts | None = None
+        self._native: object = None  # the rules as the compiled path reads them
 
     def resolve(self, url: str, base: str | None = None) -> tuple[str, str]:
         """``(fetch_url, key)`` for one link. Raises UrlRejected."""
@@ -192,12 +198,21 @@ class Canonicalizer:
             raise TypeError("links must be an iterable of links, not one str")
         if base is None:
             page = None
-        elif not isinstance(base, str) or (page := page_contexts(base)) is None:
+        elif base is self._base:
+            page = self._page
+        else:
+            if not isinstance(base, str):
+                return [None for _ in links]
+            page = page_contexts(base)
+            self._base, self._page = base, page
+        if base is not None and page is None:
             return [None for _ in links]  # an invalid base: every link is rejected
         native = compiled.canon
         if native is None or (page is not None and page.scheme_ctx is None):
             return self._resolve_python(links, page)
-        out, pending = native.resolve_links(links, _native_rules(native, self._rules), page)
+        if self._native is None:
+            self._native = _native_rules(native, self._rules)
+        out, pending = native.resolve_links(links, self._native, page)
         self._compiled += len(out) - len(pending)
         if pending:
             rest = self._resolve_python([out[i] for i in pending], page)

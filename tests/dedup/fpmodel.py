@@ -71,3 +71,6 @@ def assert_answers(index: FingerprintIndex, model: dict[tuple[int, int], int],
         present, seq = index.lookup(his[i:i + 13], los[i:i + 13])
         assert present.tolist() == want_p[i:i + 13]
         assert seq.tolist() == want_s[i:i + 13]
+        # the seen-test's page path: the same keys as 16-byte fingerprints
+        fps = np.stack([his[i:i + 13], los[i:i + 13]], axis=1).astype("<u8").tobytes()
+        assert index.held_among(fps) == [j for j, p in enumerate(want_p[i:i + 13]) if p]

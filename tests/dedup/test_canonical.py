@@ -790,3 +790,30 @@ def test_direct_ada_join_agrees_with_ada_url_on_the_wpt_data():
         except ValueError:
             want = None
         assert join(inp, base.encode() if base else None) == want, case
+
+
+def test_links_of_one_page_one_call_each_parse_its_base_once(monkeypatch):
+    """``UrlSeen.add`` resolves a page's links one call each with the same base:
+    the base is parsed once, and a change of base (or an invalid one) is seen."""
+    import dedup.url.canonical as canonical_mod
+
+    calls: list[str] = []
+    real = canonical_mod.page_contexts
+
+    def counting(base):
+        calls.append(base)
+        return real(base)
+
+    page, other, bad = "https://a.example/d/p?q=1", "http://b.example/x/", "http://[::1"
+    links = ["../up", "?z=2", "/root", "mailto:x@y", "s"]
+    want, want_other = Canonicalizer().resolve_many(links, page), Canonicalizer().resolve_many(
+        ["s"], other)
+    monkeypatch.setattr(canonical_mod, "page_contexts", counting)
+    c = Canonicalizer()
+    got = [c.resolve_many((link,), page)[0] for link in links]
+    assert calls == [page]
+    assert got == want
+    assert c.resolve_many(["s"], other) == want_other
+    assert c.resolve_many(["s"], bad) == c.resolve_many(["s"], bad) == [None]
+    assert c.resolve_many(["s"], page) == [got[-1]]
+    assert calls == [page, other, bad, page]

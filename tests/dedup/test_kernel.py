@@ -209,3 +209,47 @@ def test_confirm_cache_calls_check_their_arguments():
 def test_ci_builds_the_kernel():
     require_kernel()
     assert compiled.kernel.fingerprints(["a"], 0) == fingerprint("a")
+
+
+@pytest.mark.parametrize("shards", [1, 8])
+def test_stack_maybe_answers_as_the_filter_on_grown_layers(k, monkeypatch, shards):
+    """The seen-test's one-call probe of a page's fingerprints: the indexes the numpy
+    path (and ``contains_hashes``) says may be held, on a filter grown by layers
+    (salted, rows with different layer counts)."""
+    bf = ShardedBloom(shards, 300, 0.05, seed=3)
+    bf.add_many([f"https://h.example/{i}" for i in range(500 if shards > 1 else 2000)])
+    assert bf.layers > 1
+    assert shards == 1 or len(set(bf._stack.nlayers.tolist())) > 1
+    fps = fingerprint_many([f"https://h.example/{i}" for i in range(0, 4000, 3)], 3)
+    want = np.flatnonzero(bf.contains_hashes(halves(fps))).tolist()
+    assert 0 < len(want) < len(fps) // 16
+    assert bf.maybe_fingerprints(fps) == want
+    assert bf.maybe_fingerprints(bytearray(fps)) == want
+    assert bf.maybe_fingerprints(b"") == []
+    monkeypatch.setattr(compiled, "kernel", None)
+    assert bf.maybe_fingerprints(fps) == want
+
+
+def test_stack_maybe_refuses_what_would_read_outside_the_filter(k):
+    bf = ShardedBloom(4, 300, 0.01)
+    a = bf._stack.arenas[0]
+    layer = (a.flat, a.words.shape[1], a.m, a.k, a.salt)
+    nl = bf._stack.nlayers
+    fp = fingerprint("x")
+    assert k.stack_maybe(fp, 4, (layer,), nl) == []
+    with pytest.raises(ValueError, match="16 bytes each"):
+        k.stack_maybe(fp[:15], 4, (layer,), nl)
+    with pytest.raises(ValueError, match="one intp per row"):
+        k.stack_maybe(fp, 5, (layer,), nl)
+    with pytest.raises(ValueError, match="more layers than given"):
+        k.stack_maybe(fp, 4, (layer,), nl + 1)
+    with pytest.raises(ValueError, match="bad layer geometry"):  # m past the row's words
+        k.stack_maybe(fp, 4, ((a.flat, a.words.shape[1], 64 * a.words.shape[1] + 1, a.k,
+                               0),), nl)
+    with pytest.raises(ValueError, match="bad layer geometry"):  # rows past the words
+        k.stack_maybe(fp, 4, ((a.flat[:a.words.shape[1]], a.words.shape[1], a.m, a.k, 0),),
+                      nl)
+    with pytest.raises(TypeError, match="uint64"):
+        k.stack_maybe(fp, 4, ((a.flat.view(np.int8), a.words.shape[1], a.m, a.k, 0),), nl)
+    with pytest.raises(TypeError):
+        k.stack_maybe(fp, 4, ((a.flat,),), nl)

@@ -263,6 +263,58 @@ def test_dont_filter_is_never_recorded(tmp_path: Path) -> None:
         df.close("finished")
 
 
+def test_commit_every_counts_admissions_not_repeats(tmp_path: Path) -> None:
+    """A repeat writes nothing, so it must not bring the next group commit (a
+    commit per ``commit_every`` calls was most calls' only write at scale)."""
+    df = UrlSeenDupeFilter(tmp_path / "seen", commit_every=3, commit_interval=3600.0)
+    df.open()
+    commits = []
+    commit = df.commit
+
+    def counted() -> None:
+        commits.append(1)
+        commit()
+
+    df.commit = counted  # type: ignore[method-assign]
+    try:
+        assert df.request_seen(Request("http://a.example/")) is False
+        for _ in range(10):
+            assert df.request_seen(Request("http://a.example/")) is True
+        assert commits == []
+        assert df.request_seen(Request("http://a.example/1")) is False
+        assert df.request_seen(Request("http://a.example/2")) is False
+        assert commits == [1]
+    finally:
+        df.close("finished")
+
+
+def test_ram_settings_reach_the_seen_set(tmp_path: Path) -> None:
+    """The filter's RAM is chosen by two settings, smaller by default than a
+    bloomcrawl crawl's (the 10M comparison in bench/README.md depends on it)."""
+    from scrapy.utils.test import get_crawler
+
+    from dedup import scrapy as ds
+    from dedup.store.ledger import INDEX_BUFFER
+
+    assert ds.INDEX_BUFFER < INDEX_BUFFER
+    crawler = get_crawler(settings_dict={"BLOOMCRAWL_SEEN_DIR": str(tmp_path / "a"),
+                                         "BLOOMCRAWL_INDEX_BUFFER": 4096,
+                                         "BLOOMCRAWL_CONFIRM_CACHE": 1000})
+    df = UrlSeenDupeFilter.from_crawler(crawler)
+    assert (df.index_buffer, df.confirm_cache_size) == (4096, 1000)
+    df.open()
+    try:
+        assert df.seen is not None and df.seen.ledger.index.buffer_records == 4096
+    finally:
+        df.close("finished")
+    df = UrlSeenDupeFilter(tmp_path / "b")
+    df.open()
+    try:
+        assert df.seen is not None and df.seen.ledger.index.buffer_records == ds.INDEX_BUFFER
+    finally:
+        df.close("finished")
+
+
 def test_dedup_does_not_import_scrapy() -> None:
     code = ("import sys, dedup, dedup.store.seen; "
             "assert 'scrapy' not in sys.modules, 'dedup imported scrapy'; "

@@ -423,7 +423,8 @@ class _Merge:
             self.count = write_run(self.path,
                                    merge_runs(self.inputs, drop_tombstones=self.drop_tombstones),
                                    block_records=self.block_records,
-                                   should_stop=self.stop.is_set)
+                                   should_stop=self.stop.is_set,
+                                   expect=sum(r.count for r in self.inputs))
             if not self.count:
                 self.path.unlink(missing_ok=True)
         except InterruptedError:

@@ -6,8 +6,16 @@ sequence number, top bit set for a tombstone. Layout::
 
     header   64 bytes  magic b"BCFPRUN1", format version, records per block,
                        record count, min and max seq (tombstone bit masked),
-                       CRC32 of the records, CRC32 of the header before it
+                       CRC32 of the records, CRC32 and length of the filter,
+                       CRC32 of the header before it
     records  24 bytes each
+    filter   the run's probe filter (see sortedkeys.filter_add), or nothing
+
+The filter is built by :func:`write_run` as the records stream (it is told how many
+to expect) and stored so that opening a run does not recompute it: setting three
+scattered bits per record was the dearest part of an open (~120 ns a record). A run
+without one (format 1, or written without a count to expect) gets it computed at open,
+as before; format 1 files still open.
 
 Why a file and not a SQLite table: the records are written once, in order, in
 large sequential writes; lookups go through the radix directory and probe
@@ -19,7 +27,9 @@ bench/index_bench.py measures this against SQLite ``WITHOUT ROWID`` runs.
 
 Opening validates every header field against the file size before mapping
 anything, then streams the records once (bounded memory) to check the CRC, the
-order and the seq range and to count the directory: a truncated, corrupted or
+order and the seq range and to count the directory, and checks the stored filter's
+CRC; a large run is checked in segments on parallel threads (the reads, the CRC
+and numpy's passes let go of the GIL), their CRCs combined: a truncated, corrupted or
 hostile file raises :class:`RunFileError` (an :class:`~dedup.base.errors.IndexDamaged`),
 never a huge allocation and never a wrong answer. :func:`verify_run` makes the
 same checks without building the directory, for a reader that only asks "is it
@@ -31,8 +41,10 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -46,7 +58,6 @@ from dedup.index.sortedkeys import (
     SEQ_MASK,
     Query,
     SortedKeys,
-    bucket_counts,
     columns,
     directory_bits,
     filter_add,
@@ -55,11 +66,15 @@ from dedup.index.sortedkeys import (
 from dedup.index.sortedkeys import TOMBSTONE as TOMBSTONE  # fpindex takes it from here
 
 MAGIC = b"BCFPRUN1"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: no stored filter (still read)
 MAX_BLOCK_RECORDS = 1 << 16
 _HEAD = struct.Struct("<8sIIQQQI")
+_FILTER = struct.Struct("<IQ")  # format 2: the filter's CRC32 and length in bytes
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
+_FILTER_MAX_BYTES = filter_size(1 << 62) // 8  # the largest filter filter_size makes
+# a run of at least this many records is checked at open in segments on threads
+_PARALLEL_MIN = 16 * _CHUNK
 
 
 class RunFileError(IndexDamaged):
@@ -81,8 +96,10 @@ def is_sorted_unique(hi: np.ndarray, lo: np.ndarray) -> bool:
     return bool(np.all(dh | (eq & (lo[1:] > lo[:-1]))))
 
 
-def _pack_header(block: int, count: int, min_seq: int, max_seq: int, crc: int) -> bytes:
-    body = _HEAD.pack(MAGIC, FORMAT_VERSION, block, count, min_seq, max_seq, crc)
+def _pack_header(block: int, count: int, min_seq: int, max_seq: int, crc: int,
+                 filter_crc: int, filter_len: int) -> bytes:
+    body = (_HEAD.pack(MAGIC, FORMAT_VERSION, block, count, min_seq, max_seq, crc)
+            + _FILTER.pack(filter_crc, filter_len))
     head = body + struct.pack("<I", zlib.crc32(body))
     return head.ljust(HEADER_SIZE, b"\0")
 
@@ -90,16 +107,23 @@ def _pack_header(block: int, count: int, min_seq: int, max_seq: int, crc: int) -
 def write_run(path: str | os.PathLike[str],
               chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
               *, block_records: int = BLOCK_RECORDS,
-              should_stop: Callable[[], bool] | None = None) -> int:
+              should_stop: Callable[[], bool] | None = None,
+              expect: int | None = None) -> int:
     """Write the records of ``chunks`` (each ``(hi, lo, seq)``, together strictly
     increasing by ``(hi, lo)``) as a run file at ``path``, atomically; return the count.
 
-    Streams: memory is one chunk, whatever the run's size. ``should_stop`` is polled
-    between chunks; when it answers True the write is abandoned (``InterruptedError``)
-    and no file is left behind.
+    Streams: memory is one chunk, whatever the run's size, plus the probe filter
+    (one byte a record) when ``expect`` (at least the number of records; a list
+    or tuple of chunks is counted here) says how large to make it: the filter is
+    stored after the records, and opening the run reads it instead of computing it.
+    ``should_stop`` is polled between chunks; when it answers True the write is
+    abandoned (``InterruptedError``) and no file is left behind.
     """
     if not 1 <= block_records <= MAX_BLOCK_RECORDS:
         raise ValueError(f"block_records must be 1..{MAX_BLOCK_RECORDS}, not {block_records}")
+    if expect is None and isinstance(chunks, list | tuple):
+        expect = sum(len(c[0]) for c in chunks)
+    bloom = np.zeros(filter_size(expect) // 8, dtype=np.uint8) if expect else None
     dtype = records_dtype()
     written = 0
 
@@ -123,13 +147,21 @@ def write_run(path: str | os.PathLike[str],
             data = rec.tobytes()
             crc = zlib.crc32(data, crc)
             f.write(data)
+            if bloom is not None:
+                filter_add(bloom, hi, lo)
             masked = rec["seq"] & SEQ_MASK
             mn, mx = int(masked.min()), int(masked.max())
             lo_seq = mn if lo_seq is None else min(lo_seq, mn)
             hi_seq = mx if hi_seq is None else max(hi_seq, mx)
             count += n
+        stored = bloom if bloom is not None and 0 < count <= (expect or 0) else None
+        filter_crc, filter_len = 0, 0
+        if stored is not None:
+            f.write(stored.data)
+            filter_crc, filter_len = zlib.crc32(stored.data), stored.nbytes
         f.seek(0)
-        f.write(_pack_header(block_records, count, lo_seq or 0, hi_seq or 0, crc))
+        f.write(_pack_header(block_records, count, lo_seq or 0, hi_seq or 0, crc,
+                             filter_crc, filter_len))
         written = count
 
     atomic_write(path, body)
@@ -151,7 +183,7 @@ class Run:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         size, head = _read_head(self.path)
-        self.block, self.count, self.min_seq, self.max_seq, crc = _parse_header(
+        self.block, self.count, self.min_seq, self.max_seq, crc, fcrc, flen = _parse_header(
             self.path, head, size)
         self.nbytes = size
         self._map: mmap.mmap | None = None
@@ -170,7 +202,7 @@ class Run:
         else:
             self._rec = np.zeros((0, 3), dtype="<u8")
         try:
-            self.keys = self._verify(crc)
+            self.keys = self._verify(crc, fcrc, flen)
         except BaseException:
             self.close()
             raise
@@ -183,23 +215,57 @@ class Run:
         if self._map is not None:
             self._map.madvise(mmap.MADV_DONTNEED)
 
-    def _verify(self, crc: int) -> SortedKeys:
-        """Stream the records once: CRC, strict order, seq range; count the buckets."""
-        check = _RecordCheck(self.path, self.min_seq, self.max_seq)
+    def _verify(self, crc: int, filter_crc: int, filter_len: int) -> SortedKeys:
+        """Stream the records once: CRC, strict order, seq range; count the buckets;
+        read the stored filter (checked by its CRC) or build it."""
         bits = directory_bits(self.count, self.block)
         counts = np.zeros(1 << bits, dtype=np.int64)
-        m = filter_size(self.count)
-        bloom = np.zeros(m // 8, dtype=np.uint8)
-        for start in range(0, self.count, _CHUNK):
-            chunk = self.records(start, start + _CHUNK)
-            check.feed(chunk)
-            hi, lo = chunk[:, 0], chunk[:, 1]
-            counts += bucket_counts(hi, bits)
-            filter_add(bloom, hi, lo)
-        check.finish(crc)
+        bloom = self._stored_filter(filter_crc, filter_len)
+        build = bloom is None
+        if build:
+            bloom = np.zeros(filter_size(self.count) // 8, dtype=np.uint8)
+        lock = threading.Lock()  # the shared counts and filter
+
+        def segment(first: int, stop: int) -> _RecordCheck:
+            check = _RecordCheck(self.path, self.min_seq, self.max_seq, first)
+            for start in range(first, stop, _CHUNK):
+                chunk = self.records(start, min(start + _CHUNK, stop))
+                check.feed(chunk)
+                hi = chunk[:, 0]
+                ids = (hi >> np.uint64(64 - bits)).astype(np.intp)
+                low = int(ids.min())  # sorted unless damaged: a few buckets, not all 2**bits
+                part = np.bincount(ids - low)
+                with lock:
+                    counts[low:low + len(part)] += part
+                    if build:
+                        filter_add(bloom, hi, chunk[:, 1])
+            return check
+
+        parts = _segments(self.count)
+        if len(parts) > 1:
+            with ThreadPoolExecutor(len(parts), thread_name_prefix="run-open") as pool:
+                checks = list(pool.map(lambda p: segment(*p), parts))
+        else:
+            checks = [segment(*p) for p in parts]
+        _RecordCheck.joined(self.path, checks, self.min_seq, self.max_seq).finish(crc)
         rec = self._rec
         return SortedKeys(rec[:, 0], rec[:, 1], rec[:, 2], counts, bits, columns(rec, 3),
                           bloom, (self._fd, HEADER_SIZE) if self._fd is not None else None)
+
+    def _stored_filter(self, filter_crc: int, filter_len: int) -> np.ndarray | None:
+        """The filter stored after the records, its CRC checked; None if there is none."""
+        if not filter_len:
+            return None
+        bloom = np.empty(filter_len, dtype=np.uint8)
+        assert self._fd is not None
+        got = os.preadv(self._fd, [bloom], HEADER_SIZE + self.count * RECORD_SIZE)
+        if got != filter_len:
+            raise RunFileError(f"run file {self.path}: short read of its filter: changed "
+                               "under us")
+        if zlib.crc32(bloom.data) != filter_crc:
+            raise RunFileError(f"run file {self.path}: filter checksum mismatch: the stored "
+                               "filter is damaged")
+        return bloom
 
     def records(self, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` as an ``(n, 3)`` uint64 array, read into memory.
@@ -267,22 +333,45 @@ class _RecordCheck:
     fails) is told apart from records that are whole but wrong (the CRC passes,
     the order does not: a file written by something other than :func:`write_run`)."""
 
-    def __init__(self, path: Path, min_seq: int, max_seq: int) -> None:
+    def __init__(self, path: Path, min_seq: int, max_seq: int, first: int = 0) -> None:
         self.path, self.min_seq, self.max_seq = path, min_seq, max_seq
-        self.crc, self.seen = 0, 0
+        self.crc, self.first, self.seen = 0, first, first  # first: the record it starts at
+        self.nbytes = 0
+        self.head: tuple[int, int] | None = None  # the first key fed
         self.prev: tuple[int, int] | None = None
         self.bad_at: int | None = None  # the first chunk found out of order or range
+
+    @classmethod
+    def joined(cls, path: Path, parts: list[_RecordCheck], min_seq: int,
+               max_seq: int) -> _RecordCheck:
+        """The check of the consecutive segments ``parts`` as one: their CRCs
+        combined, the order checked across each boundary too."""
+        whole = cls(path, min_seq, max_seq)
+        for p in parts:
+            if p.head is not None and whole.prev is not None and whole.bad_at is None and (
+                    p.head <= whole.prev):
+                whole.bad_at = p.first
+            if whole.bad_at is None:
+                whole.bad_at = p.bad_at
+            whole.crc = crc32_combine(whole.crc, p.crc, p.nbytes)
+            whole.nbytes += p.nbytes
+            whole.prev = p.prev if p.prev is not None else whole.prev
+        return whole
 
     def feed(self, chunk: np.ndarray) -> None:
         """The next records, an ``(n, 3)`` C-contiguous uint64 array."""
         self.crc = zlib.crc32(chunk.data, self.crc)
-        if self.bad_at is None and len(chunk):
+        self.nbytes += chunk.nbytes
+        if len(chunk):
             hi, lo = chunk[:, 0], chunk[:, 1]
-            seq = chunk[:, 2] & SEQ_MASK
-            bad = not is_sorted_unique(hi, lo) or (
-                self.prev is not None and (int(hi[0]), int(lo[0])) <= self.prev)
-            if bad or int(seq.min()) < self.min_seq or int(seq.max()) > self.max_seq:
-                self.bad_at = self.seen
+            if self.head is None:
+                self.head = (int(hi[0]), int(lo[0]))
+            if self.bad_at is None:
+                seq = chunk[:, 2] & SEQ_MASK
+                bad = not _increasing(hi, lo) or (
+                    self.prev is not None and (int(hi[0]), int(lo[0])) <= self.prev)
+                if bad or int(seq.min()) < self.min_seq or int(seq.max()) > self.max_seq:
+                    self.bad_at = self.seen
             self.prev = (int(hi[-1]), int(lo[-1]))
         self.seen += len(chunk)
 
@@ -297,13 +386,58 @@ class _RecordCheck:
                                "their checksum matches: not written by this program")
 
 
+def _increasing(hi: np.ndarray, lo: np.ndarray) -> bool:
+    """:func:`is_sorted_unique`, in one comparison when no two ``hi`` are equal
+    (fingerprints are uniform hashes: the rule), the full test only otherwise."""
+    return bool(np.all(hi[1:] > hi[:-1])) or is_sorted_unique(hi, lo)
+
+
+def _segments(count: int) -> list[tuple[int, int]]:
+    """``[first, stop)`` record ranges to check on parallel threads: one per CPU
+    for a large run (whole chunks each), one for a small run."""
+    if count < _PARALLEL_MIN:
+        return [(0, count)]
+    step = -(-count // min(os.cpu_count() or 1, 4) // _CHUNK) * _CHUNK
+    return [(a, min(a + step, count)) for a in range(0, count, step)]
+
+
+def _crc_mulmod(a: int, b: int) -> int:
+    """``a * b`` modulo the CRC-32 polynomial, reflected (zlib's ``multmodp``)."""
+    m, p = 1 << 31, 0
+    while True:
+        if a & m:
+            p ^= b
+            if not a & (m - 1):
+                return p
+        m >>= 1
+        b = (b >> 1) ^ 0xEDB88320 if b & 1 else b >> 1
+
+
+_X2N = [1 << 30]  # x^(2^k) modulo the polynomial, k = 0..31
+for _ in range(31):
+    _X2N.append(_crc_mulmod(_X2N[-1], _X2N[-1]))
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """``zlib.crc32(a + b)`` from ``crc1 = zlib.crc32(a)``, ``crc2 = zlib.crc32(b)`` and
+    ``len(b)`` (zlib's ``crc32_combine``, which Python's zlib does not expose): what
+    lets a run's segments be checked on separate threads."""
+    p, k, n = 1 << 31, 3, len2  # x^0; multiply by x^(8 * len2)
+    while n:
+        if n & 1:
+            p = _crc_mulmod(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return _crc_mulmod(p, crc1) ^ crc2
+
+
 def verify_run(path: str | os.PathLike[str]) -> int:
     """Check a run file whole (header, size, records' CRC, order, seq range) without
     building its directory or mapping it: bounded memory, one sequential read.
     Returns its record count; raises :class:`RunFileError`."""
     path = Path(path)
     size, head = _read_head(path)
-    _, count, min_seq, max_seq, crc = _parse_header(path, head, size)
+    _, count, min_seq, max_seq, crc, filter_crc, filter_len = _parse_header(path, head, size)
     check = _RecordCheck(path, min_seq, max_seq)
     buf = np.empty((min(count, _CHUNK), 3), dtype="<u8")
     try:
@@ -318,9 +452,13 @@ def verify_run(path: str | os.PathLike[str]) -> int:
                     raise RunFileError(f"run file {path}: short read ({got} of {part.nbytes} "
                                        "bytes): changed under us")
                 check.feed(part)
+            stored = f.read(filter_len)
     except OSError as exc:
         raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
     check.finish(crc)
+    if len(stored) != filter_len or zlib.crc32(stored) != filter_crc:
+        raise RunFileError(f"run file {path}: filter checksum mismatch: the stored filter "
+                           "is damaged")
     return count
 
 
@@ -348,24 +486,33 @@ def _read_head(path: Path) -> tuple[int, bytes]:
         raise RunFileError(f"run file {path}: cannot read: {exc}") from exc
 
 
-def _parse_header(path: Path, head: bytes, size: int) -> tuple[int, int, int, int, int]:
-    """Validate every header field against the file size; no allocation before."""
+def _parse_header(path: Path, head: bytes, size: int
+                  ) -> tuple[int, int, int, int, int, int, int]:
+    """Validate every header field against the file size; no allocation before.
+    ``(block, count, min_seq, max_seq, records' CRC, filter's CRC, filter bytes)``."""
     if len(head) < HEADER_SIZE:
         raise RunFileError(f"run file {path}: truncated header ({len(head)} bytes)")
     magic, version, block, count, min_seq, max_seq, crc = _HEAD.unpack_from(head)
     if magic != MAGIC:
         raise RunFileError(f"run file {path}: not a fingerprint run (bad magic)")
-    (hcrc,) = struct.unpack_from("<I", head, _HEAD.size)
-    if zlib.crc32(head[:_HEAD.size]) != hcrc or any(head[_HEAD.size + 4:HEADER_SIZE]):
-        raise RunFileError(f"run file {path}: header checksum mismatch")
-    if version != FORMAT_VERSION:
+    if version not in (1, FORMAT_VERSION):  # before its checksum: where that is depends on it
         raise RunFileError(f"run file {path}: format version {version}, "
-                           f"this build reads {FORMAT_VERSION}")
+                           f"this build reads 1 and {FORMAT_VERSION}")
+    end = _HEAD.size + (_FILTER.size if version >= 2 else 0)
+    (hcrc,) = struct.unpack_from("<I", head, end)
+    if zlib.crc32(head[:end]) != hcrc or any(head[end + 4:HEADER_SIZE]):
+        raise RunFileError(f"run file {path}: header checksum mismatch")
+    filter_crc, filter_len = _FILTER.unpack_from(head, _HEAD.size) if version >= 2 else (0, 0)
     if not 1 <= block <= MAX_BLOCK_RECORDS:
         raise RunFileError(f"run file {path}: bad block size {block}")
-    if size != HEADER_SIZE + count * RECORD_SIZE:
+    if filter_len and not filter_size(count) <= filter_len * 8 <= _FILTER_MAX_BYTES * 8:
+        raise RunFileError(f"run file {path}: bad filter size {filter_len} bytes for "
+                           f"{count} records")
+    if size != HEADER_SIZE + count * RECORD_SIZE + filter_len:
         raise RunFileError(f"run file {path}: {size} bytes, header says {count} records "
-                           f"({HEADER_SIZE + count * RECORD_SIZE} bytes): truncated or damaged")
+                           f"and a {filter_len}-byte filter "
+                           f"({HEADER_SIZE + count * RECORD_SIZE + filter_len} bytes): "
+                           "truncated or damaged")
     if min_seq > max_seq or max_seq >= 1 << 63:
         raise RunFileError(f"run file {path}: bad seq range {min_seq}..{max_seq}")
-    return block, count, min_seq, max_seq, crc
+    return block, count, min_seq, max_seq, crc, filter_crc, filter_len

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dedup.base.errors import IndexDamaged
 from dedup.index import runs
 from dedup.index.runs import HEADER_SIZE, TOMBSTONE, Run, RunFileError, verify_run, write_run
-from dedup.index.sortedkeys import filter_add, filter_passes
+from dedup.index.sortedkeys import bucket_counts, filter_add, filter_passes
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled loops and Python alike
 
@@ -75,7 +75,7 @@ def test_directory_buckets_by_top_bits(keys: set, bits: int) -> None:
     any size: every bucket's records are found, absent neighbours are not."""
     hi, lo = _sorted(keys)
     seq = np.arange(1, len(hi) + 1, dtype=np.uint64)
-    sk = runs.SortedKeys(hi, lo, seq, runs.bucket_counts(hi, bits), bits)
+    sk = runs.SortedKeys(hi, lo, seq, bucket_counts(hi, bits), bits)
     asked = sorted(keys) + [(h, lo_ + 4) for h, lo_ in list(keys)[:30]] + [(0, 9), (2**64 - 1, 9)]
     truth = dict(zip(sorted(keys), seq.tolist(), strict=True))
     found, got = sk.contains(np.array([a[0] for a in asked], np.uint64),
@@ -256,3 +256,92 @@ def test_a_run_file_cut_short_under_a_lookup_is_an_error(tmp_path: Path) -> None
         f.truncate(HEADER_SIZE + 24 * 10)
     with pytest.raises(ValueError, match="short read"):
         _find_many(keys, hi[-50:], lo[-50:])
+
+
+def _keys(n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    hi, lo = _sorted({(int(h), int(x)) for h, x in rng.integers(0, 2**63, (n, 2))})
+    return hi, lo, np.arange(1, len(hi) + 1, dtype=np.uint64)
+
+
+def test_filter_is_stored_and_a_damaged_one_refused(tmp_path: Path) -> None:
+    """write_run stores the probe filter after the records, under its own CRC:
+    opening reads it instead of computing it, and a flipped bit in it (which would
+    turn present keys into misses) is damage, found by Run and verify_run alike."""
+    path = tmp_path / "r.fpr"
+    hi, lo, seq = _keys(200)
+    write_run(path, [(hi, lo, seq)])
+    data = path.read_bytes()
+    end = HEADER_SIZE + len(hi) * 24
+    assert len(data) > end  # the filter follows the records
+    bloom = np.zeros(len(data) - end, dtype=np.uint8)
+    filter_add(bloom, hi, lo)
+    assert data[end:] == bloom.tobytes()
+    assert np.array_equal(Run(path).keys.bloom, bloom)
+    flipped = bytearray(data)
+    flipped[end + 3] ^= 0x01
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(RunFileError, match="filter checksum mismatch"):
+        Run(path)
+    with pytest.raises(RunFileError, match="filter checksum mismatch"):
+        verify_run(path)
+
+
+def test_format_1_run_and_unsized_writes_still_open(tmp_path: Path) -> None:
+    """A run of format 1 (no stored filter) opens and answers, its filter computed
+    at open; so does a run written from a stream of unknown length."""
+    hi, lo, seq = _keys(300)
+    path = tmp_path / "v2.fpr"
+    write_run(path, iter([(hi, lo, seq)]))  # a generator: no count to size a filter by
+    assert path.stat().st_size == HEADER_SIZE + len(hi) * 24
+    sized = tmp_path / "sized.fpr"
+    write_run(sized, iter([(hi, lo, seq)]), expect=len(hi) + 5)  # an upper bound will do
+    assert sized.stat().st_size == HEADER_SIZE + len(hi) * 24 + runs.filter_size(len(hi) + 5) // 8
+    records = path.read_bytes()[HEADER_SIZE:]
+    old = tmp_path / "v1.fpr"
+    old.write_bytes(_header(block=16, count=len(hi), mn=1, mx=len(hi),
+                            crc=zlib.crc32(records)) + records)
+    for p in (path, sized, old):
+        run = Run(p)
+        found, got = run.contains(hi, lo)
+        assert found.all() and got.tolist() == seq.tolist()
+        assert filter_passes(run.keys.bloom, hi, lo).all()
+        assert verify_run(p) == len(hi)
+        run.close()
+
+
+def test_segments_checked_in_parallel_join_exactly(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large run is checked in segments on threads: the combined CRC is the
+    whole run's, and keys out of order across a segment's seam are still refused."""
+    monkeypatch.setattr(runs, "_CHUNK", 8)
+    monkeypatch.setattr(runs, "_PARALLEL_MIN", 16)
+    monkeypatch.setattr(runs.os, "cpu_count", lambda: 4)
+    hi, lo, seq = _keys(100)
+    path = tmp_path / "r.fpr"
+    write_run(path, [(hi, lo, seq)])
+    assert len(runs._segments(len(hi))) == 4
+    run = Run(path)
+    assert run.contains(hi, lo)[0].all()
+    assert run.keys.start[-1] == len(hi)
+    run.close()
+    seam = runs._segments(len(hi))[1][0]
+    hi[seam - 1], hi[seam] = hi[seam], hi[seam - 1]  # swapped across the seam, CRC made to match
+    lo[seam - 1], lo[seam] = lo[seam], lo[seam - 1]
+    rec = np.stack([hi, lo, seq], axis=1).astype("<u8").tobytes()
+    path.write_bytes(_header(block=16, count=len(hi), mn=1, mx=len(hi), crc=zlib.crc32(rec))
+                     + rec)
+    with pytest.raises(RunFileError, match=f"from record {seam} on"):
+        Run(path)
+    flipped = bytearray(path.read_bytes())
+    flipped[HEADER_SIZE + 24 * 90 + 20] ^= 1  # a seq's high byte, in the last segment
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(RunFileError, match="record checksum mismatch"):
+        Run(path)
+
+
+def test_crc32_combine_matches_zlib() -> None:
+    rng = np.random.default_rng(5)
+    for n1, n2 in [(0, 0), (0, 5), (5, 0), (1, 1), (1000, 4097), (3, 1 << 16)]:
+        a, b = rng.bytes(n1), rng.bytes(n2)
+        assert runs.crc32_combine(zlib.crc32(a), zlib.crc32(b), n2) == zlib.crc32(a + b)

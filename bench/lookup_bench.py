@@ -49,13 +49,18 @@ def record(state: Path, pages: int, record_pages: int, seed: int,
         copy = Path(tmp) / "state"
         shutil.copytree(state, copy)
         with UrlSeen(copy, autocommit=False) as seen:
-            ask = seen.ledger.contains_hashes
+            ask, ask_page = seen.ledger.contains_hashes, seen.ledger.held_among
 
             def recorded(h: np.ndarray) -> np.ndarray:
                 batches.append(np.array(h))
                 return ask(h)
 
+            def recorded_page(fps: bytes) -> list[int]:  # filter_new's lookup of a page
+                batches.append(np.frombuffer(fps, dtype="<u8").reshape(-1, 2).copy())
+                return ask_page(fps)
+
             seen.ledger.contains_hashes = recorded  # type: ignore[method-assign]
+            seen.ledger.held_among = recorded_page  # type: ignore[method-assign]
             for _ in range(record_pages // GROUP):
                 chunk = stream.chunk(GROUP)
                 if by_page:

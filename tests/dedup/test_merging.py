@@ -47,13 +47,14 @@ def test_a_merge_holds_a_few_steps_of_records_not_more(tmp_path: Path) -> None:
     records a step, holding all of them at once, it was 30 MB at this size."""
     rng = np.random.default_rng(5)
     fanout, per = 4, 16 * MERGE_CHUNK
-    runs = []
+    runs, his = [], []
     for i in range(fanout):
         hi = np.sort(rng.integers(0, 2**64, per, dtype=np.uint64))
         lo = rng.integers(0, 2**64, per, dtype=np.uint64)
         seq = np.arange(i * per, (i + 1) * per, dtype=np.uint64)
         write_run(tmp_path / f"r{i}.fpr", [(hi, lo, seq)])
         runs.append(Run(tmp_path / f"r{i}.fpr"))
+        his.append(hi)
     step = fanout * MERGE_CHUNK * RECORD_SIZE
     stored_filter = filter_size(fanout * per) // 8  # written at the end: not transient
     tracemalloc.start()
@@ -65,3 +66,5 @@ def test_a_merge_holds_a_few_steps_of_records_not_more(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert n == fanout * per
     assert peak - stored_filter < 4 * step, (peak, step)
+    merged = Run(tmp_path / "m.fpr")  # many steps, each cut where every run agrees
+    assert np.array_equal(merged.records(0, n)[:, 0], np.sort(np.concatenate(his)))

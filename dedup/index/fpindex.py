@@ -427,6 +427,9 @@ class _Merge:
                                    expect=sum(r.count for r in self.inputs))
             if not self.count:
                 self.path.unlink(missing_ok=True)
+            # now, not at the install: the owner's opening of the new run would
+            # otherwise come on top of the pages this thread's steps freed
+            give_back()
         except InterruptedError:
             pass
         except BaseException as exc:  # surfaced on the owner's thread by _install

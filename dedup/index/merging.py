@@ -16,7 +16,11 @@ import numpy as np
 from dedup.index.runs import Run
 from dedup.index.sortedkeys import SEQ_MASK, TOMBSTONE
 
-MERGE_CHUNK = 1 << 16  # records read per input run per step (1.5 MiB)
+# records read per input run per step (384 KiB): a step's temporaries (the chunks,
+# their concatenation, its sorted copy) are a few times fanout * MERGE_CHUNK records,
+# and this was the transient peak of a whole Scrapy run at 1 << 16 (bench/README.md,
+# "Scrapy dupefilter"); below ~1 << 12 the per-step Python starts to show
+MERGE_CHUNK = 1 << 14
 
 
 def key_order(hi: np.ndarray, lo: np.ndarray, seq: np.ndarray | None = None) -> np.ndarray:
@@ -40,6 +44,8 @@ def newest_unique(hi: np.ndarray, lo: np.ndarray, seq: np.ndarray, *,
     last[:-1] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
     if drop_tombstones:
         last &= (seq & TOMBSTONE) == 0
+    if last.all():  # the rule in a merge of runs (each unique): no third copy
+        return hi, lo, seq
     return hi[last], lo[last], seq[last]
 
 
@@ -71,15 +77,15 @@ def merge_runs(runs: Sequence[Run], *, drop_tombstones: bool,
                 bound = last if bound is None or last < bound else bound
         if not any(len(p) for p in parts):
             return
-        his, los, seqs = [], [], []
+        takes = []
         for k, rec in enumerate(parts):
             take = len(rec) if bound is None else _count_upto(rec[:, 0], rec[:, 1], bound)
-            his.append(rec[:take, 0])
-            los.append(rec[:take, 1])
-            seqs.append(rec[:take, 2])
+            takes.append(take)
             cursors[k] += take
-        yield newest_unique(np.concatenate(his), np.concatenate(los), np.concatenate(seqs),
-                            drop_tombstones=drop_tombstones)
+        cols = [np.concatenate([rec[:take, j] for rec, take in zip(parts, takes, strict=True)])
+                for j in range(3)]
+        del parts, rec  # the chunks read: not alive beside the sort's copies
+        yield newest_unique(*cols, drop_tombstones=drop_tombstones)
 
 
 def merge_newer(old: tuple[np.ndarray, np.ndarray, np.ndarray],

@@ -72,6 +72,9 @@ _HEAD = struct.Struct("<8sIIQQQI")
 _FILTER = struct.Struct("<IQ")  # format 2: the filter's CRC32 and length in bytes
 HEADER_SIZE = 64
 _CHUNK = 1 << 16  # records per streamed chunk (1.5 MiB)
+# records per step of an open's check (384 KiB): its temporaries come on top of the
+# steady RAM while the index installs a merged run, on one thread per segment
+_OPEN_CHUNK = 1 << 14
 _FILTER_MAX_BYTES = filter_size(1 << 62) // 8  # the largest filter filter_size makes
 # a run of at least this many records is checked at open in segments on threads
 _PARALLEL_MIN = 16 * _CHUNK
@@ -144,16 +147,18 @@ def write_run(path: str | os.PathLike[str],
             last = (int(hi[-1]), int(lo[-1]))
             rec = np.empty(n, dtype=dtype)
             rec["hi"], rec["lo"], rec["seq"] = hi, lo, seq
-            data = rec.tobytes()
-            crc = zlib.crc32(data, crc)
-            f.write(data)
+            crc = zlib.crc32(rec, crc)  # the array's own buffer: no bytes copy
+            f.write(rec)
             if bloom is not None:
                 filter_add(bloom, hi, lo)
-            masked = rec["seq"] & SEQ_MASK
+            masked = seq & SEQ_MASK
             mn, mx = int(masked.min()), int(masked.max())
             lo_seq = mn if lo_seq is None else min(lo_seq, mn)
             hi_seq = mx if hi_seq is None else max(hi_seq, mx)
             count += n
+            # let go before the next chunk is made: a merge computes it here, and this
+            # slice would keep its whole chunk alive beside the next one's temporaries
+            del hi, lo, seq, rec, masked
         stored = bloom if bloom is not None and 0 < count <= (expect or 0) else None
         filter_crc, filter_len = 0, 0
         if stored is not None:
@@ -175,6 +180,7 @@ def _sliced(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
     for hi, lo, seq in chunks:
         for a in range(0, len(hi), _CHUNK):
             yield hi[a:a + _CHUNK], lo[a:a + _CHUNK], seq[a:a + _CHUNK]
+        del hi, lo, seq  # not alive while the next chunk is made
 
 
 class Run:
@@ -228,8 +234,8 @@ class Run:
 
         def segment(first: int, stop: int) -> _RecordCheck:
             check = _RecordCheck(self.path, self.min_seq, self.max_seq, first)
-            for start in range(first, stop, _CHUNK):
-                chunk = self.records(start, min(start + _CHUNK, stop))
+            for start in range(first, stop, _OPEN_CHUNK):
+                chunk = self.records(start, min(start + _OPEN_CHUNK, stop))
                 check.feed(chunk)
                 hi = chunk[:, 0]
                 ids = (hi >> np.uint64(64 - bits)).astype(np.intp)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup.index.merging import merge_newer, newest_unique
+from dedup.index.merging import MERGE_CHUNK, merge_newer, merge_runs, newest_unique
+from dedup.index.runs import Run, write_run
+from dedup.index.sortedkeys import RECORD_SIZE, filter_size
 
 _KEYS = st.sets(st.tuples(st.integers(0, 6), st.integers(0, 4)), max_size=30)
 
@@ -32,3 +37,34 @@ def test_merge_newer_is_the_newest_wins_union(old: set, new: set) -> None:
     truth.update(zip(sorted(new), b[2].tolist(), strict=True))
     assert list(zip(got[0].tolist(), got[1].tolist(), strict=True)) == sorted(truth)
     assert got[2].tolist() == [truth[k] for k in sorted(truth)]
+
+
+def test_a_merge_holds_a_few_steps_of_records_not_more(tmp_path: Path) -> None:
+    """The background merge runs beside the whole crawl, so its transient RAM is the
+    process's peak (a Scrapy run's, bench/README.md): a step holds its chunks, their
+    concatenation and its sorted copy (a few times ``fanout * MERGE_CHUNK`` records),
+    and the writer lets each written chunk go before the next is made; at 1 << 16
+    records a step, holding all of them at once, it was 30 MB at this size."""
+    rng = np.random.default_rng(5)
+    fanout, per = 4, 16 * MERGE_CHUNK
+    runs, his = [], []
+    for i in range(fanout):
+        hi = np.sort(rng.integers(0, 2**64, per, dtype=np.uint64))
+        lo = rng.integers(0, 2**64, per, dtype=np.uint64)
+        seq = np.arange(i * per, (i + 1) * per, dtype=np.uint64)
+        write_run(tmp_path / f"r{i}.fpr", [(hi, lo, seq)])
+        runs.append(Run(tmp_path / f"r{i}.fpr"))
+        his.append(hi)
+    step = fanout * MERGE_CHUNK * RECORD_SIZE
+    stored_filter = filter_size(fanout * per) // 8  # written at the end: not transient
+    tracemalloc.start()
+    try:
+        n = write_run(tmp_path / "m.fpr", merge_runs(runs, drop_tombstones=False),
+                      expect=fanout * per)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert n == fanout * per
+    assert peak - stored_filter < 4 * step, (peak, step)
+    merged = Run(tmp_path / "m.fpr")  # many steps, each cut where every run agrees
+    assert np.array_equal(merged.records(0, n)[:, 0], np.sort(np.concatenate(his)))

@@ -178,9 +178,11 @@ async def test_a_50_mb_page_is_crawled_archived_whole_and_costs_little_memory(tm
     got = warc_responses(tmp_path / "big")
     assert got[base + "/big"] == (BIG, digest, None, digest)
     assert set(got) == {base + u for u in ["/big", *LINKS]}
-    # before: held whole (and three copies of it) it cost ~200 MB
+    # before: held whole (and three copies of it) it cost ~200 MB. Streamed, +27-29 MB on
+    # an idle box (the 8 MiB parse head, its parse pieces, the WARC copy buffers), +33
+    # under load: 40 still fails any code that holds the 50 MB body once.
     print(f"peak RSS: 50 MB page {big_rss:.1f} MB, small page {small_rss:.1f} MB")
-    assert big_rss - small_rss < 32, (big_rss, small_rss)
+    assert big_rss - small_rss < 40, (big_rss, small_rss)
     assert not list(state.glob("tmp*"))  # no spool file left (they have no name)
 
 

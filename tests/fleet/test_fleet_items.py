@@ -1,7 +1,8 @@
 """Page handlers in a fleet: every worker runs the handler on the pages it fetches and
 writes their items to its own items.jsonl, each exactly once across kill -9 of a worker
-and its resume (which runs the stored handler), and ``resize`` carries them with their
-pages to the new owners.
+and its resume (which runs the stored handler), ``resize`` carries them with their
+pages to the new owners, and ``--on-error stop`` fails only the worker whose handler
+raised, as the README says.
 
 Workers are child processes (``python -m crawler``) on a real redis-server; the site
 is served by the test and counts every request.
@@ -19,6 +20,8 @@ import pytest
 
 from crawler.core.outputs.output import read_pages
 from crawler.wire.owner import owner_of
+from dedup import UrlSeen
+from dedup.journal.format import State
 from dedup.store.seen import host_of
 from tests.crawler.test_exactly_once import output_grew
 from tests.fleet.test_distributed import (
@@ -143,3 +146,61 @@ async def test_fleet_handler_items_follow_their_pages_through_resize_and_merge(t
                          *map(str, fleet_worker_dirs(f2b)))
     assert done.rc == 0, done.stderr
     assert check_items([merged]) == total  # one process's: every page's items, once
+
+
+FAILING = '''
+BAD = {bad!r}
+
+def parts(page):
+    if page.url == BAD:
+        raise ValueError("no title on " + page.url)
+    yield {{"url": page.url, "part": 1, "status": page.status}}
+    yield {{"url": page.url, "part": 2, "links": len(page.links)}}
+'''
+
+
+@pytest.mark.slow
+async def test_on_error_stop_in_a_fleet_fails_the_worker_which_is_restarted_then_stops_all(
+        tmp_path):
+    """README: with ``--on-error stop`` the worker whose handler raised exits 1 like a
+    failed worker: ``fleet`` restarts it (``max_restarts``), then stops the others,
+    resumable; the failing page is not recorded and stays queued, what was committed
+    keeps its items once, and ``resume`` with the handler fixed goes on to the end."""
+    require_redis_binary()
+    env = hooks_env(tmp_path) | {"PYTHONDONTWRITEBYTECODE": "1"}  # the fix is seen
+    async with owned_site(SLOW_SPEC, 2) as running:
+        origin = next(o for o in running.origins if owner_of(host_of(o + "/"), 2) == 1)
+        bad = origin + "/p/1.html"  # a nav link of every page: reached early, at depth 1
+        (tmp_path / "fleet_hooks.py").write_text(FAILING.format(bad=bad))
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "worker.toml"
+        config.write_text(config_toml(worker_settings().with_values(
+            distributed={"max_restarts": 1})))
+        root = tmp_path / "f"
+        proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
+                               "--config", str(config), "--handler", "fleet_hooks:parts",
+                               "--on-error", "stop", env=env)
+        ((rc, err),) = await finish([proc])
+        assert rc == 1, err
+        failed = f"[worker 1] bloomcrawl: error: the page handler failed on {bad}"
+        assert err.count(failed) == 2, err  # the first run and its one restart
+        assert err.count(f"ValueError: no title on {bad}") >= 2, err  # the traceback
+        assert "worker 1 exited with status 1; resuming it (restart 1 of 1)" in err
+        assert "worker 1 exited with status 1 2 times; stopping the others" in err
+        assert f"worker 1 exited with status 1; continue with: bloomcrawl resume {root}" in err
+        assert "[worker 0] bloomcrawl: error" not in err  # stopped, not failed
+        assert running.total_pages()[bad] == 2
+        dirs = fleet_worker_dirs(root)
+        committed = check_items(dirs)  # the pages committed so far: their items once each
+        assert bad not in {r["url"] for d in dirs for r in read_pages(d / "pages.jsonl")}
+        with UrlSeen(dirs[1], readonly=True) as seen:
+            assert (bad, State.QUEUED) in {(r.url, r.state) for r in seen.ledger.rows()}
+        assert sum(running.total_pages().values()) < len(running.site.reachable().fetched)
+
+        (tmp_path / "fleet_hooks.py").write_text(HOOKS)  # the handler fixed
+        ((rc, err),) = await finish([await start_cli("resume", str(root), "--quiet", env=env)])
+        assert rc == 0, err
+        check_exact(dirs, running, max_refetches=2)  # the failing page, by each run
+        assert running.total_pages()[bad] == 3
+    assert check_items(dirs) > committed
+    assert [r["items"] for r in read_pages(dirs[1] / "pages.jsonl") if r["url"] == bad] == [2]

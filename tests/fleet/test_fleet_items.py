@@ -10,9 +10,7 @@ is served by the test and counts every request.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -24,18 +22,20 @@ from dedup import UrlSeen
 from dedup.journal.format import State
 from dedup.store.seen import host_of
 from tests.crawler.test_exactly_once import output_grew
-from tests.fleet.test_distributed import (
-    CRAWL_ID,
+from tests.support.fleetrun import (
     SLOW_SPEC,
     check_exact,
+    ctrl_c,
     finish,
+    fleet_files,
     fleet_worker_dirs,
     make_fleet,
     owned_site,
     served_at_least,
+    start_fleet,
     worker_settings,
 )
-from tests.support.helpers import REPO, config_toml, run_cli, start_cli, until, write_seeds
+from tests.support.helpers import REPO, run_cli, start_cli, until
 from tests.support.redisserver import require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -80,15 +80,8 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
     env = hooks_env(tmp_path)
     async with owned_site(SLOW_SPEC, 3) as running:
         fleet = make_fleet(tmp_path, running, redis_server.url, 3)
-
-        async def start(i: int) -> asyncio.subprocess.Process:
-            return await start_cli(
-                "crawl", str(fleet.seeds), "--state", str(fleet.dir(i)), "--redis",
-                fleet.url, "--workers", "3", "--worker-id", str(i), "--crawl-id", CRAWL_ID,
-                "--config", str(fleet.config), "--quiet", "--handler", "fleet_hooks:parts",
-                env=env)
-
-        procs = [await start(i) for i in range(3)]
+        procs = [await fleet.start(i, "--handler", "fleet_hooks:parts", env=env)
+                 for i in range(3)]
         # each joined (its state dir is made after): a kill must hit a crawling worker
         await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
         kills = 0
@@ -100,8 +93,7 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
                 kills += 1
             await procs[1].wait()
             # no --handler: the one the worker was started with is stored
-            procs[1] = await start_cli("resume", str(fleet.dir(1)), "--redis", fleet.url,
-                                       "--quiet", env=env)
+            procs[1] = await fleet.resume(1, env=env)
         assert kills >= 2
         results = await finish(procs)
         assert all(rc == 0 for rc, _ in results), results
@@ -115,17 +107,12 @@ async def test_fleet_handler_items_follow_their_pages_through_resize_and_merge(t
     require_redis_binary()
     env = hooks_env(tmp_path)
     async with owned_site(SLOW_SPEC, 4) as running:
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
+        seeds, config = fleet_files(tmp_path, running.seeds)
         f2, f4, f2b = tmp_path / "f2", tmp_path / "f4", tmp_path / "f2b"
-        proc = await start_cli("fleet", str(seeds), "--state", str(f2), "--workers", "2",
-                               "--config", str(config), "--handler", "fleet_hooks:parts",
-                               env=env)
+        proc = await start_fleet(seeds, f2, 2, config, "--handler", "fleet_hooks:parts",
+                                 env=env)
         await served_at_least(running, 100)
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 128 + signal.SIGINT, err.decode()
+        await ctrl_c(proc)
         before = check_items(fleet_worker_dirs(f2))
         # a line past the committed size, as a kill -9 mid-group leaves: never carried
         with open(f2 / "worker-0" / "items.jsonl", "ab") as fh:
@@ -172,15 +159,12 @@ async def test_on_error_stop_in_a_fleet_fails_the_worker_which_is_restarted_then
         origin = next(o for o in running.origins if owner_of(host_of(o + "/"), 2) == 1)
         bad = origin + "/p/1.html"  # a nav link of every page: reached early, at depth 1
         (tmp_path / "fleet_hooks.py").write_text(FAILING.format(bad=bad))
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings().with_values(
-            distributed={"max_restarts": 1})))
+        seeds, config = fleet_files(tmp_path, running.seeds, worker_settings().with_values(
+            distributed={"max_restarts": 1}))
         root = tmp_path / "f"
-        proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
-                               "--config", str(config), "--handler", "fleet_hooks:parts",
-                               "--on-error", "stop", env=env)
-        ((rc, err),) = await finish([proc])
+        ((rc, err),) = await finish([await start_fleet(
+            seeds, root, 2, config, "--handler", "fleet_hooks:parts", "--on-error", "stop",
+            env=env)])
         assert rc == 1, err
         failed = f"[worker 1] bloomcrawl: error: the page handler failed on {bad}"
         assert err.count(failed) == 2, err  # the first run and its one restart

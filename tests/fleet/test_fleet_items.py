@@ -179,7 +179,7 @@ async def test_on_error_stop_in_a_fleet_fails_the_worker_which_is_restarted_then
         assert bad not in {r["url"] for d in dirs for r in read_pages(d / "pages.jsonl")}
         with UrlSeen(dirs[1], readonly=True) as seen:
             assert (bad, State.QUEUED) in {(r.url, r.state) for r in seen.ledger.rows()}
-        assert sum(running.total_pages().values()) < len(running.site.reachable().fetched)
+        assert len(running.total_pages()) < len(running.site.reachable().fetched)  # work left
 
         (tmp_path / "fleet_hooks.py").write_text(HOOKS)  # the handler fixed
         ((rc, err),) = await finish([await start_cli("resume", str(root), "--quiet", env=env)])

@@ -8,12 +8,10 @@ request, so "fetched once" is checked at the server, not only in the output.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,10 +23,9 @@ from crawler.cli.main import main
 from crawler.config.scope import Scope
 from crawler.core.outputs.output import read_pages
 from crawler.core.state.state import FLEET_KEY, create_crawl
-from crawler.demo.serve import RunningSite, serve_site
+from crawler.demo.serve import RunningSite
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
-from crawler.wire.monitor import FleetMonitor
 from crawler.wire.outbox import Outbox
 from crawler.wire.owner import owner_of
 from crawler.wire.transport import RedisTransport
@@ -37,164 +34,34 @@ from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import read_header
 from dedup.store.seen import host_of
+from tests.support.fleetrun import (
+    CRAWL_ID,
+    SLOW_SPEC,
+    STOP_GRACE,
+    Fleet,
+    check_exact,
+    ctrl_c,
+    finish,
+    fleet_files,
+    fleet_status,
+    fleet_worker_dirs,
+    make_fleet,
+    owned_site,
+    served_at_least,
+    start_fleet,
+    stderr_until,
+    worker_settings,
+)
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, until, write_seeds
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 
 pytestmark = pytest.mark.redis
 
-CRAWL_ID = "test-fleet"
 SPEC = SiteSpec(hosts=8, pages=45, seed=31)
-SLOW_SPEC = SiteSpec(hosts=8, pages=45, seed=32, delay=0.03)
-
-
-# A graceful stop refetches nothing only if every page under way finishes within
-# crawl.stop_grace (the rest are cut short, said on stderr, and fetched again on resume):
-# a box loaded enough to stall a page for 10 s (the default) must not look like a lost page.
-STOP_GRACE = 60.0
-
-
-def worker_settings():
-    return fast_settings(crawl={"concurrency": 6, "stop_grace": STOP_GRACE},
-                         politeness={"per_host": 2, "delay": 0.0},
-                         snapshot={"interval": 0.3, "every_new_urls": 50},
-                         distributed={"poll_interval": 0.05, "receive_block": 0.2,
-                                      "retry_for": 30.0})
-
-
-@contextlib.asynccontextmanager
-async def owned_site(spec: SiteSpec, workers: int) -> AsyncIterator[RunningSite]:
-    """Serve ``spec`` on ports such that every worker owns at least one host."""
-    for _ in range(50):
-        async with serve_site(spec) as running:
-            if {owner_of(host_of(o + "/"), workers) for o in running.origins} == \
-                    set(range(workers)):
-                yield running
-                return
-    raise RuntimeError("no port assignment gives every worker a host")
-
-
-@dataclass
-class Fleet:
-    root: Path
-    seeds: Path
-    config: Path
-    url: str
-    workers: int
-
-    def dir(self, i: int) -> Path:
-        return self.root / "fleet" / f"worker-{i}"
-
-    @property
-    def dirs(self) -> list[Path]:
-        return [self.dir(i) for i in range(self.workers)]
-
-    async def start(self, i: int) -> asyncio.subprocess.Process:
-        return await start_cli(
-            "crawl", str(self.seeds), "--state", str(self.dir(i)), "--redis", self.url,
-            "--workers", str(self.workers), "--worker-id", str(i), "--crawl-id", CRAWL_ID,
-            "--config", str(self.config), "--quiet")
-
-    async def resume(self, i: int) -> asyncio.subprocess.Process:
-        return await start_cli("resume", str(self.dir(i)), "--redis", self.url, "--quiet")
-
-
-def make_fleet(tmp_path: Path, running: RunningSite, url: str, workers: int) -> Fleet:
-    seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-    config = tmp_path / "worker.toml"
-    config.write_text(config_toml(worker_settings()))
-    return Fleet(tmp_path, seeds, config, url, workers)
-
-
-async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 180.0
-                 ) -> list[tuple[int, str]]:
-    """Each child's status and stderr once all have exited. On timeout they are stopped
-    (a second SIGINT makes a ``fleet`` stop its workers at once, then SIGKILL), so that
-    a test that fails leaves no worker crawling into the next one, and the failure
-    shows what each had said."""
-    errs: list[list[bytes]] = [[] for _ in procs]
-
-    async def one(p: asyncio.subprocess.Process, err: list[bytes]) -> None:
-        assert p.stdout is not None and p.stderr is not None
-        async def read(stream: asyncio.StreamReader, into: list[bytes]) -> None:
-            while chunk := await stream.read(65536):
-                into.append(chunk)
-        await asyncio.gather(read(p.stdout, []), read(p.stderr, err), p.wait())
-
-    readers = [asyncio.create_task(one(p, e)) for p, e in zip(procs, errs, strict=True)]
-    done, pending = await asyncio.wait(readers, timeout=timeout)
-    if pending:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGINT)
-        _, still = await asyncio.wait(pending, timeout=10)
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-        if still:
-            await asyncio.wait(still, timeout=10)
-        late = {readers.index(t) for t in pending}
-        said = "\n".join(f"-- child {i} ({'ran on' if i in late else 'exited'}):\n"
-                         + b"".join(e).decode(errors="replace")[-2000:]
-                         for i, e in enumerate(errs))
-        raise AssertionError(f"still running after {timeout:g} s:\n{said}")
-    for t in done:
-        t.result()
-    return [(p.returncode or 0, b"".join(e).decode()) for p, e in zip(procs, errs, strict=True)]
-
-
-async def stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:
-    """A running child's stderr read up to the line containing ``text`` (the text read):
-    to wait for what a worker logs, where ``finish`` later reads the rest."""
-    assert proc.stderr is not None
-    lines = []
-    while True:
-        line = (await proc.stderr.readline()).decode()
-        assert line, f"the child ended without logging {text!r}: {''.join(lines)}"
-        lines.append(line)
-        if text in line:
-            return "".join(lines)
-
-
-async def served_at_least(running: RunningSite, n: int, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while sum(running.total_pages().values()) < n:
-        assert loop.time() < deadline, "the fleet made no progress"
-        await asyncio.sleep(0.005)
 
 
 def fleet_records(dirs: list[Path]) -> list[tuple[int, dict]]:
     return [(i, r) for i, d in enumerate(dirs) for r in read_pages(d / "pages.jsonl")]
-
-
-def check_exact(dirs: list[Path], running: RunningSite, *, max_refetches: int = 0) -> Counter:
-    """The union of the workers' output is the reachable set; each page by its owner."""
-    workers = len(dirs)
-    want = running.site.reachable()
-    keys: Counter[str] = Counter()
-    for i, d in enumerate(dirs):
-        with UrlSeen(d, readonly=True) as seen:
-            assert seen.ledger.counts()["queued"] == 0, d
-            for row in seen.ledger.rows():  # its ledger holds its own hosts only
-                assert owner_of(row[2], workers) == i, row[1]
-            for r in read_pages(d / "pages.jsonl"):
-                assert owner_of(host_of(r["url"]), workers) == i, r["url"]
-                keys[seen.canonicalizer.resolve(r["url"])[1]] += 1
-    assert set(keys) == want.fetched | want.robots_blocked  # nothing lost, nothing extra
-    assert sum(n - 1 for n in keys.values()) <= max_refetches
-    server = running.total_pages()
-    assert set(server) == set(want.fetched)
-    assert sum(n - 1 for n in server.values()) <= max_refetches, server.most_common(3)
-    return keys
-
-
-async def fleet_status(url: str, workers: int) -> dict[str, int]:
-    monitor = FleetMonitor(url, crawl_id=CRAWL_ID, workers=workers)
-    await monitor.connect()
-    try:
-        return await monitor.fleet_status()
-    finally:
-        await monitor.close()
 
 
 # -- one finished 3-worker crawl, checked from several sides ----------------------------------
@@ -426,11 +293,6 @@ async def test_redis_restart_mid_crawl_loses_nothing(tmp_path, redis_factory):
 # -- the fleet command, resize -----------------------------------------------------------------
 
 
-def fleet_worker_dirs(root: Path) -> list[Path]:
-    n = json.loads((root / "fleet.json").read_text())["workers"]
-    return [root / f"worker-{i}" for i in range(n)]
-
-
 def outboxes(root: Path) -> Counter[str | None]:
     """Links in the workers' outboxes, by the epoch each outbox was last held under."""
     out: Counter[str | None] = Counter()
@@ -446,23 +308,15 @@ def outboxes(root: Path) -> Counter[str | None]:
 async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_path):
     require_redis_binary()
     async with owned_site(SLOW_SPEC, 4) as running:
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
+        seeds, config = fleet_files(tmp_path, running.seeds)
         f4, f2, f4b = tmp_path / "f4", tmp_path / "f2", tmp_path / "f4b"
         total = len(running.site.reachable().fetched)
 
         async def run_until_ctrl_c(proc: asyncio.subprocess.Process, n: int) -> str:
             await served_at_least(running, n)
-            assert proc.returncode is None
-            proc.send_signal(signal.SIGINT)
-            ((rc, err),) = await finish([proc], timeout=STOP_GRACE + 60)
-            assert rc == 128 + signal.SIGINT, err
-            return err
+            return await ctrl_c(proc)
 
-        err = await run_until_ctrl_c(await start_cli(
-            "fleet", str(seeds), "--state", str(f4), "--workers", "4", "--config",
-            str(config)), 80)
+        err = await run_until_ctrl_c(await start_fleet(seeds, f4, 4, config), 80)
         assert "SIGINT: stopping 4 workers" in err and "continue with: bloomcrawl resume" in err
         assert (f4 / "redis").is_dir()  # its own local Redis, kept for resume
         done = await run_cli("resize", "--from-state", str(f4), "--to", "2", "-o", str(f2))

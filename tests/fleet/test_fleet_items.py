@@ -1,7 +1,8 @@
 """Page handlers in a fleet: every worker runs the handler on the pages it fetches and
 writes their items to its own items.jsonl, each exactly once across kill -9 of a worker
-and its resume (which runs the stored handler), and ``resize`` carries them with their
-pages to the new owners.
+and its resume (which runs the stored handler), ``resize`` carries them with their
+pages to the new owners, and ``--on-error stop`` fails only the worker whose handler
+raised, as the README says.
 
 Workers are child processes (``python -m crawler``) on a real redis-server; the site
 is served by the test and counts every request.
@@ -9,9 +10,7 @@ is served by the test and counts every request.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -19,20 +18,24 @@ import pytest
 
 from crawler.core.outputs.output import read_pages
 from crawler.wire.owner import owner_of
+from dedup import UrlSeen
+from dedup.journal.format import State
 from dedup.store.seen import host_of
 from tests.crawler.test_exactly_once import output_grew
-from tests.fleet.test_distributed import (
-    CRAWL_ID,
+from tests.support.fleetrun import (
     SLOW_SPEC,
     check_exact,
+    ctrl_c,
     finish,
+    fleet_files,
     fleet_worker_dirs,
     make_fleet,
     owned_site,
     served_at_least,
+    start_fleet,
     worker_settings,
 )
-from tests.support.helpers import REPO, config_toml, run_cli, start_cli, until, write_seeds
+from tests.support.helpers import REPO, run_cli, start_cli, until
 from tests.support.redisserver import require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -77,15 +80,8 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
     env = hooks_env(tmp_path)
     async with owned_site(SLOW_SPEC, 3) as running:
         fleet = make_fleet(tmp_path, running, redis_server.url, 3)
-
-        async def start(i: int) -> asyncio.subprocess.Process:
-            return await start_cli(
-                "crawl", str(fleet.seeds), "--state", str(fleet.dir(i)), "--redis",
-                fleet.url, "--workers", "3", "--worker-id", str(i), "--crawl-id", CRAWL_ID,
-                "--config", str(fleet.config), "--quiet", "--handler", "fleet_hooks:parts",
-                env=env)
-
-        procs = [await start(i) for i in range(3)]
+        procs = [await fleet.start(i, "--handler", "fleet_hooks:parts", env=env)
+                 for i in range(3)]
         # each joined (its state dir is made after): a kill must hit a crawling worker
         await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
         kills = 0
@@ -97,8 +93,7 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
                 kills += 1
             await procs[1].wait()
             # no --handler: the one the worker was started with is stored
-            procs[1] = await start_cli("resume", str(fleet.dir(1)), "--redis", fleet.url,
-                                       "--quiet", env=env)
+            procs[1] = await fleet.resume(1, env=env)
         assert kills >= 2
         results = await finish(procs)
         assert all(rc == 0 for rc, _ in results), results
@@ -112,17 +107,12 @@ async def test_fleet_handler_items_follow_their_pages_through_resize_and_merge(t
     require_redis_binary()
     env = hooks_env(tmp_path)
     async with owned_site(SLOW_SPEC, 4) as running:
-        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-        config = tmp_path / "worker.toml"
-        config.write_text(config_toml(worker_settings()))
+        seeds, config = fleet_files(tmp_path, running.seeds)
         f2, f4, f2b = tmp_path / "f2", tmp_path / "f4", tmp_path / "f2b"
-        proc = await start_cli("fleet", str(seeds), "--state", str(f2), "--workers", "2",
-                               "--config", str(config), "--handler", "fleet_hooks:parts",
-                               env=env)
+        proc = await start_fleet(seeds, f2, 2, config, "--handler", "fleet_hooks:parts",
+                                 env=env)
         await served_at_least(running, 100)
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 128 + signal.SIGINT, err.decode()
+        await ctrl_c(proc)
         before = check_items(fleet_worker_dirs(f2))
         # a line past the committed size, as a kill -9 mid-group leaves: never carried
         with open(f2 / "worker-0" / "items.jsonl", "ab") as fh:
@@ -143,3 +133,58 @@ async def test_fleet_handler_items_follow_their_pages_through_resize_and_merge(t
                          *map(str, fleet_worker_dirs(f2b)))
     assert done.rc == 0, done.stderr
     assert check_items([merged]) == total  # one process's: every page's items, once
+
+
+FAILING = '''
+BAD = {bad!r}
+
+def parts(page):
+    if page.url == BAD:
+        raise ValueError("no title on " + page.url)
+    yield {{"url": page.url, "part": 1, "status": page.status}}
+    yield {{"url": page.url, "part": 2, "links": len(page.links)}}
+'''
+
+
+@pytest.mark.slow
+async def test_on_error_stop_in_a_fleet_fails_the_worker_which_is_restarted_then_stops_all(
+        tmp_path):
+    """README: with ``--on-error stop`` the worker whose handler raised exits 1 like a
+    failed worker: ``fleet`` restarts it (``max_restarts``), then stops the others,
+    resumable; the failing page is not recorded and stays queued, what was committed
+    keeps its items once, and ``resume`` with the handler fixed goes on to the end."""
+    require_redis_binary()
+    env = hooks_env(tmp_path) | {"PYTHONDONTWRITEBYTECODE": "1"}  # the fix is seen
+    async with owned_site(SLOW_SPEC, 2) as running:
+        origin = next(o for o in running.origins if owner_of(host_of(o + "/"), 2) == 1)
+        bad = origin + "/p/1.html"  # a nav link of every page: reached early, at depth 1
+        (tmp_path / "fleet_hooks.py").write_text(FAILING.format(bad=bad))
+        seeds, config = fleet_files(tmp_path, running.seeds, worker_settings().with_values(
+            distributed={"max_restarts": 1}))
+        root = tmp_path / "f"
+        ((rc, err),) = await finish([await start_fleet(
+            seeds, root, 2, config, "--handler", "fleet_hooks:parts", "--on-error", "stop",
+            env=env)])
+        assert rc == 1, err
+        failed = f"[worker 1] bloomcrawl: error: the page handler failed on {bad}"
+        assert err.count(failed) == 2, err  # the first run and its one restart
+        assert err.count(f"ValueError: no title on {bad}") >= 2, err  # the traceback
+        assert "worker 1 exited with status 1; resuming it (restart 1 of 1)" in err
+        assert "worker 1 exited with status 1 2 times; stopping the others" in err
+        assert f"worker 1 exited with status 1; continue with: bloomcrawl resume {root}" in err
+        assert "[worker 0] bloomcrawl: error" not in err  # stopped, not failed
+        assert running.total_pages()[bad] == 2
+        dirs = fleet_worker_dirs(root)
+        committed = check_items(dirs)  # the pages committed so far: their items once each
+        assert bad not in {r["url"] for d in dirs for r in read_pages(d / "pages.jsonl")}
+        with UrlSeen(dirs[1], readonly=True) as seen:
+            assert (bad, State.QUEUED) in {(r.url, r.state) for r in seen.ledger.rows()}
+        assert len(running.total_pages()) < len(running.site.reachable().fetched)  # work left
+
+        (tmp_path / "fleet_hooks.py").write_text(HOOKS)  # the handler fixed
+        ((rc, err),) = await finish([await start_cli("resume", str(root), "--quiet", env=env)])
+        assert rc == 0, err
+        check_exact(dirs, running, max_refetches=2)  # the failing page, by each run
+        assert running.total_pages()[bad] == 3
+    assert check_items(dirs) > committed
+    assert [r["items"] for r in read_pages(dirs[1] / "pages.jsonl") if r["url"] == bad] == [2]

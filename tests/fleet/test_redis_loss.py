@@ -23,10 +23,9 @@ from aiohttp import web
 from crawler.core.outputs.output import read_pages
 from crawler.wire.owner import owner_of
 from dedup.store.seen import host_of
-from tests.fleet.test_distributed import worker_settings
-from tests.fleet.test_supervisor import worker_pid
 from tests.support.faultserver import RequestLog, add_request_log, serve
-from tests.support.helpers import config_toml, run_cli, start_cli, until, write_seeds
+from tests.support.fleetrun import finish, fleet_files, start_fleet, worker_pid, worker_settings
+from tests.support.helpers import run_cli, until
 
 pytestmark = pytest.mark.redis
 
@@ -114,13 +113,10 @@ async def lose_waiting_links(tmp_path: Path, server, seeds_of: list[str], b_log:
     links worker 1 forwarded wait unread in its stream, then kill -9 Redis with them
     (and start it again, empty, on the same port if ``restart``). Returns the fleet's
     process and its directory."""
-    seeds = write_seeds(tmp_path / "seeds.txt", seeds_of)
-    config = tmp_path / "worker.toml"
-    config.write_text(config_toml(settings))
+    seeds, config = fleet_files(tmp_path, seeds_of, settings)
     root = tmp_path / "f"
-    proc = await start_cli("fleet", str(seeds), "--state", str(root), "--workers", "2",
-                           "--redis", server.url, "--crawl-id", CRAWL_ID,
-                           "--config", str(config), "--quiet")
+    proc = await start_fleet(seeds, root, 2, config, "--redis", server.url, "--crawl-id",
+                             CRAWL_ID, "--quiet")
     pid = None
     try:
         await until(lambda: b_log.count("/") > 0, timeout=30, what="worker 0 to start")
@@ -147,9 +143,8 @@ async def test_a_fleet_whose_redis_restarts_empty_loses_no_url(tmp_path, redis_f
     async with two_hosts() as (a, b, a_log, b_log):
         proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
                                               worker_settings(), restart=True)
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-        text = err.decode()
-        assert proc.returncode == 0, text  # recovered, not stopped
+        ((rc, text),) = await finish([proc], timeout=60)
+        assert rc == 0, text  # recovered, not stopped
         fetched_once(root, a, b, a_log, b_log)
         assert "lost fleet lossy's data" in text and "re-sending the" in text, text
 
@@ -163,9 +158,8 @@ async def test_a_fleet_stopped_by_its_lost_redis_resumes_exactly(tmp_path, redis
             distributed={"retry_for": 0.5, "max_restarts": 1})
         proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
                                               settings, restart=False)
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-        text = err.decode()
-        assert proc.returncode != 0, text
+        ((rc, text),) = await finish([proc], timeout=60)
+        assert rc != 0, text
         assert f"continue with: bloomcrawl resume {root}" in text, text
         server.start()  # same port, empty
         done = await run_cli("resume", str(root), "--quiet")

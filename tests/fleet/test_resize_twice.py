@@ -3,8 +3,6 @@ finish the crawl exactly (issue 11 #13)."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from collections import Counter
 from dataclasses import dataclass
 
@@ -12,15 +10,17 @@ import pytest
 
 from crawler.demo.serve import RunningSite
 from crawler.demo.site import Site
-from tests.fleet.test_distributed import (
+from tests.support.fleetrun import (
     SLOW_SPEC,
     check_exact,
+    ctrl_c,
+    fleet_files,
     fleet_worker_dirs,
     owned_site,
     served_at_least,
-    worker_settings,
+    start_fleet,
 )
-from tests.support.helpers import config_toml, run_cli, start_cli, write_seeds
+from tests.support.helpers import run_cli
 from tests.support.redisserver import require_redis_binary
 
 
@@ -42,15 +42,10 @@ class OneCopy:
 
 async def stopped_fleet(tmp_path, running, src, *extra: str) -> None:
     """A fleet of 2 in ``src``, stopped by Ctrl-C part way through (resumable)."""
-    seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
-    config = tmp_path / "worker.toml"
-    config.write_text(config_toml(worker_settings()))
-    proc = await start_cli("fleet", str(seeds), "--state", str(src), "--workers", "2",
-                           "--config", str(config), *extra)
+    seeds, config = fleet_files(tmp_path, running.seeds)
+    proc = await start_fleet(seeds, src, 2, config, *extra)
     await served_at_least(running, 60)
-    proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 130, err.decode()  # stopped by SIGINT (resumable)
+    await ctrl_c(proc)
 
 
 @pytest.mark.slow

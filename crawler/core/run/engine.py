@@ -220,11 +220,13 @@ class Engine:
                              grace=self.settings.crawl.stop_grace, install=install_signals):
             await self._crawl()
             await self.checkpoint.snapshot()
+        if self._fatal is not None and not isinstance(self._fatal, HandlerError):
+            raise self._fatal  # e.g. Redis lost: publishing would only wait for it
+        summary = self.status(final=True)
+        if self.relay is not None:  # after a handler error too: the fleet's summary
+            await self.relay.publish(summary)  # then counts this worker's queue
         if self._fatal is not None:
             raise self._fatal
-        summary = self.status(final=True)
-        if self.relay is not None:
-            await self.relay.publish(summary)
         self.progress.summary(summary)
         return summary
 

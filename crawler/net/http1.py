@@ -52,6 +52,9 @@ _MAX_HEAD = _MAX_LINE * (_MAX_HEADERS + 2)
 _HIGH_WATER = 256 * 1024  # buffered body bytes before the socket stops being read
 _KEEPALIVE = 15.0  # seconds an idle connection is kept (aiohttp's keepalive_timeout)
 _NO_BODY = (204, 304)
+_DIGITS = "0123456789"
+_FRAMING = frozenset({"connection", "transfer-encoding", "content-length",
+                      "content-encoding"})
 
 _LENGTH, _CHUNKED, _CLOSE, _NONE = range(4)
 
@@ -132,7 +135,7 @@ class Response:
     Duck-types the part of ``aiohttp.ClientResponse`` the fetch uses: ``status``,
     ``headers``, ``read()``, ``content.read(n)`` and ``close()``."""
 
-    __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_mode",
+    __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_framing", "_mode",
                  "_more", "_pool", "_raw_seen", "_read_timeout", "_remaining", "_reuse",
                  "content", "deadline", "headers", "reason", "status", "version")
 
@@ -154,6 +157,7 @@ class Response:
         self._encoding = ""
         self._more = False  # the decoder may have output without more input
         self._raw_seen = 0
+        self._framing: dict[str, list[str]] = {}
         self.content = self
 
     # --- headers --------------------------------------------------------------------------
@@ -169,20 +173,24 @@ class Response:
         if self.status == 101:
             raise BadHttpMessage("unexpected 101 Switching Protocols")
         self._frame()
+        if self._mode == _CHUNKED and b"\n" in conn.buf:
+            # a bad first chunk-size line that came with the headers fails the response
+            # itself, as aiohttp's parser (which parses what it has) reports it
+            self._check_size_line(conn.buf[:conn.buf.index(b"\n")])
 
     async def _head(self, conn: _Conn) -> bytes:
         start = 0
         while True:
             buf = conn.buf
             end = buf.find(b"\r\n\r\n", start)
+            lf = buf.find(b"\n\n", start, None if end < 0 else end)  # bare LF ends too
+            if lf >= 0:
+                head = bytes(buf[:lf])
+                del buf[:lf + 2]
+                return head
             if end >= 0:
                 head = bytes(buf[:end])
                 del buf[:end + 4]
-                return head
-            end = buf.find(b"\n\n", start)  # bare LF line ends, as aiohttp accepts
-            if end >= 0:
-                head = bytes(buf[:end])
-                del buf[:end + 2]
                 return head
             if len(buf) > _MAX_HEAD:
                 raise LineTooLong(bytes(buf[:100]) + b"...", _MAX_HEAD)
@@ -194,40 +202,45 @@ class Response:
             await conn.wait(self.deadline, self._read_timeout)
 
     def _parse(self, head: bytes) -> None:
-        lines = head.split(b"\n")
-        line = lines[0].rstrip(b"\r")
-        if len(line) > _MAX_LINE:
-            raise LineTooLong(line[:100] + b"...", _MAX_LINE)
-        version, _, rest = line.partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if (len(version) != 8 or not version.startswith(b"HTTP/") or version[6:7] != b"."
-                or not version[5:6].isdigit() or not version[7:8].isdigit()
-                or len(code) != 3 or not code.isdigit()):
+        text = head.decode("utf-8", "surrogateescape")
+        lines = text.split("\n")
+        if len(head) > _MAX_LINE and any(len(line) > _MAX_LINE + 1 for line in lines):
+            raise LineTooLong(head[:100] + b"...", _MAX_LINE)
+        line = lines[0].rstrip("\r")
+        version, _, rest = line.partition(" ")
+        code, _, reason = rest.partition(" ")
+        if (len(version) != 8 or version[:5] != "HTTP/" or version[6] != "."
+                or version[5] not in _DIGITS or version[7] not in _DIGITS
+                or len(code) != 3 or not code.isdigit() or not code.isascii()):
             raise BadHttpMessage(f"bad status line {line[:100]!r}")
-        self.version = (version[5] - 48, version[7] - 48)
+        self.version = (ord(version[5]) - 48, ord(version[7]) - 48)
         self.status = int(code)
-        self.reason = reason.decode("utf-8", "surrogateescape")
+        self.reason = reason
         if len(lines) - 1 > _MAX_HEADERS:
             raise BadHttpMessage("Too many headers received")
-        headers: CIMultiDict[str] = CIMultiDict()
+        fields = []
+        framing: dict[str, list[str]] = {}
         for raw in lines[1:]:
-            raw = raw.rstrip(b"\r")
-            if len(raw) > _MAX_LINE:
-                raise LineTooLong(raw[:100] + b"...", _MAX_LINE)
-            name, sep, value = raw.partition(b":")
-            if not sep or not name or name[-1:] in b" \t" or name[:1] in b" \t":
+            name, sep, value = raw.partition(":")
+            if not sep or not name or name != name.strip(" \t"):
                 raise BadHttpMessage(f"bad header line {raw[:100]!r}")
-            headers.add(name.decode("utf-8", "surrogateescape"),
-                        value.strip(b" \t").decode("utf-8", "surrogateescape"))
-        self.headers = CIMultiDictProxy(headers)
+            value = value.strip(" \t\r")
+            fields.append((name, value))
+            low = name.lower()
+            if low in _FRAMING:
+                framing.setdefault(low, []).append(value)
+        self.headers = CIMultiDictProxy(CIMultiDict(fields))
+        self._framing = framing
 
     def _frame(self) -> None:
         """How the body ends, whether the connection may be reused, how it is encoded."""
-        h = self.headers
-        tokens = {t.strip().lower() for t in h.get(hdrs.CONNECTION, "").split(",")}
-        keep = "close" not in tokens and (self.version >= (1, 1) or "keep-alive" in tokens)
-        te = h.get(hdrs.TRANSFER_ENCODING)
-        lengths = h.getall(hdrs.CONTENT_LENGTH, ())
+        f = self._framing
+        keep = self.version >= (1, 1)
+        if "connection" in f:
+            tokens = {t.strip().lower() for t in ",".join(f["connection"]).split(",")}
+            keep = "close" not in tokens and (keep or "keep-alive" in tokens)
+        te = ", ".join(f["transfer-encoding"]) if "transfer-encoding" in f else None
+        lengths = f.get("content-length", ())
         if self.status in _NO_BODY:
             self._mode = _NONE
         elif te is not None:
@@ -249,7 +262,7 @@ class Response:
         if self._mode == _NONE:
             self._finish()
             return
-        enc = h.get(hdrs.CONTENT_ENCODING, "")
+        enc = f["content-encoding"][0] if "content-encoding" in f else ""
         if enc.isascii() and enc.lower() in _ENCODINGS:
             self._encoding = enc = enc.lower()
             if enc == "br":
@@ -322,13 +335,7 @@ class Response:
         while self._chunk_left <= 0:
             if self._chunk_left == 0 and await self._line(conn):  # the CRLF after the data
                 raise BadHttpMessage("chunk data not followed by CRLF")
-            size = (await self._line(conn)).split(b";", 1)[0].strip()
-            try:
-                if not size or not size.isascii() or size.startswith((b"+", b"-", b"0x")):
-                    raise ValueError
-                n = int(size, 16)
-            except ValueError:
-                raise BadHttpMessage(f"bad chunk size {size[:40]!r}") from None
+            n = self._check_size_line(await self._line(conn))
             if n == 0:
                 for _ in range(_MAX_HEADERS + 1):  # trailers, up to an empty line
                     if not await self._line(conn):
@@ -346,6 +353,16 @@ class Response:
         del buf[:take]
         self._chunk_left -= take
         return data
+
+    @staticmethod
+    def _check_size_line(line: bytes | bytearray) -> int:
+        size = bytes(line).rstrip(b"\r").split(b";", 1)[0].strip()
+        try:
+            if not size or not size.isascii() or size.startswith((b"+", b"-", b"0x")):
+                raise ValueError
+            return int(size, 16)
+        except ValueError:
+            raise BadHttpMessage(f"bad chunk size {size[:40]!r}") from None
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` decoded body bytes (-1: all of it); b"" once the body ended."""
@@ -374,7 +391,7 @@ class Response:
             try:
                 out = dec.decompress_sync(raw, max_length=n)
             except Exception:
-                raise BadHttpMessage(
+                raise ClientPayloadError(
                     f"Can not decode content-encoding: {self._encoding}") from None
             self._more = dec.data_available
             if out:
@@ -387,11 +404,12 @@ class Response:
         try:
             tail = dec.flush()
         except Exception:
-            raise BadHttpMessage(f"Can not decode content-encoding: {self._encoding}") from None
+            raise ClientPayloadError(
+                f"Can not decode content-encoding: {self._encoding}") from None
         if tail:  # aiohttp asserts this never happens; a page is never silently cut
-            raise BadHttpMessage(f"Can not decode content-encoding: {self._encoding}")
+            raise ClientPayloadError(f"Can not decode content-encoding: {self._encoding}")
         if self._raw_seen and self._encoding == "deflate" and not dec.eof:
-            raise BadHttpMessage("Can not decode content-encoding: deflate")
+            raise ClientPayloadError("Can not decode content-encoding: deflate")
 
     # --- the connection -------------------------------------------------------------------
 

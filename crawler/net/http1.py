@@ -452,7 +452,6 @@ class Pool:
         self._idle: dict[tuple[str, int], list[tuple[_Conn, float]]] = {}
         self._nidle = 0
         self._dns: dict[tuple[str, int], tuple[float, list[Any]]] = {}
-        self._dns_pending: dict[tuple[str, int], asyncio.Future[list[Any]]] = {}
         self._sweep_at = 0.0
         self._closed = False
         lines = [f"{k}: {v}\r\n" for k, v in headers.items()]
@@ -586,28 +585,11 @@ class Pool:
         now = loop.time()
         if hit is not None and hit[0] > now:
             return hit[1]
-        pending = self._dns_pending.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[list[Any]] = loop.create_future()
-        self._dns_pending[key] = fut
-        try:
-            infos = list(await self._resolver.resolve(host, port, family=socket.AF_UNSPEC))
-        except BaseException as e:
-            if isinstance(e, Exception):
-                fut.set_exception(e)
-            else:
-                fut.cancel()
-            fut.exception() if not fut.cancelled() else None  # retrieved: no log noise
-            raise
-        else:
-            fut.set_result(infos)
-            if len(self._dns) > 100_000:
-                self._dns.clear()
-            self._dns[key] = (now + self._dns_ttl, infos)
-            return infos
-        finally:
-            del self._dns_pending[key]
+        infos = list(await self._resolver.resolve(host, port, family=socket.AF_UNSPEC))
+        if len(self._dns) > 100_000:
+            self._dns.clear()
+        self._dns[key] = (now + self._dns_ttl, infos)
+        return infos
 
     def close(self) -> None:
         """Close every idle connection (those in use close when their response ends)."""

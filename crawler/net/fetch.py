@@ -258,10 +258,9 @@ class Fetcher:
                                               sock_connect=settings.connect_timeout,
                                               sock_read=settings.read_timeout)
         # The lean client takes plain http:// GETs, unless something it does not do
-        # is asked for: cookies, WARC records (the exact request aiohttp wrote), or
-        # extra headers that name one of the headers it writes itself.
+        # is asked for: cookies, or extra headers that name one it writes itself.
         names = [k.lower() for k in self._headers]
-        self._fast = (settings.client == "fast" and not settings.cookies and not record
+        self._fast = (settings.client == "fast" and not settings.cookies
                       and len(set(names)) == len(names)
                       and not set(names) & _CLIENT_HEADERS)
         self._pool: Pool | None = None
@@ -489,14 +488,25 @@ class Fetcher:
                          limit: int, head: int, budget: float) -> _Hop:
         """``_once`` through the lean client (``crawler.net.http1``): the same outcome."""
         resp: Response | None = None
+        started = time.time()
         try:
             resp = await pool.get(url, asyncio.get_running_loop().time() + max(budget, 0.001))
+            if self.record:
+                v = resp.version
+                hop.exchange = Exchange(
+                    url=str(url), started=started, method="GET",
+                    target=url.raw_path_qs or "/", request_headers=pool.sent_headers(url),
+                    version=f"HTTP/{v[0]}.{v[1]}", status=resp.status, reason=resp.reason,
+                    response_headers=resp.raw_headers(), ip=resp.peer)
             await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
             failure = classify_error(e)
             hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                                       failure.interrupted)
             hop.body = hop.digest = None
+            if hop.exchange is not None:  # a transfer that broke is not archived
+                hop.exchange.payload.close()
+                hop.exchange = None
         finally:
             if resp is not None:
                 resp.release()

@@ -62,7 +62,7 @@ _LENGTH, _CHUNKED, _CLOSE, _NONE = range(4)
 class _Conn(asyncio.Protocol):
     """One TCP connection: bytes received so far, and whoever waits for more."""
 
-    __slots__ = ("buf", "eof", "exc", "key", "paused", "transport", "waiter")
+    __slots__ = ("buf", "eof", "exc", "key", "paused", "peer", "transport", "waiter")
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -72,6 +72,7 @@ class _Conn(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
         self.key: tuple[str, int] = ("", 0)
+        self.peer: str | None = None  # the address connected to (WARC-IP-Address)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -135,9 +136,10 @@ class Response:
     Duck-types the part of ``aiohttp.ClientResponse`` the fetch uses: ``status``,
     ``headers``, ``read()``, ``content.read(n)`` and ``close()``."""
 
-    __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_framing", "_mode",
-                 "_more", "_pool", "_raw_seen", "_read_timeout", "_remaining", "_reuse",
-                 "content", "deadline", "headers", "reason", "status", "version")
+    __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_framing",
+                 "_head_bytes", "_mode", "_more", "_pool", "_raw_seen", "_read_timeout",
+                 "_remaining", "_reuse", "content", "deadline", "headers", "peer", "reason",
+                 "status", "version")
 
     def __init__(self, pool: Pool, conn: _Conn, deadline: float, read_timeout: float) -> None:
         self._pool = pool
@@ -158,6 +160,8 @@ class Response:
         self._more = False  # the decoder may have output without more input
         self._raw_seen = 0
         self._framing: dict[str, list[str]] = {}
+        self._head_bytes = b""
+        self.peer = conn.peer
         self.content = self
 
     # --- headers --------------------------------------------------------------------------
@@ -201,7 +205,16 @@ class Response:
             start = max(0, len(buf) - 3)
             await conn.wait(self.deadline, self._read_timeout)
 
+    def raw_headers(self) -> list[tuple[str, str]]:
+        """The response's header fields in order, as received (latin-1), for the WARC."""
+        out = []
+        for line in self._head_bytes.split(b"\n")[1:]:
+            name, _, value = line.decode("latin-1").partition(":")
+            out.append((name, value.strip(" \t\r")))
+        return out
+
     def _parse(self, head: bytes) -> None:
+        self._head_bytes = head
         text = head.decode("utf-8", "surrogateescape")
         lines = text.split("\n")
         if len(head) > _MAX_LINE and any(len(line) > _MAX_LINE + 1 for line in lines):
@@ -454,10 +467,18 @@ class Pool:
         self._dns: dict[tuple[str, int], tuple[float, list[Any]]] = {}
         self._sweep_at = 0.0
         self._closed = False
-        lines = [f"{k}: {v}\r\n" for k, v in headers.items()]
+        self._headers = list(headers.items())
         if not any(k.lower() == "accept-encoding" for k in headers):
-            lines.append(f"Accept-Encoding: {ACCEPT_ENCODING}\r\n")
-        self._tail = ("".join(lines) + "\r\n").encode("latin-1")
+            self._headers.append((hdrs.ACCEPT_ENCODING, ACCEPT_ENCODING))
+        self._tail = ("".join(f"{k}: {v}\r\n" for k, v in self._headers)
+                      + "\r\n").encode("latin-1")
+
+    def sent_headers(self, url: URL) -> list[tuple[str, str]]:
+        """The header fields ``get(url)`` sends, in order (for the WARC request record)."""
+        host = url.raw_host or ""
+        port = url.port or 80
+        authority = host if url.is_default_port() else f"{host}:{port}"
+        return [(hdrs.HOST, authority), *self._headers]
 
     async def get(self, url: URL, deadline: float) -> Response:
         """Send ``GET url`` and read the response's headers, by ``deadline`` (loop time)."""
@@ -468,6 +489,7 @@ class Pool:
         authority = host if url.is_default_port() else f"{host}:{port}"
         request = (f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n".encode("latin-1")
                    + self._tail)
+
         loop = asyncio.get_running_loop()
         if self._in_use >= self._limit or self._waiters:
             await self._slot(loop, deadline)
@@ -572,6 +594,9 @@ class Pool:
                 last = e
                 continue
             conn.key = key
+            assert conn.transport is not None
+            peer = conn.transport.get_extra_info("peername")
+            conn.peer = str(peer[0]) if peer else None
             return conn
         assert last is not None
         raise ClientConnectorError(_conn_key(key), last) from last

@@ -159,12 +159,18 @@ async def raw() -> AsyncIterator[RawServer]:
         yield srv
 
 
-async def _fetch(port: int, path: str, client: str) -> tuple[object, ...]:
-    async with Fetcher(replace(SETTINGS, client=client)) as f:
+async def _fetch(port: int, path: str, client: str, *, record: bool = False
+                 ) -> tuple[object, ...]:
+    async with Fetcher(replace(SETTINGS, client=client), record=record) as f:
         r = await f.fetch(f"http://127.0.0.1:{port}{path}")
+    ex = r.exchange
     return (r.status, r.error, r.body, r.nbytes, r.digest, r.content_type, r.charset,
             r.location, r.retry_after, r.retryable, r.interrupted, r.attempts,
-            None if r.headers is None else sorted(r.headers.items()))
+            None if r.headers is None else sorted(r.headers.items()),
+            None if ex is None else (
+                ex.url, ex.method, ex.target, sorted(ex.request_headers), ex.version,
+                ex.status, ex.reason, ex.response_headers, ex.ip, ex.truncated,
+                ex.payload.size, ex.payload_digest()))
 
 
 @pytest.mark.parametrize("path", sorted(CANNED))
@@ -172,6 +178,15 @@ async def test_the_lean_client_fetches_every_response_as_aiohttp_does(
         raw: RawServer, path: str) -> None:
     fast = await _fetch(raw.port, path, "fast")
     slow = await _fetch(raw.port, path, "aiohttp")
+    assert fast == slow
+
+
+@pytest.mark.parametrize("path", ["/cl", "/chunked", "/gzip", "/close", "/301", "/404",
+                                  "/big", "/pdf", "/truncated", "/early-hints", "/lf"])
+async def test_the_lean_client_records_exchanges_as_aiohttp_does(
+        raw: RawServer, path: str) -> None:
+    fast = await _fetch(raw.port, path, "fast", record=True)
+    slow = await _fetch(raw.port, path, "aiohttp", record=True)
     assert fast == slow
 
 

@@ -106,6 +106,9 @@ CANNED: dict[str, tuple[bytes, bool]] = {
                          "Content-Length: 5", _chunked(b"hello")), False),
     "/two-lengths": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Length: 2\nContent-Length: 3",
                            b"hi!"), False),
+    "/silent": (b"", False),  # reads the request, never answers
+    "/cl-then-close": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Length: {len(PAGE)}", PAGE),
+                       True),
     "/keepalive-close": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nConnection: close\n"
                                f"Content-Length: {len(PAGE)}", PAGE), True),
 }
@@ -212,5 +215,30 @@ async def test_the_lean_client_keeps_connections_alive_and_drops_closed_ones(
 def test_client_setting_is_checked() -> None:
     from crawler.config.settings import ConfigError, settings_from_dict
 
-    with pytest.raises(ConfigError, match="client"):
+    with pytest.raises(ConfigError, match='client must be "fast" or "aiohttp"'):
         settings_from_dict({"fetch": {"client": "curl"}})
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused(raw: RawServer) -> None:
+    async with Fetcher(SETTINGS) as f:
+        first = await f.fetch(f"http://127.0.0.1:{raw.port}/cl-then-close")
+        await asyncio.sleep(0.1)  # the server's FIN arrives while the connection is idle
+        second = await f.fetch(f"http://127.0.0.1:{raw.port}/cl")
+        assert f._pool is not None
+    assert (first.error, second.error) == (None, None)
+    assert [conn for conn, _, _ in raw.requests] == [1, 2]
+
+
+async def test_a_cancelled_fetch_gives_its_connection_slot_back(raw: RawServer) -> None:
+    async with Fetcher(replace(SETTINGS, max_connections=1, read_timeout=30.0,
+                               total_timeout=30.0)) as f:
+        task = asyncio.create_task(f.fetch(f"http://127.0.0.1:{raw.port}/silent"))
+        while not raw.requests:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        r = await asyncio.wait_for(f.fetch(f"http://127.0.0.1:{raw.port}/cl"), 5.0)
+        assert f._pool is not None and f._pool._in_use == 0
+    assert r.error is None
+    assert [conn for conn, _, _ in raw.requests] == [1, 2]  # the cancelled one was closed

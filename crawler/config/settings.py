@@ -142,6 +142,9 @@ class FetchSettings:
     headers: tuple[str, ...] = ()  # extra request headers, "Name: value" each
     cookies: bool = False  # keep cookies the servers set and send them back (per host)
     proxy: str = ""  # http(s)://[user:pass@]host:port; empty: HTTP(S)_PROXY from the env
+    # "fast": plain http:// GETs (direct, no cookies, no WARC) go through crawler.net.http1;
+    # "aiohttp": every request through aiohttp
+    client: str = "fast"
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +283,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("fetch", "user_agent"): (lambda v: bool(v.strip()) and _no_ctl(v), "non-empty, one line"),
     ("fetch", "headers"): (lambda v: all(_ok(parse_header_line, h) for h in v),
                            "'Name: value' lines (a token, a colon, a value; not User-Agent)"),
+    ("fetch", "client"): (lambda v: v in ("fast", "aiohttp"), '"fast" or "aiohttp"'),
     ("fetch", "proxy"): (lambda v: not v or _ok(check_proxy_url, v),
                          "empty or an http(s)://HOST:PORT URL"),
     ("crawl", "include"): (lambda v: all(_ok(check_pattern, p) for p in v),

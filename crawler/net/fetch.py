@@ -49,6 +49,7 @@ from crawler.net.headers import (
     parse_content_type,
     parse_retry_after,
 )
+from crawler.net.http1 import Pool, Response
 from crawler.net.netguard import GuardedResolver, PrivateAddressError, check_literal_host
 from crawler.net.outcome import FetchResult, classify_error
 
@@ -57,6 +58,9 @@ __all__ = ["Fetcher", "TextFetch", "check_env_proxies", "decode_text"]
 _CHUNK = 64 * 1024
 _DISCARD_MAX = 64 * 1024  # read (not close) error bodies this small to keep the connection
 _ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
+# request headers the HTTP clients write themselves
+_CLIENT_HEADERS = frozenset({"host", "accept-encoding", "connection", "content-length",
+                             "transfer-encoding", "cookie", "authorization"})
 
 
 # The address a fetch's connection went to, for WARC-IP-Address: set by
@@ -253,6 +257,13 @@ class Fetcher:
         self._timeout = aiohttp.ClientTimeout(total=settings.total_timeout,
                                               sock_connect=settings.connect_timeout,
                                               sock_read=settings.read_timeout)
+        # The lean client takes plain http:// GETs, unless something it does not do
+        # is asked for: cookies, or extra headers that name one it writes itself.
+        names = [k.lower() for k in self._headers]
+        self._fast = (settings.client == "fast" and not settings.cookies
+                      and len(set(names)) == len(names)
+                      and not set(names) & _CLIENT_HEADERS)
+        self._pool: Pool | None = None
 
     async def __aenter__(self) -> Fetcher:
         self._get_session()
@@ -267,6 +278,9 @@ class Fetcher:
         await self.close()
 
     async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         session, self._session = self._session, None
         resolver, self._resolver = self._resolver, None
         if session is not None:
@@ -283,6 +297,11 @@ class Fetcher:
                 # the proxies the user configured are reachable wherever they are
                 resolver = GuardedResolver(resolver, allow=self._proxies.endpoints())
             self._resolver = resolver
+            if self._fast:
+                self._pool = Pool(resolver, limit=s.max_connections,
+                                  dns_ttl=s.dns_cache_ttl,
+                                  connect_timeout=s.connect_timeout,
+                                  read_timeout=s.read_timeout, headers=self._headers)
             connector = (_PeerConnector if self.record else aiohttp.TCPConnector)(
                 limit=s.max_connections,
                 ttl_dns_cache=int(s.dns_cache_ttl),
@@ -425,6 +444,11 @@ class Fetcher:
                                             sock_read=s.read_timeout)
         session = self._get_session()
         proxy = self._proxies.for_url(url) if self._proxies else None
+        if (proxy is None and self._pool is not None and url.scheme == "http"
+                and url.raw_user is None and ":" not in (url.raw_host or ":")):
+            return await self._once_fast(self._pool, url, hop, html_only=html_only,
+                                         limit=limit, head=head,
+                                         budget=min(budget, s.total_timeout))
         if proxy is not None and not s.allow_private:
             try:
                 async with asyncio.timeout(s.connect_timeout):
@@ -460,6 +484,34 @@ class Fetcher:
                 _PEER.reset(token)
         return hop
 
+    async def _once_fast(self, pool: Pool, url: URL, hop: _Hop, *, html_only: bool,
+                         limit: int, head: int, budget: float) -> _Hop:
+        """``_once`` through the lean client (``crawler.net.http1``): the same outcome."""
+        resp: Response | None = None
+        started = time.time()
+        try:
+            resp = await pool.get(url, asyncio.get_running_loop().time() + max(budget, 0.001))
+            if self.record:
+                v = resp.version
+                hop.exchange = Exchange(
+                    url=str(url), started=started, method="GET",
+                    target=url.raw_path_qs or "/", request_headers=pool.sent_headers(url),
+                    version=f"HTTP/{v[0]}.{v[1]}", status=resp.status, reason=resp.reason,
+                    response_headers=resp.raw_headers(), ip=resp.peer)
+            await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
+        except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
+            failure = classify_error(e)
+            hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
+                                                      failure.interrupted)
+            hop.body = hop.digest = None
+            if hop.exchange is not None:  # a transfer that broke is not archived
+                hop.exchange.payload.close()
+                hop.exchange = None
+        finally:
+            if resp is not None:
+                resp.release()
+        return hop
+
     async def _check_target(self, url: URL) -> None:
         """Raise PrivateAddressError (or a DNS error) for a proxied target whose name
         resolves to a non-public address: the proxy would connect to it for us. A
@@ -478,7 +530,7 @@ class Fetcher:
         self._checked[host] = loop.time() + self.settings.dns_cache_ttl
 
     async def _read(
-        self, resp: aiohttp.ClientResponse, hop: _Hop, *, html_only: bool, limit: int,
+        self, resp: aiohttp.ClientResponse | Response, hop: _Hop, *, html_only: bool, limit: int,
         head: int,
     ) -> None:
         s = self.settings
@@ -550,7 +602,8 @@ class Fetcher:
             body.close()
 
 
-async def _stream(resp: aiohttp.ClientResponse, body: Body, hop: _Hop, limit: int) -> bool:
+async def _stream(resp: aiohttp.ClientResponse | Response, body: Body, hop: _Hop,
+                  limit: int) -> bool:
     """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
     (the connection dropped instead of draining the rest, however much more comes)."""
     read = resp.content.read  # not iter_chunked: one coroutine less a chunk
@@ -564,7 +617,7 @@ async def _stream(resp: aiohttp.ClientResponse, body: Body, hop: _Hop, limit: in
     return False
 
 
-async def _discard(resp: aiohttp.ClientResponse, length: int | None, hop: _Hop) -> None:
+async def _discard(resp: aiohttp.ClientResponse | Response, length: int | None, hop: _Hop) -> None:
     """Skip a body we do not want: read it if tiny (keeps the connection), else close.
     A recorded exchange keeps a tiny body; a closed one is archived truncated."""
     if length is not None and length <= _DISCARD_MAX:

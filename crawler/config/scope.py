@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,20 +174,35 @@ class Scope:
             self._cache[authority] = ok
         return ok
 
-    def keep_hosts(self, pairs: Iterable[tuple[str, str] | None]) -> list[tuple[str, str]]:
+    def keep_hosts(self, pairs: Iterable[tuple[str, str] | None],
+                   counts: Mapping[str, int] | None = None, cap: int = 0
+                   ) -> list[tuple[str, str]]:
         """The ``(url, key)`` pairs whose URL's host ``allows_host`` allows (None items
-        dropped): a page's links in one loop, without two calls a link."""
+        dropped), and, given ``counts`` (URLs admitted per host), whose host is under
+        ``cap``: a page's links in one loop, without a call a link (each would cost as
+        much as the test)."""
         cache = self._cache
         allows = self.allows_host
         out = []
+        if counts is None:
+            for pair in pairs:
+                if pair is None:
+                    continue
+                host = pair[0].split("/", 3)[2].rpartition("@")[2]  # dedup.host_of
+                ok = cache.get(host)
+                if ok is None:
+                    ok = allows(host)
+                if ok:
+                    out.append(pair)
+            return out
         for pair in pairs:
             if pair is None:
                 continue
-            host = pair[0].split("/", 3)[2].rpartition("@")[2]  # dedup.host_of
+            host = pair[0].split("/", 3)[2].rpartition("@")[2]
             ok = cache.get(host)
             if ok is None:
                 ok = allows(host)
-            if ok:
+            if ok and counts.get(host, 0) < cap:
                 out.append(pair)
         return out
 

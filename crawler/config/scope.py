@@ -184,25 +184,14 @@ class Scope:
         cache = self._cache
         allows = self.allows_host
         out = []
-        if counts is None:
-            for pair in pairs:
-                if pair is None:
-                    continue
-                host = pair[0].split("/", 3)[2].rpartition("@")[2]  # dedup.host_of
-                ok = cache.get(host)
-                if ok is None:
-                    ok = allows(host)
-                if ok:
-                    out.append(pair)
-            return out
         for pair in pairs:
             if pair is None:
                 continue
-            host = pair[0].split("/", 3)[2].rpartition("@")[2]
+            host = pair[0].split("/", 3)[2].rpartition("@")[2]  # dedup.host_of
             ok = cache.get(host)
             if ok is None:
                 ok = allows(host)
-            if ok and counts.get(host, 0) < cap:
+            if ok and (counts is None or counts.get(host, 0) < cap):
                 out.append(pair)
         return out
 

@@ -175,6 +175,19 @@ async def test_stats_imports_its_command_only(crawled):
                          "importlib.metadata"}, sorted(loaded)
 
 
+def test_the_command_line_starts_no_blas_threads():
+    """numpy's OpenBLAS would start a spinning thread per core at import (dedup never
+    calls BLAS): the command line's process has only its own thread."""
+    import subprocess
+
+    env = cli_env()
+    env.pop("OPENBLAS_NUM_THREADS", None)  # this process's import of crawler.cli set it
+    code = "import os, crawler.cli.main, numpy; print(len(os.listdir('/proc/self/task')))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert int(out) == 1
+
+
 async def test_crawl_imports_only_what_it_uses(tmp_path, small_site):
     """A single-process ``crawl`` without --warc, --ui, --redis or --config imports no
     WARC writer, dashboard, Redis client, fleet code or TOML parser: each import is

@@ -45,9 +45,9 @@ counted apart (``sitemaps``, checked = one a host) and not in ``pages``.
 ``--against TREE`` also runs ours from another checkout (``python -m crawler`` with
 TREE as the working directory, e.g. a ``git worktree`` of main with its compiled
 extensions copied in) as crawler "against", interleaved with the others:
-before/after in one run. ``--variant NAME=ARGS`` also runs ours with extra
-``crawl`` arguments (``--variant asyncio="--loop asyncio"``). ``--no-bare`` skips
-the bare loop.
+before/after in one run. Repeated, each tree is "against:DIRNAME". ``--variant
+NAME=ARGS`` also runs ours with extra ``crawl`` arguments (``--variant
+asyncio="--loop asyncio"``). ``--no-bare`` skips the bare loop.
 
 Bytecode: the crawled trees' ``crawler/`` and ``dedup/`` are compiled beforehand
 (``compileall``: ``__pycache__`` beside the sources, as an installed package has
@@ -588,8 +588,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
               f"to fetch, {len(reach.robots_blocked)} disallowed by robots.txt", flush=True)
         runs: list[dict[str, Any]] = []
         variants: dict[str, tuple[list[str], Path]] = {"ours": ([], ROOT)}
-        if args.against:
-            variants["against"] = ([], Path(args.against).resolve())
+        for tree in args.against:  # "against", or "against:DIR" when there are several
+            vname = "against" if len(args.against) == 1 else f"against:{Path(tree).name}"
+            variants[vname] = ([], Path(tree).resolve())
         for v in args.variant:
             vname, _, vargs = v.partition("=")
             variants[vname] = (vargs.split(), ROOT)
@@ -701,8 +702,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 hosts x 300 pages, 1 run each")
     ap.add_argument("--warc", action="store_true",
                     help="also run ours with --warc each repetition")
-    ap.add_argument("--against", metavar="TREE",
-                    help="also run ours from this checkout (before/after in one run)")
+    ap.add_argument("--against", metavar="TREE", action="append", default=[],
+                    help="also run ours from this checkout (before/after in one run; "
+                    "repeatable: each is named by its directory)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run ours with these extra crawl arguments")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare loop")

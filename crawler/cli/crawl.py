@@ -1,5 +1,8 @@
 """``bloomcrawl crawl`` and ``bloomcrawl resume``: one process, a fleet worker, or a
-whole fleet directory (``resume FLEETDIR``)."""
+whole fleet directory (``resume FLEETDIR``).
+
+The fleet's modules (supervisor, local Redis, resize, the wire protocol) are imported
+by the commands that use them: a single-process ``crawl`` does not pay for them."""
 
 from __future__ import annotations
 
@@ -38,9 +41,6 @@ from crawler.fleet.identity import (
     stored_redis,
     worker_meta,
 )
-from crawler.fleet.join import crawl_as_worker, resume_as_worker
-from crawler.fleet.launch import resume_fleet
-from crawler.fleet.resize import refuse_if_resized
 
 __all__ = ["add_crawl", "add_resume"]
 
@@ -116,6 +116,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
                     progress=not args.quiet, handle_signals=True, watch=watch,
                     fleet=identity, **crawl_options(args))
     if fleet is not None:
+        from crawler.fleet.join import crawl_as_worker  # a single process needs no fleet code
+
         return _run(crawl, args.loop, crawl_as_worker(crawl, args.seeds, redis_url=fleet[0],
                                                       warn=warn))
     crawl.open()
@@ -164,6 +166,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     _refuse_frozen(args)
     changes = resume_changes(args)
     sock = ui_socket(args)
+    from crawler.fleet.join import resume_as_worker
+    from crawler.fleet.launch import resume_fleet
+    from crawler.fleet.resize import refuse_if_resized
+
     if is_fleet_dir(Path(args.dir)):
         if changes:
             raise UsageError("resume of a fleet directory cannot change limits; resume "

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from crawler.cli.args import UsageError
+from crawler.cli.collector import tuned_gc
 
 __all__ = ["LOOPS", "add_loop_option", "loop_factory", "run"]
 
@@ -42,9 +43,11 @@ def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run(main: Coroutine[Any, Any, T], kind: str = "auto") -> T:
-    """``asyncio.run(main)`` on the loop ``kind`` names."""
+    """``asyncio.run(main)`` on the loop ``kind`` names, with the garbage collector
+    tuned for a crawl (``crawler.cli.collector``)."""
     factory = loop_factory(kind)
-    if factory is None:
-        return asyncio.run(main)
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+    with tuned_gc():
+        if factory is None:
+            return asyncio.run(main)
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)

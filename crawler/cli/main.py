@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Sequence
 
 from crawler.cli.args import PROG, Parser, UsageError, err
+from crawler.cli.collector import paused_gc
 from crawler.config.exits import ERROR, USAGE
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -115,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         stream=sys.stderr)
     if argv is None:
         argv = sys.argv[1:]
-    parser = build_parser(argv)
+    with paused_gc():  # the command's imports
+        parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,9 +174,13 @@ class Scope:
             self._cache[authority] = ok
         return ok
 
-    def keep_hosts(self, pairs: Iterable[tuple[str, str] | None]) -> list[tuple[str, str]]:
+    def keep_hosts(self, pairs: Iterable[tuple[str, str] | None],
+                   counts: Mapping[str, int] | None = None, cap: int = 0
+                   ) -> list[tuple[str, str]]:
         """The ``(url, key)`` pairs whose URL's host ``allows_host`` allows (None items
-        dropped): a page's links in one loop, without two calls a link."""
+        dropped), and, given ``counts`` (URLs admitted per host), whose host is under
+        ``cap``: a page's links in one loop, without a call a link (each would cost as
+        much as the test)."""
         cache = self._cache
         allows = self.allows_host
         out = []
@@ -187,7 +191,7 @@ class Scope:
             ok = cache.get(host)
             if ok is None:
                 ok = allows(host)
-            if ok:
+            if ok and (counts is None or counts.get(host, 0) < cap):
                 out.append(pair)
         return out
 

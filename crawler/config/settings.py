@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -337,7 +336,10 @@ def _validate(section: Any, name: str, source: str) -> None:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing or malformed file is a ConfigError naming it."""
+    """Parse a TOML file; a missing or malformed file is a ConfigError naming it.
+    (tomllib imported here: a crawl without --config never parses TOML.)"""
+    import tomllib
+
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

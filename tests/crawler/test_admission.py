@@ -106,3 +106,23 @@ def test_keep_hosts_keeps_what_allows_host_allows() -> None:
                                     "http://www.c.test:99/y?q", "http://c.test/",
                                     "http://u:p@a.test/z", "https://x@b.test:8080/"]
     assert scope.keep_hosts(pairs) == kept  # answered from the cache the second time
+
+
+def test_keep_hosts_under_a_cap_drops_the_links_of_hosts_at_it() -> None:
+    """The default crawl's links (a per-host cap, no patterns) in one loop: each link
+    by its own host (a longer name, a port or userinfo is another host)."""
+    scope = Scope(frozenset({"a.test", "a.test:8080", "a.test.evil", "b.test"}))
+    counts = {"a.test": 2, "a.test:8080": 0, "b.test": 5}
+    urls = ["http://a.test/1", "http://a.test/2", "http://a.test.evil/3", "http://a.test/4",
+            "http://a.test:8080/5", "http://a.test:8080/6", "http://x@a.test/7",
+            "https://a.test/8", "http://b.test/9", "http://b.test/10", "http://c.test/11",
+            "http://c.test/12", "http://a.test.evil/13"]
+    pairs = [(u, u + "#key") for u in urls]
+    for cap in (1, 3, 6):
+        want = [p for p in pairs if scope.allows_host(host_of(p[0]))
+                and counts.get(host_of(p[0]), 0) < cap]
+        assert scope.keep_hosts(pairs, counts, cap) == want
+    assert [u for u, _ in scope.keep_hosts(pairs, counts, 3)] == [
+        "http://a.test/1", "http://a.test/2", "http://a.test.evil/3", "http://a.test/4",
+        "http://a.test:8080/5", "http://a.test:8080/6", "http://x@a.test/7",
+        "https://a.test/8", "http://a.test.evil/13"]

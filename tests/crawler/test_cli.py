@@ -175,6 +175,41 @@ async def test_stats_imports_its_command_only(crawled):
                          "importlib.metadata"}, sorted(loaded)
 
 
+def test_the_command_line_starts_no_blas_threads():
+    """numpy's OpenBLAS would start a spinning thread per core at import (dedup never
+    calls BLAS): the command line's process has only its own thread."""
+    import subprocess
+
+    env = cli_env()
+    env.pop("OPENBLAS_NUM_THREADS", None)  # this process's import of crawler.cli set it
+    code = "import os, crawler.cli.main, numpy; print(len(os.listdir('/proc/self/task')))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert int(out) == 1
+
+
+async def test_crawl_imports_only_what_it_uses(tmp_path, small_site):
+    """A single-process ``crawl`` without --warc, --ui, --redis or --config imports no
+    WARC writer, dashboard, Redis client, fleet code or TOML parser: each import is
+    CPU paid once per run, a share of every page of a short crawl."""
+    seeds = write_seeds(tmp_path / "seeds.txt", small_site.seeds)
+    code = ("import json, sys\nfrom crawler.cli.main import main\nrc = main(sys.argv[1:])\n"
+            "sys.stderr.write(json.dumps(sorted(sys.modules)))\nsys.exit(rc)\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, "crawl", str(seeds), "--state", str(tmp_path / "s"),
+        "--allow-private", "--delay", "0", "--max-pages", "5", "--quiet", env=cli_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 0, err
+    loaded = set(json.loads(err))
+    assert {"crawler.core.run.engine", "crawler.net.fetch"} <= loaded
+    unused = {"warcio", "redis", "tomllib", "crawler.ui.live", "crawler.ui.stats",
+              "crawler.ui.page", "crawler.fleet.join", "crawler.fleet.launch",
+              "crawler.fleet.supervisor", "crawler.fleet.localredis", "crawler.fleet.resize",
+              "crawler.wire.protocol", "crawler.wire.relay", "crawler.wire.transport"}
+    assert not loaded & unused, sorted(loaded & unused)
+
+
 async def test_stats_shows_the_ledger_and_the_filter(crawled, capsys):
     state, _ = crawled
     with UrlSeen(state, readonly=True) as seen:

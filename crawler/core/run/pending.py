@@ -36,20 +36,16 @@ class Pending:
         self.pages = 0  # taken from the frontier, their commit not returned yet
         self.deliveries = 0  # fleet deliveries taken from Redis, not acked yet
         self.on_change: Callable[[], None] = on_change or (lambda: None)
+        self._page = _Page(self)
 
     def idle(self) -> bool:
         """Nothing to fetch and nothing under way that could queue more."""
         return not self.pages and not self.deliveries and self.frontier.finished()
 
-    @contextmanager
-    def page(self) -> Iterator[None]:
-        """One page, from ``frontier.get()`` to the return of its commit."""
-        self.pages += 1
-        try:
-            yield
-        finally:
-            self.pages -= 1
-            self.on_change()
+    def page(self) -> _Page:
+        """One page, from ``frontier.get()`` to the return of its commit (a plain
+        context manager: entered once a page, a generator's costs ~1 us more)."""
+        return self._page
 
     @contextmanager
     def delivery(self) -> Iterator[None]:
@@ -60,3 +56,21 @@ class Pending:
         finally:
             self.deliveries -= 1
             self.on_change()
+
+
+class _Page:
+    """``Pending.page()``: counts a page under way while entered (one shared
+    instance: the count lives in ``Pending``)."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, pending: Pending) -> None:
+        self._pending = pending
+
+    def __enter__(self) -> None:
+        self._pending.pages += 1
+
+    def __exit__(self, *exc: object) -> None:
+        pending = self._pending
+        pending.pages -= 1
+        pending.on_change()

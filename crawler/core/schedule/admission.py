@@ -63,8 +63,8 @@ class Admission:
         allows = self.scope.allows_host
         url_ok = self.scope.url_filter() if patterns else None
         cap = self.cap
-        if url_ok is None and local is None and not cap:  # a page's links, most crawls
-            return self.scope.keep_hosts(pairs), []
+        if url_ok is None and local is None:  # a page's links, most crawls
+            return self.scope.keep_hosts(pairs, self.host_counts if cap else None, cap), []
         counts = self.host_counts
         keep: Pairs = []
         remote: list[Remote] = []

@@ -102,7 +102,10 @@ def test_kill9_anywhere_keeps_urlseen_exact(tmp_path):
     surely, never, _ = model(log)
     assert surely and never
     with UrlSeen(d, create=False) as seen:
-        assert seen.ledger.index.stats()["runs"] >= 2  # flushes and merges happened
+        runs = seen.ledger.index.stats()["run_records"]
+        # Flushes happened: more records in runs than one 64-key buffer holds (merges
+        # may have left a single run by the last open).
+        assert runs and sum(runs) > 64, runs
         fps = {k: fingerprint(canonicalize(url(k)), seen.seed) for k in range(UNIVERSE)}
         held = seen.ledger.contains_hashes(halves(b"".join(fps.values())))
         found = {f for f, h in zip(fps.values(), held.tolist(), strict=True) if h}

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dedup.native import compiled as _compiled
 from dedup.url.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from dedup.url.canonical import Canonicalizer
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
 _BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
@@ -132,6 +136,44 @@ class ConfirmCache:
             if 4 * out.held >= len(out.table):  # half its slots (two words a slot)
                 out.grow()
         return hits
+
+    def count_links(self, links: tuple[str, ...], base: str | None, canon: Canonicalizer,
+                    out: CacheMisses) -> tuple[int, int] | None:
+        """:meth:`count_hits` of ``canon.resolve_many(links, base)`` in one compiled pass
+        (``confirm_links``, ``dedup/native/_canon.c``): ``(hits, rejected links)``, the
+        same misses in ``out`` in the same order. Most links of a page are hits, and
+        this pass makes no Python object for them; the links it leaves over (unusual
+        ones) go through ``resolve_many`` and :meth:`count_hits`, in their place.
+        None where it cannot run (the caller takes the two steps)."""
+        lookup = self._lookup
+        fast = canon.fast_page(base) if lookup is not None else None
+        if fast is None:
+            return None
+        rules, page = fast
+        confirm_links = _compiled.canon.confirm_links  # type: ignore[union-attr]
+        hits = rejected = compiled = i = 0
+        n = len(links)
+        limit = self._limit()
+        while i < n:
+            i, h, self._held, out.held, r, c, todo = confirm_links(
+                links, i, rules, page, self._seed, self._young, self._held, self._old, limit,
+                out.table, out.held, out.keys, out.values, out.fps)
+            hits += h
+            rejected += r
+            compiled += c
+            if self._held >= limit > 0:
+                self._full()
+                limit = self._limit()
+            if 4 * out.held >= len(out.table):
+                out.grow()
+            if todo:
+                pairs = canon.resolve_many(links[i:i + todo], base)
+                rejected += pairs.count(None)
+                hits += self.count_hits(pairs, out)
+                limit = self._limit()
+                i += todo
+        canon.count_compiled(compiled)
+        return hits, rejected
 
     def _count_hits_python(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
         hits = 0

@@ -196,16 +196,26 @@ class UrlSeen(CrawlRecords):
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        pairs, n_links = self._resolve(links, base_url)
+        if type(links) is not tuple:
+            if isinstance(links, str):
+                raise TypeError("links must be an iterable of links, not one str")
+            links = tuple(links)
         slots = 4
-        while slots < 2 * len(pairs) and slots < 4096:  # a page's table, not a group's
+        while slots < 2 * len(links) and slots < 4096:  # a page's table, not a group's
             slots *= 2
         misses = self._scratch.get(slots)
         if misses is None:
             misses = self._scratch[slots] = CacheMisses(slots)
         else:
             misses.reset()
-        hits = self._confirmed.count_hits(pairs, misses)
+        counted = self._confirmed.count_links(links, base_url, self.canonicalizer, misses)
+        if counted is None:
+            pairs, n_links = self._resolve(links, base_url)
+            hits = self._confirmed.count_hits(pairs, misses)
+        else:
+            hits, rejected = counted
+            self.counters["rejected"] += rejected
+            n_links = len(links) - rejected
         keys = misses.keys
         return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth)]
 
@@ -216,17 +226,23 @@ class UrlSeen(CrawlRecords):
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it."""
-        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        misses = self._one  # one key: a page's 4,096-slot table would cost more
+        misses.reset()
+        counted = self._confirmed.count_links((url,), base_url, self.canonicalizer, misses)
+        if counted is None:
+            pairs = self.canonicalizer.resolve_many((url,), base_url)
+            hit = self._confirmed.count_hits(pairs, misses)
+            rejected = pairs[0] is None
+        else:
+            hit, rejected = counted
         counters = self.counters
-        if pairs[0] is None:
+        if rejected:
             counters["rejected"] += 1
             n_links = 0
         else:
             n_links = 1
-        misses = self._one  # one key: a page's 4,096-slot table would cost more
-        misses.reset()
-        if self._confirmed.count_hits(pairs, misses):  # a repeat confirmed lately: the
-            counters["links"] += 1                    # commonest answer, at once
+        if hit:  # a repeat confirmed lately: the commonest answer, at once
+            counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
             if self._pending:

@@ -683,12 +683,13 @@ done:
 }
 
 /* confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld,
-                 keys, values, fps) -> (stop, hits, held, bheld, rejected, compiled, todo)
+                 keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)
 
    resolve_links and the confirm cache's pass (confirm_split, dedup/native/_lookup.c)
    in one: for each link of the tuple `links` from `start`, its key is computed
    here as text and fingerprinted; held in `young` or `old` (moved to `young`),
-   a hit; else, unless `batch` holds it, the key, its fetch URL and fingerprint
+   a hit; held in `pend` (a table of the same kind, read only, or None: UrlSeen's
+   pending admissions), a hit too; else, unless `batch` holds it, the key, its fetch URL and fingerprint
    are appended to `keys`, `values` and `fps` and it goes to `batch`. The strs
    are made only for those: a hit, most links of a page, makes no object.
    Rejected links are counted (`rejected`), `compiled` counts the links resolved
@@ -701,14 +702,15 @@ done:
    Errors after some links were done are returned, not raised (confirm_split's
    rule): the next call, from stop, raises them. */
 static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *links, *capsule, *page, *yo, *oo, *bo, *keys, *values, *fps, *ret = NULL;
+    PyObject *links, *capsule, *page, *yo, *oo, *bo, *keys, *values, *fps, *po, *ret = NULL;
     Py_ssize_t start, held, half, bheld, hits = 0, rejected = 0, compiled = 0, todo = 0, i;
     long long seed;
-    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL};
+    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL}, pend = {.s = NULL};
     scratch_t *sc = NULL;
-    if (!PyArg_ParseTuple(args, "O!nOOLOnOnOnO!O!O!", &PyTuple_Type, &links, &start,
+    if (!PyArg_ParseTuple(args, "O!nOOLOnOnOnO!O!O!O", &PyTuple_Type, &links, &start,
                           &capsule, &page, &seed, &yo, &held, &oo, &half, &bo, &bheld,
-                          &PyList_Type, &keys, &PyList_Type, &values, &PyByteArray_Type, &fps))
+                          &PyList_Type, &keys, &PyList_Type, &values, &PyByteArray_Type, &fps,
+                          &po))
         return NULL;
     rules_t *r = PyCapsule_GetPointer(capsule, RULES_NAME);
     if (!r) return NULL;
@@ -722,10 +724,12 @@ static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
     if (fpset_open(&batch, bo, "batch", 1) < 0) goto done;
+    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
     if (fpset_overlap(&young, &old) || fpset_overlap(&young, &batch)
-            || fpset_overlap(&old, &batch)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "confirm cache: the young, old and batch tables must not share memory");
+            || fpset_overlap(&old, &batch)
+            || (pend.s && (fpset_overlap(&pend, &young) || fpset_overlap(&pend, &batch)))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old, batch and pending "
+                        "tables must not share memory");
         goto done;
     }
     Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
@@ -764,6 +768,10 @@ static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
                 if (++held >= half) { i++; goto stop; }
                 continue;
             }
+            if (pend.s) {
+                const uint64_t *p = fpset_slot(&pend, hi, lo);
+                if (p && (p[0] | p[1])) { hits++; continue; }
+            }
             b = fpset_slot(&batch, hi, lo);
             if (!b) { fpset_full("batch"); goto fail; }
             if (b[0] | b[1]) continue;  /* let through earlier in this pass */
@@ -789,6 +797,7 @@ done:
     if (young.b.obj) PyBuffer_Release(&young.b);
     if (old.b.obj) PyBuffer_Release(&old.b);
     if (batch.b.obj) PyBuffer_Release(&batch.b);
+    if (pend.b.obj) PyBuffer_Release(&pend.b);
     return ret;
 }
 
@@ -797,7 +806,7 @@ static PyMethodDef methods[] = {
      "compile_rules(max_length, sort_query, exact, prefixes) -> rules for resolve_links"},
     {"confirm_links", confirm_links, METH_VARARGS,
      "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
-     "keys, values, fps) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
+     "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
     {"resolve_links", resolve_links, METH_VARARGS,
      "resolve_links(links, rules, page) -> (results, pending): (fetch_url, key) or None\n"
      "per link; at the indexes in pending, the link itself, not handled here"},

@@ -179,6 +179,47 @@ done:
     return ret;
 }
 
+/* confirm_absent(table, fps) -> list of int: the indexes i, ascending, of the 16-byte
+   fingerprints of the bytes `fps` that `table` (a confirm-cache table, read only)
+   does not hold; (0, 0), never held, is always absent. For UrlSeen's pending
+   admissions, held in such a table: a page's keys that its compiled pass did not
+   screen (confirm_links does) are screened here. */
+static PyObject *confirm_absent(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *to, *out = NULL;
+    Py_buffer fps = {0};
+    fpset t = {.s = NULL};
+    if (!PyArg_ParseTuple(args, "Oy*", &to, &fps)) return NULL;
+    if (fpset_open(&t, to, "table", 0) < 0) goto done;
+    if (fps.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "confirm_absent: fingerprints are 16 bytes each");
+        goto done;
+    }
+    out = PyList_New(0);
+    if (!out) goto done;
+    const unsigned char *f = fps.buf;
+    for (Py_ssize_t i = 0; i < fps.len / 16; i++) {
+        uint64_t v[2];
+        memcpy(v, f + 16 * i, 16);
+        uint64_t hi = v[0], lo = v[1];
+#if !PY_LITTLE_ENDIAN
+        hi = __builtin_bswap64(hi); lo = __builtin_bswap64(lo);
+#endif
+        const uint64_t *y = (hi | lo) ? fpset_slot(&t, hi, lo) : NULL;
+        if (y && (y[0] | y[1])) continue;
+        PyObject *at = PyLong_FromSsize_t(i);
+        if (!at || PyList_Append(out, at) < 0) {
+            Py_XDECREF(at);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(at);
+    }
+done:
+    if (t.b.obj) PyBuffer_Release(&t.b);
+    PyBuffer_Release(&fps);
+    return out;
+}
+
 /* confirm_add(young, held, half, h, start) -> (stop, held)
 
    Add the fingerprints h[start:] (an (n, 2) uint64 buffer) to `young`, which
@@ -602,6 +643,8 @@ static PyMethodDef methods[] = {
     {"confirm_split", confirm_split, METH_VARARGS,
      "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
      " fps) -> (stop, hits, held, bheld)"},
+    {"confirm_absent", confirm_absent, METH_VARARGS,
+     "confirm_absent(table, fps) -> indexes of the fingerprints the table does not hold"},
     {"confirm_add", confirm_add, METH_VARARGS,
      "confirm_add(young, held, half, h, start) -> (stop, held)"},
     {"sorted_find", sorted_find, METH_VARARGS,

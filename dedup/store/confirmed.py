@@ -138,12 +138,16 @@ class ConfirmCache:
         return hits
 
     def count_links(self, links: tuple[str, ...], base: str | None, canon: Canonicalizer,
-                    out: CacheMisses) -> tuple[int, int] | None:
+                    out: CacheMisses, pending: np.ndarray | None = None
+                    ) -> tuple[int, int, bool] | None:
         """:meth:`count_hits` of ``canon.resolve_many(links, base)`` in one compiled pass
-        (``confirm_links``, ``dedup/native/_canon.c``): ``(hits, rejected links)``, the
-        same misses in ``out`` in the same order. Most links of a page are hits, and
-        this pass makes no Python object for them; the links it leaves over (unusual
-        ones) go through ``resolve_many`` and :meth:`count_hits`, in their place.
+        (``confirm_links``, ``dedup/native/_canon.c``): ``(hits, rejected links,
+        screened)``, the same misses in ``out`` in the same order. Most links of a
+        page are hits, and this pass makes no Python object for them; the links it
+        leaves over (unusual ones) go through ``resolve_many`` and :meth:`count_hits`,
+        in their place. ``pending``: a table of the same kind (the caller's pending
+        admissions, ``dedup.store.pending``) whose keys count as hits too; screened
+        is False if some links were left over (they were not checked against it).
         None where it cannot run (the caller takes the two steps)."""
         lookup = self._lookup
         fast = canon.fast_page(base) if lookup is not None else None
@@ -152,12 +156,13 @@ class ConfirmCache:
         rules, page = fast
         confirm_links = _compiled.canon.confirm_links  # type: ignore[union-attr]
         hits = rejected = compiled = i = 0
+        screened = True
         n = len(links)
         limit = self._limit()
         while i < n:
             i, h, self._held, out.held, r, c, todo = confirm_links(
                 links, i, rules, page, self._seed, self._young, self._held, self._old, limit,
-                out.table, out.held, out.keys, out.values, out.fps)
+                out.table, out.held, out.keys, out.values, out.fps, pending)
             hits += h
             rejected += r
             compiled += c
@@ -167,13 +172,14 @@ class ConfirmCache:
             if 4 * out.held >= len(out.table):
                 out.grow()
             if todo:
+                screened = False
                 pairs = canon.resolve_many(links[i:i + todo], base)
                 rejected += pairs.count(None)
                 hits += self.count_hits(pairs, out)
                 limit = self._limit()
                 i += todo
         canon.count_compiled(compiled)
-        return hits, rejected
+        return hits, rejected, screened
 
     def _count_hits_python(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
         hits = 0

@@ -50,6 +50,7 @@ from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
+from dedup.store.pending import PendingKeys
 from dedup.store.restore import load_shards, replay
 from dedup.store.statedir import ledger_path, lock, require_state_dir, shards_dir
 from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
@@ -117,7 +118,8 @@ class UrlSeen(CrawlRecords):
             raise ValueError(f"pending_seconds must be a number >= 0, not {pending_seconds!r}")
         self._pending_keys = pending_keys
         self._pending_seconds = float(pending_seconds)
-        self._pending: set[bytes] = set()  # fingerprints answered "new", not yet written
+        self._pending = PendingKeys()  # fingerprints answered "new", not yet written
+        self._pending_n = 0  # how many (what is to write: the table skips a (0, 0) one)
         self._pending_fps: dict[int, bytearray] = {}  # the same, by depth, in answer order
         self._pending_since = 0.0  # time.monotonic() of the oldest
         # admit_one's pending rows, with their text: runs of one depth in answer order,
@@ -208,16 +210,19 @@ class UrlSeen(CrawlRecords):
             misses = self._scratch[slots] = CacheMisses(slots)
         else:
             misses.reset()
-        counted = self._confirmed.count_links(links, base_url, self.canonicalizer, misses)
+        counted = self._confirmed.count_links(links, base_url, self.canonicalizer, misses,
+                                              self._pending.table)
         if counted is None:
             pairs, n_links = self._resolve(links, base_url)
             hits = self._confirmed.count_hits(pairs, misses)
+            screened = False
         else:
-            hits, rejected = counted
+            hits, rejected, screened = counted
             self.counters["rejected"] += rejected
             n_links = len(links) - rejected
         keys = misses.keys
-        return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth)]
+        return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth,
+                                                     screened=screened)]
 
     def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
         """True if ``url`` (resolved against ``base_url``) was never seen before, and
@@ -228,13 +233,15 @@ class UrlSeen(CrawlRecords):
         as :meth:`filter_new` skips it."""
         misses = self._one  # one key: a page's 4,096-slot table would cost more
         misses.reset()
-        counted = self._confirmed.count_links((url,), base_url, self.canonicalizer, misses)
+        counted = self._confirmed.count_links((url,), base_url, self.canonicalizer, misses,
+                                              self._pending.table)
         if counted is None:
             pairs = self.canonicalizer.resolve_many((url,), base_url)
             hit = self._confirmed.count_hits(pairs, misses)
             rejected = pairs[0] is None
+            screened = False
         else:
-            hit, rejected = counted
+            hit, rejected, screened = counted
         counters = self.counters
         if rejected:
             counters["rejected"] += 1
@@ -245,10 +252,10 @@ class UrlSeen(CrawlRecords):
             counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
-            if self._pending:
+            if self._pending_n:
                 self._flush_if_due()
             return False
-        return bool(self._admit_pending(misses, n_links, 0, depth))
+        return bool(self._admit_pending(misses, n_links, 0, depth, screened=screened))
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
         """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
@@ -273,71 +280,75 @@ class UrlSeen(CrawlRecords):
         return self._rows_first + self._pending_row_count - 1
 
     def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int,
-                       text: Sequence[tuple[str, str]] | None = None) -> list[int]:
+                       text: Sequence[tuple[str, str]] | None = None, *,
+                       screened: bool = False) -> list[int]:
         """The seen-test of :meth:`filter_new` once the confirm cache has answered:
         indexes in ``misses`` of the new keys, which join the pending admissions
         (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
 
-        A pending key is answered "seen" from the pending set (its bits are not set
-        yet); the others are probed in one call (compiled where built, no numpy),
-        and the "maybe seen" ones looked up in the ledger's index in one batch."""
+        A pending key is answered "seen" from the pending keys (its bits are not set
+        yet): ``screened`` says the compiled pass did that already (``hits`` counts
+        them); the others are probed in one call (compiled where built, no numpy),
+        and the "maybe seen" ones looked up in the ledger's index in one batch.
+        Keys stay in one ``bytes`` (16 each) throughout: a ``bytes`` object a key
+        cost more than the rest of a page's call."""
         counters = self.counters
         counters["links"] += n_links
         m = len(misses)
         if not m:
             counters["confirm_cache_hits"] += hits
             counters["repeats"] += n_links
-            if self._pending:
+            if self._pending_n:
                 self._flush_if_due()
             return []
         blob = bytes(misses.fps)
-        fps = [blob[i:i + 16] for i in range(0, 16 * m, 16)] if m > 1 else [blob]
-        pending = self._pending
-        ask, ask_blob = fps, blob
-        if pending and not pending.isdisjoint(fps):
-            ask = [fp for fp in fps if fp not in pending]
-            ask_blob = b"".join(ask)
-        counters["confirm_cache_hits"] += hits + m - len(ask)  # answered from memory
-        at = self.bloom.maybe_fingerprints(ask_blob) if ask else []
+        new: Sequence[int] = range(m)  # indexes into misses of the keys still in question
+        if self._pending_n and not screened:
+            keep = self._pending.absent(blob)
+            if len(keep) < m:
+                new = keep
+                blob = b"".join([blob[16 * j:16 * j + 16] for j in keep])
+        n_ask = len(new)
+        counters["confirm_cache_hits"] += hits + m - n_ask  # answered from memory
+        at = self.bloom.maybe_fingerprints(blob) if n_ask else []
         counters["bloom_maybe"] += len(at)
-        counters["bloom_definitely_new"] += len(ask) - len(at)
-        new = ask
+        counters["bloom_definitely_new"] += n_ask - len(at)
         if at:
             counters["ledger_queries"] += 1
-            maybe = [ask[j] for j in at]
-            found = self.ledger.held_among(b"".join(maybe))
-            counters["false_positives"] += len(maybe) - len(found)
+            maybe = b"".join([blob[16 * j:16 * j + 16] for j in at])
+            found = self.ledger.held_among(maybe)
+            counters["false_positives"] += len(at) - len(found)
             if found:
-                known = [maybe[j] for j in found]
-                self._confirmed.add(halves(b"".join(known)))
-                held = set(known)
-                new = [fp for fp in ask if fp not in held]
-        counters["new"] += len(new)
-        counters["repeats"] += n_links - len(new)
-        if not new:
-            if pending:
+                self._confirmed.add(halves(b"".join([maybe[16 * j:16 * j + 16]
+                                                     for j in found])))
+                gone = {at[j] for j in found}
+                kept = [k for k in range(n_ask) if k not in gone]
+                new = [new[k] for k in kept]
+                blob = b"".join([blob[16 * k:16 * k + 16] for k in kept])
+        n_new = len(new)
+        counters["new"] += n_new
+        counters["repeats"] += n_links - n_new
+        if not n_new:
+            if self._pending_n:
                 self._flush_if_due()
             return []
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        if not pending:
+        if not self._pending_n:
             self._pending_since = time.monotonic()
-        pending.update(new)
-        added = blob if new is fps else b"".join(new)
+        self._pending.add(blob)
+        self._pending_n += n_new
         if text is not None:  # admit_one: m == 1, and it is new
-            self._pend_row(depth, added, text[0])
+            self._pend_row(depth, blob, text[0])
         else:
             batch = self._pending_fps.get(depth)
             if batch is None:
                 batch = self._pending_fps[depth] = bytearray()
-            batch += added
+            batch += blob
         # the confirm cache learns them when they are written (one call a group): until
-        # then a repeat is answered from the pending set, as cheaply
+        # then a repeat is answered from the pending keys, as cheaply
         self._flush_if_due()
-        if new is fps:
-            return list(range(m))
-        fresh = set(new)
-        return [i for i, fp in enumerate(fps) if fp in fresh]
+        return list(new)
 
     def _pend_row(self, depth: int, fp: bytes, text: tuple[str, str]) -> None:
         """Queue one :meth:`admit_one` row; its seq is the next promised one."""
@@ -356,7 +367,7 @@ class UrlSeen(CrawlRecords):
         """Write the pending admissions if there are ``pending_keys`` of them or the
         oldest has waited ``pending_seconds`` (so an answer's age is bounded by the
         next call after it, not by a timer thread sharing the connection)."""
-        if len(self._pending) >= self._pending_keys or \
+        if self._pending_n >= self._pending_keys or \
                 time.monotonic() - self._pending_since >= self._pending_seconds:
             self._flush_pending()
 
@@ -365,7 +376,7 @@ class UrlSeen(CrawlRecords):
         order (their seqs were promised), then the others one depth at a time
         (shallowest first, as :meth:`admit_resolved_pages`); each batch bits first,
         then one ledger append (committed at once with ``autocommit``)."""
-        if not self._pending:
+        if not self._pending_n:
             return
         rows, self._pending_rows = self._pending_rows, []
         self._pending_row_count = 0
@@ -377,6 +388,8 @@ class UrlSeen(CrawlRecords):
             depth = min(batches)
             self._write_pending(bytes(batches[depth]), depth, None, None, None)
             del batches[depth]
+        self._pending.clear()  # every key is written: answered by the confirm cache
+        self._pending_n = 0
 
     def _write_pending(self, blob: bytes, depth: int, urls: list[str] | None,
                        hosts: list[str] | None, first: int | None) -> None:
@@ -386,7 +399,6 @@ class UrlSeen(CrawlRecords):
         if first is not None and seqs.start != first:  # a real check, not an assert
             raise RuntimeError(f"{self.state_dir}: pending rows promised seq {first}, "
                                f"the ledger gave {seqs.start}")
-        self._pending.difference_update(np.frombuffer(blob, dtype="V16").tolist())
         # a pending key's repeat is then a confirm-cache hit, not a miss
         self._confirmed.add(h)
         self._appended_seq = seqs.stop - 1

@@ -688,8 +688,9 @@ done:
    resolve_links and the confirm cache's pass (confirm_split, dedup/native/_lookup.c)
    in one: for each link of the tuple `links` from `start`, its key is computed
    here as text and fingerprinted; held in `young` or `old` (moved to `young`),
-   a hit; held in `pend` (a table of the same kind, read only, or None: UrlSeen's
-   pending admissions), a hit too; else, unless `batch` holds it, the key, its fetch URL and fingerprint
+   a hit; else, unless `batch` holds it (let through earlier in this pass): held in
+   `pend` (a table of the same kind, read only, or None: UrlSeen's pending
+   admissions), a hit, and it goes to `batch`; else the key, its fetch URL and fingerprint
    are appended to `keys`, `values` and `fps` and it goes to `batch`. The strs
    are made only for those: a hit, most links of a page, makes no object.
    Rejected links are counted (`rejected`), `compiled` counts the links resolved
@@ -768,13 +769,21 @@ static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
                 if (++held >= half) { i++; goto stop; }
                 continue;
             }
-            if (pend.s) {
-                const uint64_t *p = fpset_slot(&pend, hi, lo);
-                if (p && (p[0] | p[1])) { hits++; continue; }
-            }
             b = fpset_slot(&batch, hi, lo);
             if (!b) { fpset_full("batch"); goto fail; }
             if (b[0] | b[1]) continue;  /* let through earlier in this pass */
+            if (pend.s) {
+                /* a hit the first time in the pass, nothing after: as the key's
+                   miss, dropped by the caller's pending check, counted before */
+                const uint64_t *p = fpset_slot(&pend, hi, lo);
+                if (p && (p[0] | p[1])) {
+                    hits++;
+                    b[0] = hi;
+                    b[1] = lo;
+                    if (++bheld >= bhalf) { i++; goto stop; }
+                    continue;
+                }
+            }
         }
         if (append_miss(keys, values, fps, f, fn, k, kn, fp) < 0) goto fail;
         if (b) {
@@ -801,9 +810,88 @@ done:
     return ret;
 }
 
+/* confirm_one(link, rules, page, seed, young, held, old, half, pend) -> result
+
+   confirm_links for one link with no pass of its own (UrlSeen.add, a call a URL,
+   where a tuple of results and the pass's tables cost more than the work): an int
+   >= 0, a hit, is the count of `young` after it (a key held by `old` moves to
+   `young`; the caller swaps or grows at `half`, as after confirm_split); -1 the
+   link is rejected; -2 it is not handled here (the caller takes resolve_many and
+   confirm_split); a miss is the tuple (fetch, key, fingerprint as 16 bytes). */
+static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
+                             Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "confirm_one takes 9 arguments");
+        return NULL;
+    }
+    PyObject *link = args[0], *po = args[8], *ret = NULL;
+    rules_t *r = PyCapsule_GetPointer(args[1], RULES_NAME);
+    if (!r) return NULL;
+    long long seed = PyLong_AsLongLong(args[3]);
+    Py_ssize_t held = PyLong_AsSsize_t(args[5]), half = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return NULL;
+    }
+    fpset young = {.s = NULL}, old = {.s = NULL}, pend = {.s = NULL};
+    scratch_t *sc;
+    if (fpset_args(&young, args[4], &old, args[6], held, half) < 0) goto done;
+    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
+    if (fpset_overlap(&young, &old) || (pend.s && fpset_overlap(&pend, &young))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "confirm cache: the young, old and pending tables must not share memory");
+        goto done;
+    }
+    page_t pg;
+    if (!read_page(args[2], &pg)) { ret = PyLong_FromLong(-2); goto done; }
+    /* the module's own: the GIL is held and no Python code runs while it is used */
+    static scratch_t one_scratch;
+    sc = &one_scratch;
+    const char *f = NULL, *k = NULL;
+    Py_ssize_t fn = 0, kn = 0;
+    int how = resolve_text(link, &pg, r, sc, &f, &fn, &k, &kn);
+    if (how != HANDLED) { ret = PyLong_FromLong(how == REJECTED ? -1 : -2); goto done; }
+    uint64_t fp[2];
+    murmur3_x64_128((const uint8_t *)k, kn, (uint32_t)seed, fp);
+    uint64_t hi = fp[0], lo = fp[1];
+    if (hi | lo) {  /* (0, 0) cannot be held: a miss each time */
+        uint64_t *y = fpset_slot(&young, hi, lo);
+        if (y && (y[0] | y[1])) { ret = PyLong_FromSsize_t(held); goto done; }
+        const uint64_t *o = fpset_slot(&old, hi, lo);
+        if (o && (o[0] | o[1])) {
+            if (!y) { fpset_full("young"); goto done; }
+            y[0] = hi;
+            y[1] = lo;
+            ret = PyLong_FromSsize_t(held + 1);
+            goto done;
+        }
+        if (pend.s) {
+            const uint64_t *p = fpset_slot(&pend, hi, lo);
+            if (p && (p[0] | p[1])) { ret = PyLong_FromSsize_t(held); goto done; }
+        }
+    }
+    PyObject *pair = pair_of(f, fn, k, kn);
+    if (!pair) goto done;
+    PyObject *digest = PyBytes_FromStringAndSize((const char *)fp, 16);
+    if (digest) {
+        ret = PyTuple_Pack(3, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), digest);
+        Py_DECREF(digest);
+    }
+    Py_DECREF(pair);
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (old.b.obj) PyBuffer_Release(&old.b);
+    if (pend.b.obj) PyBuffer_Release(&pend.b);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"compile_rules", compile_rules, METH_VARARGS,
      "compile_rules(max_length, sort_query, exact, prefixes) -> rules for resolve_links"},
+    {"confirm_one", (PyCFunction)(void (*)(void))confirm_one, METH_FASTCALL,
+     "confirm_one(link, rules, page, seed, young, held, old, half, pend) -> held after a hit, "
+     "-1 rejected, -2 not handled, or (fetch, key, fingerprint) for a miss"},
     {"confirm_links", confirm_links, METH_VARARGS,
      "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
      "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},

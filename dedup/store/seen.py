@@ -221,7 +221,7 @@ class UrlSeen(CrawlRecords):
             self.counters["rejected"] += rejected
             n_links = len(links) - rejected
         keys = misses.keys
-        return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth,
+        return [keys[i] for i in self._admit_pending(bytes(misses.fps), n_links, hits, depth,
                                                      screened=screened)]
 
     def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
@@ -231,31 +231,34 @@ class UrlSeen(CrawlRecords):
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it."""
-        misses = self._one  # one key: a page's 4,096-slot table would cost more
-        misses.reset()
-        counted = self._confirmed.count_links((url,), base_url, self.canonicalizer, misses,
-                                              self._pending.table)
-        if counted is None:
-            pairs = self.canonicalizer.resolve_many((url,), base_url)
-            hit = self._confirmed.count_hits(pairs, misses)
-            rejected = pairs[0] is None
-            screened = False
-        else:
-            hit, rejected, screened = counted
+        got = self._confirmed.count_link(url, base_url, self.canonicalizer,
+                                         self._pending.table)
+        if got is False:  # not the compiled path's: the two steps
+            got = self._count_one(url, base_url)
         counters = self.counters
-        if rejected:
-            counters["rejected"] += 1
-            n_links = 0
-        else:
-            n_links = 1
-        if hit:  # a repeat confirmed lately: the commonest answer, at once
+        if got is True:  # a repeat confirmed lately: the commonest answer, at once
             counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
             if self._pending_n:
                 self._flush_if_due()
             return False
-        return bool(self._admit_pending(misses, n_links, 0, depth, screened=screened))
+        if got is None:
+            counters["rejected"] += 1
+            return bool(self._admit_pending(b"", 0, 0, depth))
+        return bool(self._admit_pending(got[2], 1, 0, depth, screened=got[0] is not None))
+
+    def _count_one(self, url: str, base_url: str | None) -> bool | tuple[None, None, bytes] | None:
+        """:meth:`ConfirmCache.count_link`'s answer by ``resolve_many`` and ``count_hits``
+        (its miss is not screened against the pending keys)."""
+        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        if pairs[0] is None:
+            return None
+        misses = self._one  # one key: a page's 4,096-slot table would cost more
+        misses.reset()
+        if self._confirmed.count_hits(pairs, misses):
+            return True
+        return None, None, bytes(misses.fps)
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
         """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
@@ -275,15 +278,16 @@ class UrlSeen(CrawlRecords):
         misses = self._one
         misses.reset()
         hits = self._confirmed.count_hits([(url, key)], misses)
-        if not self._admit_pending(misses, 1, hits, depth, ((url, host),)):
+        if not self._admit_pending(bytes(misses.fps), 1, hits, depth, ((url, host),)):
             return None
         return self._rows_first + self._pending_row_count - 1
 
-    def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int,
+    def _admit_pending(self, blob: bytes, n_links: int, hits: int, depth: int,
                        text: Sequence[tuple[str, str]] | None = None, *,
                        screened: bool = False) -> list[int]:
         """The seen-test of :meth:`filter_new` once the confirm cache has answered:
-        indexes in ``misses`` of the new keys, which join the pending admissions
+        indexes in ``blob`` (the fingerprints of the keys it did not hold, 16 bytes
+        each) of the new keys, which join the pending admissions
         (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
 
         A pending key is answered "seen" from the pending keys (its bits are not set
@@ -294,14 +298,13 @@ class UrlSeen(CrawlRecords):
         cost more than the rest of a page's call."""
         counters = self.counters
         counters["links"] += n_links
-        m = len(misses)
+        m = len(blob) // 16
         if not m:
             counters["confirm_cache_hits"] += hits
             counters["repeats"] += n_links
             if self._pending_n:
                 self._flush_if_due()
             return []
-        blob = bytes(misses.fps)
         new: Sequence[int] = range(m)  # indexes into misses of the keys still in question
         if self._pending_n and not screened:
             keep = self._pending.absent(blob)

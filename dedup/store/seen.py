@@ -18,13 +18,18 @@ loading replays ledger rows past each shard's, so a crash at any point leaves
 no false negative (the bits of rows a crash lost are only extra bits).
 
 Pending admissions: the keys :meth:`UrlSeen.filter_new` and :meth:`UrlSeen.add`
-answer "new" are held in RAM (a set of fingerprints, consulted before the Bloom
-filter by every later call, so answers stay exact) and written together, bits
+answer "new" are held in RAM (:class:`~dedup.store.pending.PendingKeys`, consulted
+before the Bloom filter by every later call, so answers stay exact) and written together, bits
 first then one ledger append, by size (``pending_keys``) or age
 (``pending_seconds``, checked at each call), at ``commit()`` and ``close()``, and
 before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
-index add and the filter's batch set each. Crash contract: a key answered "new"
+index add and the filter's batch set each. Where the compiled modules are built, a
+page's links are resolved, fingerprinted and checked against the confirm cache and
+the pending keys in one compiled pass (``confirm_links``; ``confirm_one`` for
+:meth:`UrlSeen.add`) that makes no Python object for a repeat; only the keys it does
+not hold come back to Python, for the Bloom probe and, if "maybe seen", the index.
+Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
 :meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
 ledger keeps (a frontier row): its rows are written first, in answer order, so

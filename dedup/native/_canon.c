@@ -32,6 +32,11 @@ max_length: rejected), then `dedup_key` (empty parameters and tracking
 parameters dropped, names compared lowercased, the rest stably sorted by name).
 tests/dedup/test_canonical_diff.py compares the two on millions of links.
 
+confirm_links and confirm_one go one step further for UrlSeen (dedup/store/seen.py):
+the key is fingerprinted as text and looked up in the confirm cache's tables and the
+pending keys' (dedup/native/_fpset.h) in the same pass, so a repeat, most links of a
+page, costs no Python object at all.
+
 Every write goes through a bounds-checked buffer (overflow: not handled), every
 read is below a length taken from the str, and the links are read from a tuple
 of our own that holds each of them (an allocation may run a finalizer, which may
@@ -845,7 +850,9 @@ static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
     }
     page_t pg;
     if (!read_page(args[2], &pg)) { ret = PyLong_FromLong(-2); goto done; }
-    /* the module's own: the GIL is held and no Python code runs while it is used */
+    /* the module's own: the GIL is held and no Python code runs while it is read (the
+       strs pair_of copies it into are made before its tuple, the first allocation
+       that may run the garbage collector, and so a finalizer) */
     static scratch_t one_scratch;
     sc = &one_scratch;
     const char *f = NULL, *k = NULL;

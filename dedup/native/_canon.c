@@ -32,6 +32,11 @@ max_length: rejected), then `dedup_key` (empty parameters and tracking
 parameters dropped, names compared lowercased, the rest stably sorted by name).
 tests/dedup/test_canonical_diff.py compares the two on millions of links.
 
+confirm_links and confirm_one go one step further for UrlSeen (dedup/store/seen.py):
+the key is fingerprinted as text and looked up in the confirm cache's tables and the
+pending keys' (dedup/native/_fpset.h) in the same pass, so a repeat, most links of a
+page, costs no Python object at all.
+
 Every write goes through a bounds-checked buffer (overflow: not handled), every
 read is below a length taken from the str, and the links are read from a tuple
 of our own that holds each of them (an allocation may run a finalizer, which may
@@ -41,6 +46,9 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_fpset.h"
+#include "_murmur.h"
 
 #define MAX_TEXT 4096      /* longer links or contexts: the Python path */
 #define RAW_CAP 32768       /* >= MAX_TEXT (context) + 3 * MAX_TEXT (encoded link) + slack */
@@ -430,66 +438,112 @@ static PyObject *ascii_str(const char *s, Py_ssize_t n) {
     return o;
 }
 
-/* (fetch, key) of the fetch form s[0..n); the key built in `tmp`. NULL on error,
-   Py_None (a new reference) when not handled. */
-static PyObject *fetch_and_key(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp) {
+/* The key of the fetch form s[0..n) (`dedup_key`): *key points at s itself (no
+   query, *key_n == n), at s's text before the '?' (no parameter left), or at `tmp`.
+   0 when not handled (more than MAX_PARAMS parameters kept). */
+static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
+                  const char **key, Py_ssize_t *key_n) {
     Py_ssize_t q = 0;
     while (q < n && s[q] != '?') q++;
-    PyObject *fetch = ascii_str(s, n);
+    *key = s;
+    *key_n = q;
+    if (q == n) return 1;
+    param_t params[MAX_PARAMS];
+    Py_ssize_t count = 0;
+    Py_ssize_t p = q + 1;
+    while (p <= n) {
+        Py_ssize_t e = p;
+        while (e < n && s[e] != '&') e++;
+        if (e > p) {
+            Py_ssize_t name_n = 0;
+            while (p + name_n < e && s[p + name_n] != '=') name_n++;
+            if (!param_dropped(r, s + p, name_n)) {
+                if (count == MAX_PARAMS) return 0;
+                params[count].at = p; params[count].n = e - p;
+                params[count].name_n = name_n;
+                count++;
+            }
+        }
+        p = e + 1;
+    }
+    if (count == 0) return 1;
+    if (r->sort_query) {                /* insertion sort: stable */
+        for (Py_ssize_t i = 1; i < count; i++) {
+            param_t x = params[i];
+            Py_ssize_t j = i;
+            while (j > 0 && name_less(s, &x, &params[j - 1])) {
+                params[j] = params[j - 1];
+                j--;
+            }
+            params[j] = x;
+        }
+    }
+    tmp->n = 0; tmp->over = 0;
+    put_n(tmp, s, q + 1);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i) put(tmp, '&');
+        put_n(tmp, s + params[i].at, params[i].n);
+    }
+    if (tmp->over) return 0;            /* cannot be: the key is shorter */
+    *key = tmp->p;
+    *key_n = tmp->n;
+    return 1;
+}
+
+typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
+
+/* One link's fetch form and key, as text in `sc` (the key may be the fetch form
+   or its start): HANDLED, REJECTED or NOT_HANDLED. No Python object is made: a
+   link the confirm cache holds (most of them) needs none. */
+static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scratch_t *sc,
+                        const char **fetch_s, Py_ssize_t *fetch_n,
+                        const char **key_s, Py_ssize_t *key_n) {
+    if (!PyUnicode_CheckExact(link)) return NOT_HANDLED;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(link) < 0) { PyErr_Clear(); return NOT_HANDLED; }
+#endif
+    if (!PyUnicode_IS_ASCII(link)) return NOT_HANDLED;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
+    if (len > MAX_TEXT) return NOT_HANDLED;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
+    Py_ssize_t i = 0;
+    while (i < len && s[i] == ' ') i++;
+    Py_ssize_t end = i;
+    for (; end < len && s[end] != '#'; end++) {
+        unsigned char c = s[end];
+        if (cls[c] & C_BAD) return NOT_HANDLED;
+        /* "%2e" is a dot in a path segment */
+        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
+            return NOT_HANDLED;
+    }
+    if (end == len)
+        while (end > i && s[end - 1] == ' ') end--;
+    buf_t raw = {sc->raw, 0, RAW_CAP, 0};
+    int how = whatwg_href(&raw, s + i, end - i, pg);
+    if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
+    if (how == REJECTED) return REJECTED;
+    buf_t fetch = {sc->fetch, 0, RAW_CAP, 0};
+    normalize_escapes(&fetch, raw.p, raw.n);
+    if (fetch.over) return NOT_HANDLED;
+    if (fetch.n > r->max_length) return REJECTED;
+    buf_t key = {sc->key, 0, RAW_CAP, 0};
+    if (!key_of(fetch.p, fetch.n, r, &key, key_s, key_n)) return NOT_HANDLED;
+    *fetch_s = fetch.p;
+    *fetch_n = fetch.n;
+    return HANDLED;
+}
+
+/* (fetch, key) as a new tuple of two ASCII strs (one str twice when they are equal). */
+static PyObject *pair_of(const char *f, Py_ssize_t fn, const char *k, Py_ssize_t kn) {
+    PyObject *fetch = ascii_str(f, fn);
     if (!fetch) return NULL;
     PyObject *key;
-    if (q == n) {
+    if (k == f && kn == fn) {
         key = fetch;
         Py_INCREF(key);
-    } else {
-        param_t params[MAX_PARAMS];
-        Py_ssize_t count = 0;
-        Py_ssize_t p = q + 1;
-        while (p <= n) {
-            Py_ssize_t e = p;
-            while (e < n && s[e] != '&') e++;
-            if (e > p) {
-                Py_ssize_t name_n = 0;
-                while (p + name_n < e && s[p + name_n] != '=') name_n++;
-                if (!param_dropped(r, s + p, name_n)) {
-                    if (count == MAX_PARAMS) {
-                        Py_DECREF(fetch);
-                        Py_RETURN_NONE;
-                    }
-                    params[count].at = p; params[count].n = e - p;
-                    params[count].name_n = name_n;
-                    count++;
-                }
-            }
-            p = e + 1;
-        }
-        if (count == 0) {
-            key = ascii_str(s, q);
-        } else {
-            if (r->sort_query) {                /* insertion sort: stable */
-                for (Py_ssize_t i = 1; i < count; i++) {
-                    param_t x = params[i];
-                    Py_ssize_t j = i;
-                    while (j > 0 && name_less(s, &x, &params[j - 1])) {
-                        params[j] = params[j - 1];
-                        j--;
-                    }
-                    params[j] = x;
-                }
-            }
-            tmp->n = 0; tmp->over = 0;
-            put_n(tmp, s, q + 1);
-            for (Py_ssize_t i = 0; i < count; i++) {
-                if (i) put(tmp, '&');
-                put_n(tmp, s + params[i].at, params[i].n);
-            }
-            if (tmp->over) {                    /* cannot be: the key is shorter */
-                Py_DECREF(fetch);
-                Py_RETURN_NONE;
-            }
-            key = ascii_str(tmp->p, tmp->n);
-        }
-        if (!key) { Py_DECREF(fetch); return NULL; }
+    } else if (!(key = ascii_str(k, kn))) {
+        Py_DECREF(fetch);
+        return NULL;
     }
     PyObject *pair = PyTuple_New(2);
     if (!pair) { Py_DECREF(fetch); Py_DECREF(key); return NULL; }
@@ -498,46 +552,17 @@ static PyObject *fetch_and_key(const char *s, Py_ssize_t n, const rules_t *r, bu
     return pair;
 }
 
-typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
-
 /* The result of one link: a new reference to (fetch, key) or None (rejected), NULL
    with *handled = 0 when not handled, NULL with an error set on failure. */
 static PyObject *resolve_one(PyObject *link, const page_t *pg, const rules_t *r,
                              scratch_t *sc, int *handled) {
-    *handled = 0;
-    if (!PyUnicode_CheckExact(link)) return NULL;
-#if PY_VERSION_HEX < 0x030C0000
-    if (PyUnicode_READY(link) < 0) { PyErr_Clear(); return NULL; }
-#endif
-    if (!PyUnicode_IS_ASCII(link)) return NULL;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
-    if (len > MAX_TEXT) return NULL;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
-    Py_ssize_t i = 0;
-    while (i < len && s[i] == ' ') i++;
-    Py_ssize_t end = i;
-    for (; end < len && s[end] != '#'; end++) {
-        unsigned char c = s[end];
-        if (cls[c] & C_BAD) return NULL;
-        /* "%2e" is a dot in a path segment */
-        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
-            return NULL;
-    }
-    if (end == len)
-        while (end > i && s[end - 1] == ' ') end--;
-    buf_t raw = {sc->raw, 0, RAW_CAP, 0};
-    int how = whatwg_href(&raw, s + i, end - i, pg);
-    if (how == NOT_HANDLED || raw.over) return NULL;
-    *handled = 1;
+    const char *f = NULL, *k = NULL;
+    Py_ssize_t fn = 0, kn = 0;
+    int how = resolve_text(link, pg, r, sc, &f, &fn, &k, &kn);
+    *handled = how != NOT_HANDLED;
+    if (how == NOT_HANDLED) return NULL;
     if (how == REJECTED) Py_RETURN_NONE;
-    buf_t fetch = {sc->fetch, 0, RAW_CAP, 0};
-    normalize_escapes(&fetch, raw.p, raw.n);
-    if (fetch.over) { *handled = 0; return NULL; }
-    if (fetch.n > r->max_length) Py_RETURN_NONE;
-    buf_t key = {sc->key, 0, RAW_CAP, 0};
-    PyObject *pair = fetch_and_key(fetch.p, fetch.n, r, &key);
-    if (pair == Py_None) { Py_DECREF(pair); *handled = 0; return NULL; }
-    return pair;
+    return pair_of(f, fn, k, kn);
 }
 
 static int context(PyObject *page, Py_ssize_t i, const char **s, Py_ssize_t *n) {
@@ -631,9 +656,252 @@ fail:
     return NULL;
 }
 
+/* Append key k[0..kn) and value f[0..fn) (one str when equal) to the lists `keys`
+   and `values`, its fingerprint to the bytearray `fps`: all three or none (-1
+   with an error set, the three as they were). */
+static int append_miss(PyObject *keys, PyObject *values, PyObject *fps, const char *f,
+                       Py_ssize_t fn, const char *k, Py_ssize_t kn, const uint64_t fp[2]) {
+    PyObject *pair = pair_of(f, fn, k, kn);
+    if (!pair) return -1;
+    Py_ssize_t len = PyByteArray_GET_SIZE(fps);
+    int rc = -1;
+    if (PyByteArray_Resize(fps, len + 16) < 0) goto done;  /* e.g. a view of it is held */
+    if (PyList_Append(keys, PyTuple_GET_ITEM(pair, 1)) == 0) {
+        if (PyList_Append(values, PyTuple_GET_ITEM(pair, 0)) == 0) {
+            memcpy(PyByteArray_AS_STRING(fps) + len, fp, 16);
+            rc = 0;
+            goto done;
+        }
+        /* take the key back: the pair still holds it, so nothing is freed */
+        Py_ssize_t at = PyList_GET_SIZE(keys) - 1;
+        PyObject *key = PyList_GET_ITEM(keys, at);
+        Py_SET_SIZE(keys, at);
+        Py_DECREF(key);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyByteArray_Resize(fps, len) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+done:
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld,
+                 keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)
+
+   resolve_links and the confirm cache's pass (confirm_split, dedup/native/_lookup.c)
+   in one: for each link of the tuple `links` from `start`, its key is computed
+   here as text and fingerprinted; held in `young` or `old` (moved to `young`),
+   a hit; else, unless `batch` holds it (let through earlier in this pass): held in
+   `pend` (a table of the same kind, read only, or None: UrlSeen's pending
+   admissions), a hit, and it goes to `batch`; else the key, its fetch URL and fingerprint
+   are appended to `keys`, `values` and `fps` and it goes to `batch`. The strs
+   are made only for those: a hit, most links of a page, makes no object.
+   Rejected links are counted (`rejected`), `compiled` counts the links resolved
+   here. Stops, as confirm_split, right after an addition that brings `young` to
+   `half` or `batch` to half its slots (todo 0), and before a link this path does
+   not handle (todo 1; todo = the links left when `page` is not one it can
+   take): the caller resolves links[stop:stop + todo] its own way, passes them
+   to confirm_split, and calls again from stop + todo. So the keys come out in
+   the same order, with the same values, as resolve_links then confirm_split.
+   Errors after some links were done are returned, not raised (confirm_split's
+   rule): the next call, from stop, raises them. */
+static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *links, *capsule, *page, *yo, *oo, *bo, *keys, *values, *fps, *po, *ret = NULL;
+    Py_ssize_t start, held, half, bheld, hits = 0, rejected = 0, compiled = 0, todo = 0, i;
+    long long seed;
+    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL}, pend = {.s = NULL};
+    scratch_t *sc = NULL;
+    if (!PyArg_ParseTuple(args, "O!nOOLOnOnOnO!O!O!O", &PyTuple_Type, &links, &start,
+                          &capsule, &page, &seed, &yo, &held, &oo, &half, &bo, &bheld,
+                          &PyList_Type, &keys, &PyList_Type, &values, &PyByteArray_Type, &fps,
+                          &po))
+        return NULL;
+    rules_t *r = PyCapsule_GetPointer(capsule, RULES_NAME);
+    if (!r) return NULL;
+    if (keys == values) {
+        PyErr_SetString(PyExc_ValueError, "confirm_links: keys and values must be two lists");
+        return NULL;
+    }
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return NULL;
+    }
+    if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
+    if (fpset_open(&batch, bo, "batch", 1) < 0) goto done;
+    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
+    if (fpset_overlap(&young, &old) || fpset_overlap(&young, &batch)
+            || fpset_overlap(&old, &batch)
+            || (pend.s && (fpset_overlap(&pend, &young) || fpset_overlap(&pend, &batch)))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old, batch and pending "
+                        "tables must not share memory");
+        goto done;
+    }
+    Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
+    if (bheld < 0 || bheld >= bhalf) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
+        goto done;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(links), begin;
+    i = begin = start < 0 ? 0 : start;
+    page_t pg;
+    if (!read_page(page, &pg)) {
+        todo = n > i ? n - i : 0;
+        goto stop;
+    }
+    sc = PyMem_Malloc(sizeof(scratch_t));
+    if (!sc) { PyErr_NoMemory(); goto done; }
+    for (; i < n; i++) {
+        const char *f = NULL, *k = NULL;
+        Py_ssize_t fn = 0, kn = 0;
+        int how = resolve_text(PyTuple_GET_ITEM(links, i), &pg, r, sc, &f, &fn, &k, &kn);
+        if (how == NOT_HANDLED) { todo = 1; goto stop; }
+        compiled++;
+        if (how == REJECTED) { rejected++; continue; }
+        uint64_t fp[2];
+        murmur3_x64_128((const uint8_t *)k, kn, (uint32_t)seed, fp);
+        uint64_t hi = fp[0], lo = fp[1], *b = NULL;
+        if (hi | lo) {  /* (0, 0) cannot be held: let through each time */
+            uint64_t *y = fpset_slot(&young, hi, lo);
+            if (y && (y[0] | y[1])) { hits++; continue; }
+            const uint64_t *o = fpset_slot(&old, hi, lo);
+            if (o && (o[0] | o[1])) {
+                if (!y) { fpset_full("young"); goto fail; }
+                hits++;
+                y[0] = hi;
+                y[1] = lo;
+                if (++held >= half) { i++; goto stop; }
+                continue;
+            }
+            b = fpset_slot(&batch, hi, lo);
+            if (!b) { fpset_full("batch"); goto fail; }
+            if (b[0] | b[1]) continue;  /* let through earlier in this pass */
+            if (pend.s) {
+                /* a hit the first time in the pass, nothing after: as the key's
+                   miss, dropped by the caller's pending check, counted before */
+                const uint64_t *p = fpset_slot(&pend, hi, lo);
+                if (p && (p[0] | p[1])) {
+                    hits++;
+                    b[0] = hi;
+                    b[1] = lo;
+                    if (++bheld >= bhalf) { i++; goto stop; }
+                    continue;
+                }
+            }
+        }
+        if (append_miss(keys, values, fps, f, fn, k, kn, fp) < 0) goto fail;
+        if (b) {
+            b[0] = hi;
+            b[1] = lo;
+            if (++bheld >= bhalf) { i++; goto stop; }
+        }
+    }
+stop:
+    ret = Py_BuildValue("nnnnnnn", i, hits, held, bheld, rejected, compiled, todo);
+    goto done;
+fail:
+    if (i > begin) {  /* the links before i are done: return them (see above) */
+        PyErr_Clear();
+        todo = 0;
+        goto stop;
+    }
+done:
+    PyMem_Free(sc);
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (old.b.obj) PyBuffer_Release(&old.b);
+    if (batch.b.obj) PyBuffer_Release(&batch.b);
+    if (pend.b.obj) PyBuffer_Release(&pend.b);
+    return ret;
+}
+
+/* confirm_one(link, rules, page, seed, young, held, old, half, pend) -> result
+
+   confirm_links for one link with no pass of its own (UrlSeen.add, a call a URL,
+   where a tuple of results and the pass's tables cost more than the work): an int
+   >= 0, a hit, is the count of `young` after it (a key held by `old` moves to
+   `young`; the caller swaps or grows at `half`, as after confirm_split); -1 the
+   link is rejected; -2 it is not handled here (the caller takes resolve_many and
+   confirm_split); a miss is the tuple (fetch, key, fingerprint as 16 bytes). */
+static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
+                             Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "confirm_one takes 9 arguments");
+        return NULL;
+    }
+    PyObject *link = args[0], *po = args[8], *ret = NULL;
+    rules_t *r = PyCapsule_GetPointer(args[1], RULES_NAME);
+    if (!r) return NULL;
+    long long seed = PyLong_AsLongLong(args[3]);
+    Py_ssize_t held = PyLong_AsSsize_t(args[5]), half = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return NULL;
+    }
+    fpset young = {.s = NULL}, old = {.s = NULL}, pend = {.s = NULL};
+    scratch_t *sc;
+    if (fpset_args(&young, args[4], &old, args[6], held, half) < 0) goto done;
+    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
+    if (fpset_overlap(&young, &old) || (pend.s && fpset_overlap(&pend, &young))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "confirm cache: the young, old and pending tables must not share memory");
+        goto done;
+    }
+    page_t pg;
+    if (!read_page(args[2], &pg)) { ret = PyLong_FromLong(-2); goto done; }
+    /* the module's own: the GIL is held and no Python code runs while it is read (the
+       strs pair_of copies it into are made before its tuple, the first allocation
+       that may run the garbage collector, and so a finalizer) */
+    static scratch_t one_scratch;
+    sc = &one_scratch;
+    const char *f = NULL, *k = NULL;
+    Py_ssize_t fn = 0, kn = 0;
+    int how = resolve_text(link, &pg, r, sc, &f, &fn, &k, &kn);
+    if (how != HANDLED) { ret = PyLong_FromLong(how == REJECTED ? -1 : -2); goto done; }
+    uint64_t fp[2];
+    murmur3_x64_128((const uint8_t *)k, kn, (uint32_t)seed, fp);
+    uint64_t hi = fp[0], lo = fp[1];
+    if (hi | lo) {  /* (0, 0) cannot be held: a miss each time */
+        uint64_t *y = fpset_slot(&young, hi, lo);
+        if (y && (y[0] | y[1])) { ret = PyLong_FromSsize_t(held); goto done; }
+        const uint64_t *o = fpset_slot(&old, hi, lo);
+        if (o && (o[0] | o[1])) {
+            if (!y) { fpset_full("young"); goto done; }
+            y[0] = hi;
+            y[1] = lo;
+            ret = PyLong_FromSsize_t(held + 1);
+            goto done;
+        }
+        if (pend.s) {
+            const uint64_t *p = fpset_slot(&pend, hi, lo);
+            if (p && (p[0] | p[1])) { ret = PyLong_FromSsize_t(held); goto done; }
+        }
+    }
+    PyObject *pair = pair_of(f, fn, k, kn);
+    if (!pair) goto done;
+    PyObject *digest = PyBytes_FromStringAndSize((const char *)fp, 16);
+    if (digest) {
+        ret = PyTuple_Pack(3, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), digest);
+        Py_DECREF(digest);
+    }
+    Py_DECREF(pair);
+done:
+    if (young.b.obj) PyBuffer_Release(&young.b);
+    if (old.b.obj) PyBuffer_Release(&old.b);
+    if (pend.b.obj) PyBuffer_Release(&pend.b);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"compile_rules", compile_rules, METH_VARARGS,
      "compile_rules(max_length, sort_query, exact, prefixes) -> rules for resolve_links"},
+    {"confirm_one", (PyCFunction)(void (*)(void))confirm_one, METH_FASTCALL,
+     "confirm_one(link, rules, page, seed, young, held, old, half, pend) -> held after a hit, "
+     "-1 rejected, -2 not handled, or (fetch, key, fingerprint) for a miss"},
+    {"confirm_links", confirm_links, METH_VARARGS,
+     "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
+     "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
     {"resolve_links", resolve_links, METH_VARARGS,
      "resolve_links(links, rules, page) -> (results, pending): (fetch_url, key) or None\n"
      "per link; at the indexes in pending, the link itself, not handled here"},

@@ -21,62 +21,8 @@ compare the two.
 #include <unistd.h>
 
 #include "_buffers.h"
+#include "_fpset.h"
 #include "_murmur.h"
-
-/* The confirm cache's two generations (dedup/store/confirmed.py): each 2**k slots of a
-   fingerprint's two uint64 halves, (0, 0) empty, probed linearly from hi's low
-   bits (a fingerprint is uniformly random); the two may differ in size. The
-   fingerprint (0, 0) is never held: caching is only speed. The caller keeps
-   every table at most half full (`half`: what the young one may hold), so a
-   probe ends at an empty slot; it is bounded by the table's size all the same,
-   so a table filled behind the caller's count raises instead of spinning. */
-typedef struct { Py_buffer b; uint64_t *s; uint64_t mask; } fpset;
-
-static int fpset_open(fpset *t, PyObject *o, const char *what, int writable) {
-    if (get_items(o, &t->b, what, &U64, writable) < 0) return -1;
-    Py_ssize_t n = t->b.len / 16;
-    if (t->b.len % 16 || n < 2 || (n & (n - 1))) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: need 2 * 2**k uint64 slots");
-        return -1;
-    }
-    t->s = t->b.buf;
-    t->mask = (uint64_t)n - 1;
-    return 0;
-}
-
-/* The slot holding (hi, lo), or the empty slot where it would go; NULL if the
-   table is full without it. */
-static inline uint64_t *fpset_slot(const fpset *t, uint64_t hi, uint64_t lo) {
-    uint64_t j = hi & t->mask;
-    for (uint64_t left = t->mask + 1; left; left--, j = (j + 1) & t->mask) {
-        uint64_t *s = t->s + 2 * j;
-        if ((s[0] == hi && s[1] == lo) || !(s[0] | s[1])) return s;
-    }
-    return NULL;
-}
-
-static void fpset_full(const char *which) {
-    PyErr_Format(PyExc_ValueError,
-                 "confirm cache: the %s table is full (it holds more than its count says)", which);
-}
-
-static int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
-                      Py_ssize_t held, Py_ssize_t half) {
-    if (fpset_open(young, yo, "young", 1) < 0 || (oo && fpset_open(old, oo, "old", 0) < 0))
-        return -1;
-    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
-        return -1;
-    }
-    return 0;
-}
-
-/* Whether two tables share memory (a view of the other): each is written or
-   read on the assumption that no other write changes it. */
-static int fpset_overlap(const fpset *a, const fpset *b) {
-    const char *x = a->b.buf, *y = b->b.buf;
-    return x < y + b->b.len && y < x + a->b.len;
-}
 
 /* Append the pair's key and value to `keys` and `values` and its fingerprint to
    `fps`: all three or none (-1 with an error set, the three as they were). */
@@ -231,6 +177,47 @@ done:
     if (old.b.obj) PyBuffer_Release(&old.b);
     if (batch.b.obj) PyBuffer_Release(&batch.b);
     return ret;
+}
+
+/* confirm_absent(table, fps) -> list of int: the indexes i, ascending, of the 16-byte
+   fingerprints of the bytes `fps` that `table` (a confirm-cache table, read only)
+   does not hold; (0, 0), never held, is always absent. For UrlSeen's pending
+   admissions, held in such a table: a page's keys that its compiled pass did not
+   screen (confirm_links does) are screened here. */
+static PyObject *confirm_absent(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *to, *out = NULL;
+    Py_buffer fps = {0};
+    fpset t = {.s = NULL};
+    if (!PyArg_ParseTuple(args, "Oy*", &to, &fps)) return NULL;
+    if (fpset_open(&t, to, "table", 0) < 0) goto done;
+    if (fps.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "confirm_absent: fingerprints are 16 bytes each");
+        goto done;
+    }
+    out = PyList_New(0);
+    if (!out) goto done;
+    const unsigned char *f = fps.buf;
+    for (Py_ssize_t i = 0; i < fps.len / 16; i++) {
+        uint64_t v[2];
+        memcpy(v, f + 16 * i, 16);
+        uint64_t hi = v[0], lo = v[1];
+#if !PY_LITTLE_ENDIAN
+        hi = __builtin_bswap64(hi); lo = __builtin_bswap64(lo);
+#endif
+        const uint64_t *y = (hi | lo) ? fpset_slot(&t, hi, lo) : NULL;
+        if (y && (y[0] | y[1])) continue;
+        PyObject *at = PyLong_FromSsize_t(i);
+        if (!at || PyList_Append(out, at) < 0) {
+            Py_XDECREF(at);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(at);
+    }
+done:
+    if (t.b.obj) PyBuffer_Release(&t.b);
+    PyBuffer_Release(&fps);
+    return out;
 }
 
 /* confirm_add(young, held, half, h, start) -> (stop, held)
@@ -656,6 +643,8 @@ static PyMethodDef methods[] = {
     {"confirm_split", confirm_split, METH_VARARGS,
      "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
      " fps) -> (stop, hits, held, bheld)"},
+    {"confirm_absent", confirm_absent, METH_VARARGS,
+     "confirm_absent(table, fps) -> indexes of the fingerprints the table does not hold"},
     {"confirm_add", confirm_add, METH_VARARGS,
      "confirm_add(young, held, half, h, start) -> (stop, held)"},
     {"sorted_find", sorted_find, METH_VARARGS,

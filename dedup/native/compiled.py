@@ -7,7 +7,9 @@ hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
 lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys` and
 :mod:`dedup.index.fptable`. ``canon`` (``dedup/native/_canon.c``): the common case of
 :class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the rest left to
-its Python path. ``rowcrc`` (``dedup/native/_rowcrc.c``): the row checksum pass of
+its Python path, and the seen-test's pass over a page's links that also looks their keys
+up (``confirm_links``, ``confirm_one``: :mod:`dedup.store.confirmed`). ``rowcrc``
+(``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
 Python loop. All are optional because they are only speed: the Python code they
 replace runs without them, with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs

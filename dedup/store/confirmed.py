@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dedup.native import compiled as _compiled
 from dedup.url.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from dedup.url.canonical import Canonicalizer
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
 _BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
@@ -61,7 +65,8 @@ class ConfirmCache:
     """The last ``size`` (about) distinct keys added or hit; ``size`` 0 keeps none.
     Keys are str, fingerprinted with ``seed`` (the ledger's)."""
 
-    __slots__ = ("_half", "_held", "_lookup", "_old", "_seed", "_slots", "_young")
+    __slots__ = ("_base", "_fast", "_half", "_held", "_lookup", "_old", "_seed", "_slots",
+                 "_young")
 
     def __init__(self, size: int, seed: int) -> None:
         self._half = size // 2 if size > 1 else size  # size 1 still remembers one key
@@ -75,6 +80,8 @@ class ConfirmCache:
         """Forget every key (``forget`` of a URL does this: a cache may not answer
         "seen" for a key the ledger no longer holds)."""
         self._lookup = _compiled_lookup()
+        self._base: str | None = None  # count_link's last base and what fast_page made of it
+        self._fast: tuple[object, object] | None = None
         self._held = 0  # keys in the young generation
         if self._lookup is not None:
             first = 2 * min(self._slots, _FIRST_SLOTS)  # two words a slot
@@ -132,6 +139,80 @@ class ConfirmCache:
             if 4 * out.held >= len(out.table):  # half its slots (two words a slot)
                 out.grow()
         return hits
+
+    def count_links(self, links: tuple[str, ...], base: str | None, canon: Canonicalizer,
+                    out: CacheMisses, pending: np.ndarray | None = None
+                    ) -> tuple[int, int, bool] | None:
+        """:meth:`count_hits` of ``canon.resolve_many(links, base)`` in one compiled pass
+        (``confirm_links``, ``dedup/native/_canon.c``): ``(hits, rejected links,
+        screened)``, the same misses in ``out`` in the same order. Most links of a
+        page are hits, and this pass makes no Python object for them; the links it
+        leaves over (unusual ones) go through ``resolve_many`` and :meth:`count_hits`,
+        in their place. ``pending``: a table of the same kind (the caller's pending
+        admissions, ``dedup.store.pending``) whose keys count as hits too; screened
+        is False if some links were left over (they were not checked against it).
+        None where it cannot run (the caller takes the two steps)."""
+        lookup = self._lookup
+        fast = canon.fast_page(base) if lookup is not None else None
+        if fast is None:
+            return None
+        rules, page = fast
+        confirm_links = _compiled.canon.confirm_links  # type: ignore[union-attr]
+        hits = rejected = compiled = i = 0
+        screened = True
+        n = len(links)
+        limit = self._limit()
+        while i < n:
+            i, h, self._held, out.held, r, c, todo = confirm_links(
+                links, i, rules, page, self._seed, self._young, self._held, self._old, limit,
+                out.table, out.held, out.keys, out.values, out.fps, pending)
+            hits += h
+            rejected += r
+            compiled += c
+            if self._held >= limit > 0:
+                self._full()
+                limit = self._limit()
+            if 4 * out.held >= len(out.table):
+                out.grow()
+            if todo:
+                screened = False
+                pairs = canon.resolve_many(links[i:i + todo], base)
+                rejected += pairs.count(None)
+                hits += self.count_hits(pairs, out)
+                limit = self._limit()
+                i += todo
+        canon.count_compiled(compiled)
+        return hits, rejected, screened
+
+    def count_link(self, link: str, base: str | None, canon: Canonicalizer,
+                   pending: np.ndarray | None = None) -> bool | tuple[str, str, bytes] | None:
+        """:meth:`count_links` of one link, with no pass (``confirm_one``, for a call a
+        URL): True, a hit (held here or by ``pending``); None, the link is rejected;
+        ``(fetch_url, key, fingerprint)``, a miss; False where the compiled path cannot
+        take it (the caller takes :meth:`count_hits`)."""
+        if base is self._base and self._fast is not None:
+            fast = self._fast  # one base a page, or None for absolute URLs: parsed once
+        else:
+            fast = canon.fast_page(base) if self._lookup is not None else None
+            if fast is None:
+                return False
+            self._base, self._fast = base, fast
+        limit = min(self._half, len(self._young) // 4)
+        got = _compiled.canon.confirm_one(  # type: ignore[union-attr]
+            link, fast[0], fast[1], self._seed, self._young, self._held, self._old, limit,
+            pending)
+        if type(got) is int:
+            if got == -2:
+                return False
+            canon.count_compiled(1)
+            if got >= 0:
+                self._held = got
+                if got >= limit > 0:
+                    self._full()
+                return True
+            return None
+        canon.count_compiled(1)
+        return got
 
     def _count_hits_python(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
         hits = 0

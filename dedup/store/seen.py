@@ -18,13 +18,18 @@ loading replays ledger rows past each shard's, so a crash at any point leaves
 no false negative (the bits of rows a crash lost are only extra bits).
 
 Pending admissions: the keys :meth:`UrlSeen.filter_new` and :meth:`UrlSeen.add`
-answer "new" are held in RAM (a set of fingerprints, consulted before the Bloom
-filter by every later call, so answers stay exact) and written together, bits
+answer "new" are held in RAM (:class:`~dedup.store.pending.PendingKeys`, consulted
+before the Bloom filter by every later call, so answers stay exact) and written together, bits
 first then one ledger append, by size (``pending_keys``) or age
 (``pending_seconds``, checked at each call), at ``commit()`` and ``close()``, and
 before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
-index add and the filter's batch set each. Crash contract: a key answered "new"
+index add and the filter's batch set each. Where the compiled modules are built, a
+page's links are resolved, fingerprinted and checked against the confirm cache and
+the pending keys in one compiled pass (``confirm_links``; ``confirm_one`` for
+:meth:`UrlSeen.add`) that makes no Python object for a repeat; only the keys it does
+not hold come back to Python, for the Bloom probe and, if "maybe seen", the index.
+Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
 :meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
 ledger keeps (a frontier row): its rows are written first, in answer order, so
@@ -50,6 +55,7 @@ from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
+from dedup.store.pending import PendingKeys
 from dedup.store.restore import load_shards, replay
 from dedup.store.statedir import ledger_path, lock, require_state_dir, shards_dir
 from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
@@ -117,7 +123,8 @@ class UrlSeen(CrawlRecords):
             raise ValueError(f"pending_seconds must be a number >= 0, not {pending_seconds!r}")
         self._pending_keys = pending_keys
         self._pending_seconds = float(pending_seconds)
-        self._pending: set[bytes] = set()  # fingerprints answered "new", not yet written
+        self._pending = PendingKeys()  # fingerprints answered "new", not yet written
+        self._pending_n = 0  # how many (what is to write: the table skips a (0, 0) one)
         self._pending_fps: dict[int, bytearray] = {}  # the same, by depth, in answer order
         self._pending_since = 0.0  # time.monotonic() of the oldest
         # admit_one's pending rows, with their text: runs of one depth in answer order,
@@ -196,18 +203,31 @@ class UrlSeen(CrawlRecords):
         their text too would be the largest cost per URL (use ``admit`` for a
         frontier that keeps the URLs to fetch).
         """
-        pairs, n_links = self._resolve(links, base_url)
+        if type(links) is not tuple:
+            if isinstance(links, str):
+                raise TypeError("links must be an iterable of links, not one str")
+            links = tuple(links)
         slots = 4
-        while slots < 2 * len(pairs) and slots < 4096:  # a page's table, not a group's
+        while slots < 2 * len(links) and slots < 4096:  # a page's table, not a group's
             slots *= 2
         misses = self._scratch.get(slots)
         if misses is None:
             misses = self._scratch[slots] = CacheMisses(slots)
         else:
             misses.reset()
-        hits = self._confirmed.count_hits(pairs, misses)
+        counted = self._confirmed.count_links(links, base_url, self.canonicalizer, misses,
+                                              self._pending.table)
+        if counted is None:
+            pairs, n_links = self._resolve(links, base_url)
+            hits = self._confirmed.count_hits(pairs, misses)
+            screened = False
+        else:
+            hits, rejected, screened = counted
+            self.counters["rejected"] += rejected
+            n_links = len(links) - rejected
         keys = misses.keys
-        return [keys[i] for i in self._admit_pending(misses, n_links, hits, depth)]
+        return [keys[i] for i in self._admit_pending(bytes(misses.fps), n_links, hits, depth,
+                                                     screened=screened)]
 
     def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
         """True if ``url`` (resolved against ``base_url``) was never seen before, and
@@ -216,23 +236,34 @@ class UrlSeen(CrawlRecords):
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it."""
-        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        got = self._confirmed.count_link(url, base_url, self.canonicalizer,
+                                         self._pending.table)
+        if got is False:  # not the compiled path's: the two steps
+            got = self._count_one(url, base_url)
         counters = self.counters
-        if pairs[0] is None:
-            counters["rejected"] += 1
-            n_links = 0
-        else:
-            n_links = 1
-        misses = self._one  # one key: a page's 4,096-slot table would cost more
-        misses.reset()
-        if self._confirmed.count_hits(pairs, misses):  # a repeat confirmed lately: the
-            counters["links"] += 1                    # commonest answer, at once
+        if got is True:  # a repeat confirmed lately: the commonest answer, at once
+            counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
-            if self._pending:
+            if self._pending_n:
                 self._flush_if_due()
             return False
-        return bool(self._admit_pending(misses, n_links, 0, depth))
+        if got is None:
+            counters["rejected"] += 1
+            return bool(self._admit_pending(b"", 0, 0, depth))
+        return bool(self._admit_pending(got[2], 1, 0, depth, screened=got[0] is not None))
+
+    def _count_one(self, url: str, base_url: str | None) -> bool | tuple[None, None, bytes] | None:
+        """:meth:`ConfirmCache.count_link`'s answer by ``resolve_many`` and ``count_hits``
+        (its miss is not screened against the pending keys)."""
+        pairs = self.canonicalizer.resolve_many((url,), base_url)
+        if pairs[0] is None:
+            return None
+        misses = self._one  # one key: a page's 4,096-slot table would cost more
+        misses.reset()
+        if self._confirmed.count_hits(pairs, misses):
+            return True
+        return None, None, bytes(misses.fps)
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
         """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
@@ -252,76 +283,80 @@ class UrlSeen(CrawlRecords):
         misses = self._one
         misses.reset()
         hits = self._confirmed.count_hits([(url, key)], misses)
-        if not self._admit_pending(misses, 1, hits, depth, ((url, host),)):
+        if not self._admit_pending(bytes(misses.fps), 1, hits, depth, ((url, host),)):
             return None
         return self._rows_first + self._pending_row_count - 1
 
-    def _admit_pending(self, misses: CacheMisses, n_links: int, hits: int, depth: int,
-                       text: Sequence[tuple[str, str]] | None = None) -> list[int]:
+    def _admit_pending(self, blob: bytes, n_links: int, hits: int, depth: int,
+                       text: Sequence[tuple[str, str]] | None = None, *,
+                       screened: bool = False) -> list[int]:
         """The seen-test of :meth:`filter_new` once the confirm cache has answered:
-        indexes in ``misses`` of the new keys, which join the pending admissions
+        indexes in ``blob`` (the fingerprints of the keys it did not hold, 16 bytes
+        each) of the new keys, which join the pending admissions
         (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
 
-        A pending key is answered "seen" from the pending set (its bits are not set
-        yet); the others are probed in one call (compiled where built, no numpy),
-        and the "maybe seen" ones looked up in the ledger's index in one batch."""
+        A pending key is answered "seen" from the pending keys (its bits are not set
+        yet): ``screened`` says the compiled pass did that already (``hits`` counts
+        them); the others are probed in one call (compiled where built, no numpy),
+        and the "maybe seen" ones looked up in the ledger's index in one batch.
+        Keys stay in one ``bytes`` (16 each) throughout: a ``bytes`` object a key
+        cost more than the rest of a page's call."""
         counters = self.counters
         counters["links"] += n_links
-        m = len(misses)
+        m = len(blob) // 16
         if not m:
             counters["confirm_cache_hits"] += hits
             counters["repeats"] += n_links
-            if self._pending:
+            if self._pending_n:
                 self._flush_if_due()
             return []
-        blob = bytes(misses.fps)
-        fps = [blob[i:i + 16] for i in range(0, 16 * m, 16)] if m > 1 else [blob]
-        pending = self._pending
-        ask, ask_blob = fps, blob
-        if pending and not pending.isdisjoint(fps):
-            ask = [fp for fp in fps if fp not in pending]
-            ask_blob = b"".join(ask)
-        counters["confirm_cache_hits"] += hits + m - len(ask)  # answered from memory
-        at = self.bloom.maybe_fingerprints(ask_blob) if ask else []
+        new: Sequence[int] = range(m)  # indexes into misses of the keys still in question
+        if self._pending_n and not screened:
+            keep = self._pending.absent(blob)
+            if len(keep) < m:
+                new = keep
+                blob = b"".join([blob[16 * j:16 * j + 16] for j in keep])
+        n_ask = len(new)
+        counters["confirm_cache_hits"] += hits + m - n_ask  # answered from memory
+        at = self.bloom.maybe_fingerprints(blob) if n_ask else []
         counters["bloom_maybe"] += len(at)
-        counters["bloom_definitely_new"] += len(ask) - len(at)
-        new = ask
+        counters["bloom_definitely_new"] += n_ask - len(at)
         if at:
             counters["ledger_queries"] += 1
-            maybe = [ask[j] for j in at]
-            found = self.ledger.held_among(b"".join(maybe))
-            counters["false_positives"] += len(maybe) - len(found)
+            maybe = b"".join([blob[16 * j:16 * j + 16] for j in at])
+            found = self.ledger.held_among(maybe)
+            counters["false_positives"] += len(at) - len(found)
             if found:
-                known = [maybe[j] for j in found]
-                self._confirmed.add(halves(b"".join(known)))
-                held = set(known)
-                new = [fp for fp in ask if fp not in held]
-        counters["new"] += len(new)
-        counters["repeats"] += n_links - len(new)
-        if not new:
-            if pending:
+                self._confirmed.add(halves(b"".join([maybe[16 * j:16 * j + 16]
+                                                     for j in found])))
+                gone = {at[j] for j in found}
+                kept = [k for k in range(n_ask) if k not in gone]
+                new = [new[k] for k in kept]
+                blob = b"".join([blob[16 * k:16 * k + 16] for k in kept])
+        n_new = len(new)
+        counters["new"] += n_new
+        counters["repeats"] += n_links - n_new
+        if not n_new:
+            if self._pending_n:
                 self._flush_if_due()
             return []
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        if not pending:
+        if not self._pending_n:
             self._pending_since = time.monotonic()
-        pending.update(new)
-        added = blob if new is fps else b"".join(new)
+        self._pending.add(blob)
+        self._pending_n += n_new
         if text is not None:  # admit_one: m == 1, and it is new
-            self._pend_row(depth, added, text[0])
+            self._pend_row(depth, blob, text[0])
         else:
             batch = self._pending_fps.get(depth)
             if batch is None:
                 batch = self._pending_fps[depth] = bytearray()
-            batch += added
+            batch += blob
         # the confirm cache learns them when they are written (one call a group): until
-        # then a repeat is answered from the pending set, as cheaply
+        # then a repeat is answered from the pending keys, as cheaply
         self._flush_if_due()
-        if new is fps:
-            return list(range(m))
-        fresh = set(new)
-        return [i for i, fp in enumerate(fps) if fp in fresh]
+        return list(new)
 
     def _pend_row(self, depth: int, fp: bytes, text: tuple[str, str]) -> None:
         """Queue one :meth:`admit_one` row; its seq is the next promised one."""
@@ -340,7 +375,7 @@ class UrlSeen(CrawlRecords):
         """Write the pending admissions if there are ``pending_keys`` of them or the
         oldest has waited ``pending_seconds`` (so an answer's age is bounded by the
         next call after it, not by a timer thread sharing the connection)."""
-        if len(self._pending) >= self._pending_keys or \
+        if self._pending_n >= self._pending_keys or \
                 time.monotonic() - self._pending_since >= self._pending_seconds:
             self._flush_pending()
 
@@ -349,7 +384,7 @@ class UrlSeen(CrawlRecords):
         order (their seqs were promised), then the others one depth at a time
         (shallowest first, as :meth:`admit_resolved_pages`); each batch bits first,
         then one ledger append (committed at once with ``autocommit``)."""
-        if not self._pending:
+        if not self._pending_n:
             return
         rows, self._pending_rows = self._pending_rows, []
         self._pending_row_count = 0
@@ -361,6 +396,8 @@ class UrlSeen(CrawlRecords):
             depth = min(batches)
             self._write_pending(bytes(batches[depth]), depth, None, None, None)
             del batches[depth]
+        self._pending.clear()  # every key is written: answered by the confirm cache
+        self._pending_n = 0
 
     def _write_pending(self, blob: bytes, depth: int, urls: list[str] | None,
                        hosts: list[str] | None, first: int | None) -> None:
@@ -370,7 +407,6 @@ class UrlSeen(CrawlRecords):
         if first is not None and seqs.start != first:  # a real check, not an assert
             raise RuntimeError(f"{self.state_dir}: pending rows promised seq {first}, "
                                f"the ledger gave {seqs.start}")
-        self._pending.difference_update(np.frombuffer(blob, dtype="V16").tolist())
         # a pending key's repeat is then a confirm-cache hit, not a miss
         self._confirmed.add(h)
         self._appended_seq = seqs.stop - 1

@@ -220,6 +220,35 @@ class Canonicalizer:
                 out[i] = result
         return out
 
+    def fast_page(self, base: str | None) -> tuple[object, PageContexts | None] | None:
+        """``(rules, page)`` as ``dedup.native._canon.confirm_links`` takes them, for a
+        caller that resolves ``base``'s links and looks their keys up in one compiled
+        pass (``UrlSeen``'s confirm cache); None where only :meth:`resolve_many` can
+        (no compiled module, a page that is not http(s), an invalid base). The links
+        that pass leaves over go back through :meth:`resolve_many`; it reports the
+        ones it resolved with :meth:`count_compiled`."""
+        native = compiled.canon
+        if native is None:
+            return None
+        if base is None:
+            page = None
+        elif base is self._base:
+            page = self._page
+        elif isinstance(base, str):
+            page = page_contexts(base)
+            self._base, self._page = base, page
+        else:
+            return None
+        if base is not None and (page is None or page.scheme_ctx is None):
+            return None
+        if self._native is None:
+            self._native = _native_rules(native, self._rules)
+        return self._native, page
+
+    def count_compiled(self, n: int) -> None:
+        """``n`` links resolved by the compiled pass of :meth:`fast_page` (``cache_info``)."""
+        self._compiled += n
+
     def _resolve_python(self, links: Iterable[object],
                         page: PageContexts | None) -> list[tuple[str, str] | None]:
         """``resolve_many``'s Python path: WHATWG join by ada, cached per context."""

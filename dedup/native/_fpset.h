@@ -1,0 +1,66 @@
+/* The confirm cache's fingerprint tables, shared by its pass over resolved pairs
+(confirm_split, dedup/native/_lookup.c) and the one over a page's raw links
+(confirm_links, dedup/native/_canon.c), so both read and write them the same way. */
+#ifndef BLOOMCRAWL_FPSET_H
+#define BLOOMCRAWL_FPSET_H
+#include <Python.h>
+#include <stdint.h>
+
+#include "_buffers.h"
+
+/* The confirm cache's two generations (dedup/store/confirmed.py): each 2**k slots of a
+   fingerprint's two uint64 halves, (0, 0) empty, probed linearly from hi's low
+   bits (a fingerprint is uniformly random); the two may differ in size. The
+   fingerprint (0, 0) is never held: caching is only speed. The caller keeps
+   every table at most half full (`half`: what the young one may hold), so a
+   probe ends at an empty slot; it is bounded by the table's size all the same,
+   so a table filled behind the caller's count raises instead of spinning. */
+typedef struct { Py_buffer b; uint64_t *s; uint64_t mask; } fpset;
+
+static inline int fpset_open(fpset *t, PyObject *o, const char *what, int writable) {
+    if (get_items(o, &t->b, what, &U64, writable) < 0) return -1;
+    Py_ssize_t n = t->b.len / 16;
+    if (t->b.len % 16 || n < 2 || (n & (n - 1))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: need 2 * 2**k uint64 slots");
+        return -1;
+    }
+    t->s = t->b.buf;
+    t->mask = (uint64_t)n - 1;
+    return 0;
+}
+
+/* The slot holding (hi, lo), or the empty slot where it would go; NULL if the
+   table is full without it. */
+static inline uint64_t *fpset_slot(const fpset *t, uint64_t hi, uint64_t lo) {
+    uint64_t j = hi & t->mask;
+    for (uint64_t left = t->mask + 1; left; left--, j = (j + 1) & t->mask) {
+        uint64_t *s = t->s + 2 * j;
+        if ((s[0] == hi && s[1] == lo) || !(s[0] | s[1])) return s;
+    }
+    return NULL;
+}
+
+static inline void fpset_full(const char *which) {
+    PyErr_Format(PyExc_ValueError,
+                 "confirm cache: the %s table is full (it holds more than its count says)", which);
+}
+
+static inline int fpset_args(fpset *young, PyObject *yo, fpset *old, PyObject *oo,
+                      Py_ssize_t held, Py_ssize_t half) {
+    if (fpset_open(young, yo, "young", 1) < 0 || (oo && fpset_open(old, oo, "old", 0) < 0))
+        return -1;
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > young->mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether two tables share memory (a view of the other): each is written or
+   read on the assumption that no other write changes it. */
+static inline int fpset_overlap(const fpset *a, const fpset *b) {
+    const char *x = a->b.buf, *y = b->b.buf;
+    return x < y + b->b.len && y < x + a->b.len;
+}
+
+#endif

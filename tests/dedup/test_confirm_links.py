@@ -1,0 +1,203 @@
+"""The compiled one-pass seen-test (``confirm_links``, ``confirm_one`` in
+``dedup/native/_canon.c``; pending admissions in ``dedup.store.pending``) against the
+two steps it replaces (``Canonicalizer.resolve_many`` then ``ConfirmCache.count_hits``),
+on generated pages with duplicates within a page, confirm-cache hits in both
+generations, pending keys, rejected links and links left to the Python path; and
+``UrlSeen`` page by page and URL by URL, compiled against ``BLOOMCRAWL_NO_KERNEL``."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dedup import UrlSeen
+from dedup.native import compiled
+from dedup.store.confirmed import CacheMisses, ConfirmCache
+from dedup.store.pending import PendingKeys
+from dedup.url.canonical import Canonicalizer
+from dedup.url.fingerprint import fingerprint, halves
+
+from . import linkgen
+from .conftest import require_kernel
+
+SEED = 7
+
+
+def pages_with_repeats(seed: int, n: int, k: int) -> list[tuple[str | None, list[str]]]:
+    """Generated pages whose links repeat within a page and across pages, plus a page
+    with no base (absolute links only) and one whose base is not http(s)."""
+    rng = random.Random(seed)
+    gen = linkgen.LinkGen(seed=seed, weird=0.05)
+    out: list[tuple[str | None, list[str]]] = []
+    for base, links in gen.pages(n, k):
+        links = list(links)
+        links += rng.sample(links, k // 3)  # duplicates within the page
+        if out:
+            links += rng.sample(out[-1][1], k // 4)  # the previous page's links
+        rng.shuffle(links)
+        out.append((base, links))
+    out.append((None, ["http://a.test/x", "https://B.test/y?b=2&a=1", "/rel", "mailto:x",
+                       "http://a.test/x#f"]))
+    out.append(("about:blank", ["http://a.test/x", "/rel"]))
+    return out
+
+
+def two_steps(cache: ConfirmCache, canon: Canonicalizer, base: str | None, links: list[str],
+              pending: set[bytes]) -> tuple[int, int, list[str], list[str], bytes]:
+    """What the one pass must equal: resolve, count hits, then drop pending keys."""
+    pairs = canon.resolve_many(links, base)
+    out = CacheMisses(4)
+    hits = cache.count_hits(pairs, out)
+    keys, values, fps = [], [], b""
+    for i, key in enumerate(out.keys):
+        fp = bytes(out.fps[16 * i:16 * i + 16])
+        if fp in pending:
+            hits += 1
+            continue
+        keys.append(key)
+        values.append(out.values[i])
+        fps += fp
+    return hits, pairs.count(None), keys, values, fps
+
+
+def test_confirm_links_is_resolve_then_count_hits():
+    """Page after page, two confirm caches (one per path, same keys added) and the same
+    pending keys: the one pass and the two steps give the same hits, rejections, keys,
+    URLs and fingerprints in the same order, and leave the caches the same."""
+    require_kernel()
+    canon_a, canon_b = Canonicalizer(seed=SEED), Canonicalizer(seed=SEED)
+    # a small cache: generations swap and tables grow during the run
+    one, two = ConfirmCache(64, SEED), ConfirmCache(64, SEED)
+    pending, pending_set = PendingKeys(), set()
+    rng = random.Random(1)
+    left_over = compiled_links = 0
+    for base, links in pages_with_repeats(3, 120, 40):
+        out = CacheMisses(4)
+        got = one.count_links(tuple(links), base, canon_a, out, pending.table)
+        want = two_steps(two, canon_b, base, links, pending_set)
+        if got is None:  # not an http(s) page: the caller takes the two steps
+            assert base is not None and not base.startswith("http")
+            assert two_steps(one, canon_a, base, links, pending_set) == want
+            continue
+        hits, rejected, screened = got
+        left_over += not screened
+        assert (hits, rejected, out.keys, out.values, bytes(out.fps)) == want \
+            or not screened  # a left-over link was not checked against pending keys
+        if not screened:  # then only the keys pending drops may differ
+            fps = bytes(out.fps)
+            kept = [j for j in range(len(out.keys)) if fps[16 * j:16 * j + 16]
+                    not in pending_set]
+            assert [out.keys[j] for j in kept] == want[2]
+            assert hits + len(out.keys) - len(kept) == want[0]
+        assert len(one) == len(two)
+        # some misses become confirmed (in both caches), some pending
+        fps = want[4]
+        for j in range(0, len(fps), 16):
+            fp = fps[j:j + 16]
+            if rng.random() < 0.4:
+                one.add(halves(fp))
+                two.add(halves(fp))
+            elif rng.random() < 0.3:
+                pending.add(fp)
+                pending_set.add(fp)
+        if rng.random() < 0.05:
+            pending.clear()
+            pending_set.clear()
+        compiled_links += canon_a.cache_info()["compiled"]
+    assert left_over, "no page had a link for the Python path"
+    assert compiled_links
+
+
+def test_confirm_one_is_count_links_of_one():
+    """``count_link`` (one URL, no pass) answers as ``count_links`` of a one-link page:
+    True for a hit or a pending key, None rejected, (url, key, fingerprint) a miss,
+    False where only the two steps can."""
+    require_kernel()
+    canon_a, canon_b = Canonicalizer(seed=SEED), Canonicalizer(seed=SEED)
+    one, two = ConfirmCache(32, SEED), ConfirmCache(32, SEED)
+    pending = PendingKeys()
+    rng = random.Random(2)
+    kinds = set()
+    for base, links in pages_with_repeats(4, 60, 20):
+        for link in links:
+            got = one.count_link(link, base, canon_a, pending.table)
+            out = CacheMisses(4)
+            want = two.count_links((link,), base, canon_b, out, pending.table)
+            if want is None or not want[2]:
+                assert got is False
+                kinds.add("python")
+                pairs = canon_b.resolve_many([link], base)  # keep the two caches alike
+                got_hits = one.count_hits(pairs, CacheMisses(4))
+                assert got_hits == (two.count_hits(pairs, CacheMisses(4)) if want is None
+                                    else want[0])
+                continue
+            hits, rejected, _ = want
+            if rejected:
+                assert got is None
+                kinds.add("rejected")
+            elif hits:
+                assert got is True
+                kinds.add("hit")
+            else:
+                assert got == (out.values[0], out.keys[0], bytes(out.fps))
+                assert got[2] == fingerprint(got[1], SEED)
+                kinds.add("miss")
+                if rng.random() < 0.5:
+                    one.add(halves(got[2]))
+                    two.add(halves(got[2]))
+                else:
+                    pending.add(got[2])
+            assert len(one) == len(two)
+    assert kinds == {"python", "rejected", "hit", "miss"}
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 3000])
+def test_pending_keys_hold_what_was_added(n):
+    """The compiled table and the set answer alike, through growth and clear."""
+    rng = random.Random(n)
+    blob = rng.randbytes(16 * n)
+    other = rng.randbytes(16 * 50)
+    pk = PendingKeys()
+    pk.add(blob)
+    assert len(pk) == n
+    assert pk.absent(blob) == []
+    assert pk.absent(other) == list(range(50))
+    if pk.table is not None:
+        rows = pk.table.reshape(-1, 2)
+        assert int(np.count_nonzero(rows[:, 0] | rows[:, 1])) == n
+        assert 4 * n < len(pk.table)  # at most half full, as confirm_links takes it
+    pk.clear()
+    assert len(pk) == 0
+    assert pk.absent(blob) == list(range(n))
+
+
+@pytest.mark.parametrize("feed", ["page", "url"])
+def test_urlseen_page_and_url_calls_match_the_python_path(tmp_path: Path, feed: str,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """Every answer and counter of ``filter_new`` page by page (or ``add`` link by link)
+    on generated pages, compiled and with no compiled module, with a small confirm
+    cache and pending limit so hits, pending keys, flushes and swaps all happen."""
+    require_kernel()
+    pages = pages_with_repeats(5, 150, 30)
+    kw = {"confirm_cache_size": 200, "pending_keys": 50, "capacity": 20_000}
+
+    def run(d: Path) -> tuple[list[object], dict[str, int]]:
+        answers: list[object] = []
+        with UrlSeen(d, **kw) as seen:
+            for base, links in pages:
+                if feed == "page":
+                    answers.append(seen.filter_new(links, base_url=base))
+                else:
+                    answers.append([seen.add(link, base) for link in links])
+            counters = dict(seen.counters)
+        return answers, counters
+
+    fast = run(tmp_path / "compiled")
+    for name in ("kernel", "lookup", "canon", "rowcrc"):
+        monkeypatch.setattr(compiled, name, None)
+    slow = run(tmp_path / "python")
+    assert fast == slow
+    assert fast[1]["new"] and fast[1]["rejected"] and fast[1]["confirm_cache_hits"]

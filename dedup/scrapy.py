@@ -45,12 +45,15 @@ or every ``BLOOMCRAWL_COMMIT_EVERY`` new admissions); ``close()`` commits and
 snapshots. A kill -9 loses at most the last group: those requests count as new
 again on the next run (fetched twice, never lost).
 
-**RAM** is fixed, not per request: the Bloom filter (12 MB at the default 10M
-keys, ``BLOOMCRAWL_SEEN_CAPACITY``), the confirm cache (``BLOOMCRAWL_CONFIRM_CACHE``
-keys, default 500,000, 16 MB: the recent keys a repeat is answered from, which
-is most of the speed) and the fingerprint index's newest records
-(``BLOOMCRAWL_INDEX_BUFFER``, default 65,536, 2 MB; older ones are in run files
-read with ``pread``; a bloomcrawl crawl keeps 786,432, 25 MB).
+**RAM** is small and grows with the distinct keys only through the Bloom
+filter's layers and the index runs' directories (~1.5 B a key): the filter of a
+new dir is planned for 1M keys (1.3 MB) and grows by layers of twice the last
+(4.7 MB at 2.4M keys; ``BLOOMCRAWL_SEEN_CAPACITY`` plans another size, and a dir
+keeps the geometry it was made with); the confirm cache (``BLOOMCRAWL_CONFIRM_CACHE``
+keys, default 131,072, 4 MB: the recent keys a repeat is answered from, most of
+the speed; a bloomcrawl crawl keeps 500,000, 16.8 MB); the fingerprint index's
+newest records (``BLOOMCRAWL_INDEX_BUFFER``, default 32,768, 1.5 MB; older ones are
+in run files read with ``pread``; a bloomcrawl crawl keeps 786,432, 25 MB).
 
 Without the middleware the filter marks a request done when its response
 arrives (``response_received``): a kill -9 while a callback is still yielding can
@@ -77,6 +80,7 @@ from scrapy.utils.request import referer_str
 
 from dedup.store.ledger import State
 from dedup.store.seen import UrlSeen
+from dedup.store.statedir import ledger_path
 from dedup.url.canonical import Canonicalizer, UrlRejected
 
 if TYPE_CHECKING:
@@ -94,11 +98,19 @@ _DONE_META = "bloomcrawl_done"  # ... moved aside while its response is in the s
 MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
 _CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
 _RECOVER_PAGE = 1000
-# the confirm cache is a bloomcrawl crawl's (500,000 keys, 16 MB): at 65,536 keys
-# request_seen ran at half the speed; the index buffer is 65,536 records, not 786,432
-# (2 MB instead of 25, about as fast): bench/README.md "Scrapy dupefilter"
-CONFIRM_CACHE = 500_000
-INDEX_BUFFER = 1 << 16
+# RAM over speed (issue 26: a quarter of RFPDupeFilter's peak RSS, at least its
+# requests/s): the confirm cache holds 131,072 keys (two 2 MB tables) where a
+# bloomcrawl crawl's holds 500,000 (16.8 MB; ~1.25x the requests/s); the index
+# buffer 32,768 records (1.5 MB), not a crawl's 786,432 (25 MB): bench/README.md
+# "Scrapy dupefilter"
+CONFIRM_CACHE = 1 << 17
+INDEX_BUFFER = 1 << 15
+# a new seen dir's filter is planned for 1M keys and grows by layers of 2x (2M, 4M,
+# ...): 1.3 MB for a crawl of under a million requests' keys, 4.7 MB at 2.4M (the 10M
+# requests of bench/scrapy_dupefilter.py), where UrlSeen's 10M plan holds 12.7 MB
+# from the first request; past ~7M keys the layers cost more than a 10M plan would
+# (BLOOMCRAWL_SEEN_CAPACITY sets it; an existing dir keeps what it was made with)
+CAPACITY = 1_000_000
 
 _filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()
 
@@ -174,7 +186,10 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def open(self) -> None:
         """Open (or create) the state directory; plan the re-issue of earlier runs'
         queued requests (module docstring)."""
-        self.seen = UrlSeen(self.path, capacity=self.capacity, autocommit=False,
+        capacity = self.capacity
+        if capacity is None and not ledger_path(self.path).exists():
+            capacity = CAPACITY  # only for a new dir: a stored geometry is not re-asked
+        self.seen = UrlSeen(self.path, capacity=capacity, autocommit=False,
                             confirm_cache_size=self.confirm_cache_size,
                             index_buffer=self.index_buffer)
         ledger = self.seen.ledger

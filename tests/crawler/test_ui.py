@@ -112,7 +112,8 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
             url = await dashboard_url(proc)
             async with aiohttp.ClientSession() as http:
                 first = await until_stats(http, url, lambda d: d["totals"]["fetched"] > 0
-                                           and len(d["series"]["t"]) >= 2, "pages fetched")
+                                           and len(d["series"]["t"]) >= 2, "pages fetched",
+                                           proc=proc)
                 for key in FIELDS:
                     assert key in first, key
                 assert set(TOTALS) <= set(first["totals"])
@@ -124,7 +125,8 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
                 # moving: more pages, more samples, newer
                 later = await until_stats(
                     http, url, lambda d: d["totals"]["fetched"] > first["totals"]["fetched"]
-                    and len(d["series"]["t"]) > len(first["series"]["t"]), "the figures to move")
+                    and len(d["series"]["t"]) > len(first["series"]["t"]), "the figures to move",
+                    proc=proc)
                 assert later["generated_at"] > first["generated_at"]
                 assert max(later["series"]["pages_per_s"]) > 0
                 assert sum(later["status_codes"].values()) >= sum(first["status_codes"].values())
@@ -176,7 +178,7 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
             url = await dashboard_url(resumed)
             async with aiohttp.ClientSession() as http:
                 doc = await until_stats(http, url, lambda d: d["totals"]["session_pages"] > 0,
-                                        "the resumed crawl's pages")
+                                        "the resumed crawl's pages", proc=resumed)
             assert doc["totals"]["fetched"] > later["totals"]["fetched"]
             assert doc["outcome"] == "running"
         finally:

@@ -29,7 +29,7 @@ async def test_fleet_dashboard_shows_every_worker_and_totals(tmp_path: Path, sit
                     http, url, lambda d: len(d["workers"]) == 2
                     and all(w["fetched"] > 0 for w in d["workers"])
                     and d["totals"]["fetched"] > 0 and sum(d["status_codes"].values()) > 0,
-                    "both workers' figures")
+                    "both workers' figures", proc=proc)
             assert [w["worker"] for w in doc["workers"]] == [0, 1]
             # totals are the workers' sums (each published its own figures)
             assert doc["totals"]["fetched"] >= max(w["fetched"] for w in doc["workers"])

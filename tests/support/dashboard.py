@@ -33,11 +33,20 @@ async def stats(http: aiohttp.ClientSession, url: str) -> dict:
 
 
 async def until_stats(http: aiohttp.ClientSession, url: str, cond, what: str,
-                       timeout: float = 60.0) -> dict:
+                       timeout: float = 60.0,
+                       proc: asyncio.subprocess.Process | None = None) -> dict:
+    """Poll until ``cond`` holds; if the dashboard goes away, say why from ``proc``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        doc = await stats(http, url)
+        try:
+            doc = await stats(http, url)
+        except aiohttp.ClientConnectionError as e:
+            if proc is None:
+                raise
+            err = await stop(proc)
+            raise AssertionError(f"the dashboard went away waiting for {what} "
+                                 f"(exit {proc.returncode}); stderr:\n{err[-4000:]}") from e
         if "totals" in doc and cond(doc):
             return doc
         if loop.time() >= deadline:
@@ -45,11 +54,13 @@ async def until_stats(http: aiohttp.ClientSession, url: str, cond, what: str,
         await asyncio.sleep(0.2)
 
 
-async def stop(proc: asyncio.subprocess.Process) -> None:
+async def stop(proc: asyncio.subprocess.Process) -> str:
+    """SIGINT, then wait (kill after 60 s); the rest of its stderr."""
     if proc.returncode is None:
         proc.send_signal(signal.SIGINT)
     try:
-        await asyncio.wait_for(proc.communicate(), 60)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
     except TimeoutError:
         proc.kill()
-        await proc.wait()
+        _, err = await proc.communicate()
+    return (err or b"").decode(errors="replace")

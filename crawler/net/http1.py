@@ -5,8 +5,8 @@ and response machinery (request objects, tracing hooks, a timer rescheduled on
 every read, a stream reader per body). This client does only what a crawl's
 GET needs, on an ``asyncio.Protocol`` whose buffer the reader pulls from, with a
 keep-alive pool per host. ``crawler.net.fetch`` sends everything else (https,
-proxies, cookies, WARC recording) through aiohttp, and it is off with
-``[fetch] client = "aiohttp"``.
+proxies, cookies) through aiohttp; WARC recording works through both. It is off
+with ``[fetch] client = "aiohttp"``.
 
 It keeps aiohttp's behaviour where the crawl can see it: the same request
 headers (its Accept-Encoding included), its header limits (8190-byte lines, 128

@@ -215,6 +215,22 @@ class _Hop:
         self.headers: Mapping[str, str] | None = None
 
 
+# What a hop's exchange can raise that is the server's or the network's doing.
+_FAILURES = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
+
+
+def _failed(hop: _Hop, e: BaseException) -> None:
+    """Record why a hop failed, and drop what it had read: a broken transfer is
+    neither parsed nor archived."""
+    failure = classify_error(e)
+    hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
+                                              failure.interrupted)
+    hop.body = hop.digest = None
+    if hop.exchange is not None:
+        hop.exchange.payload.close()
+        hop.exchange = None
+
+
 class Fetcher:
     """An aiohttp session configured for crawling: one per worker, reused for all hosts."""
 
@@ -471,14 +487,8 @@ class Fetcher:
                 if self.record:
                     hop.exchange = _exchange(resp, started, peer[0], proxied=proxy is not None)
                 await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
-        except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
-            failure = classify_error(e)
-            hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
-                                                      failure.interrupted)
-            hop.body = hop.digest = None
-            if hop.exchange is not None:  # a transfer that broke is not archived
-                hop.exchange.payload.close()
-                hop.exchange = None
+        except _FAILURES as e:
+            _failed(hop, e)
         finally:
             if token is not None:
                 _PEER.reset(token)
@@ -499,14 +509,8 @@ class Fetcher:
                     version=f"HTTP/{v[0]}.{v[1]}", status=resp.status, reason=resp.reason,
                     response_headers=resp.raw_headers(), ip=resp.peer)
             await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
-        except (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError) as e:
-            failure = classify_error(e)
-            hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
-                                                      failure.interrupted)
-            hop.body = hop.digest = None
-            if hop.exchange is not None:  # a transfer that broke is not archived
-                hop.exchange.payload.close()
-                hop.exchange = None
+        except _FAILURES as e:
+            _failed(hop, e)
         finally:
             if resp is not None:
                 resp.release()

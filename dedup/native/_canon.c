@@ -48,6 +48,7 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <string.h>
 
 #include "_fpset.h"
+#include "_misses.h"
 #include "_murmur.h"
 
 #define MAX_TEXT 4096      /* longer links or contexts: the Python path */
@@ -663,26 +664,7 @@ static int append_miss(PyObject *keys, PyObject *values, PyObject *fps, const ch
                        Py_ssize_t fn, const char *k, Py_ssize_t kn, const uint64_t fp[2]) {
     PyObject *pair = pair_of(f, fn, k, kn);
     if (!pair) return -1;
-    Py_ssize_t len = PyByteArray_GET_SIZE(fps);
-    int rc = -1;
-    if (PyByteArray_Resize(fps, len + 16) < 0) goto done;  /* e.g. a view of it is held */
-    if (PyList_Append(keys, PyTuple_GET_ITEM(pair, 1)) == 0) {
-        if (PyList_Append(values, PyTuple_GET_ITEM(pair, 0)) == 0) {
-            memcpy(PyByteArray_AS_STRING(fps) + len, fp, 16);
-            rc = 0;
-            goto done;
-        }
-        /* take the key back: the pair still holds it, so nothing is freed */
-        Py_ssize_t at = PyList_GET_SIZE(keys) - 1;
-        PyObject *key = PyList_GET_ITEM(keys, at);
-        Py_SET_SIZE(keys, at);
-        Py_DECREF(key);
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (PyByteArray_Resize(fps, len) < 0) PyErr_Clear();
-    PyErr_Restore(type, value, tb);
-done:
+    int rc = append_new(keys, values, fps, pair, fp);
     Py_DECREF(pair);
     return rc;
 }

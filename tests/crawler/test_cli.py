@@ -156,18 +156,29 @@ async def crawled(tmp_path, small_site):
     return tmp_path / "state", small_site
 
 
+async def _imported_by(*args: str) -> tuple[int, bytes, set[str]]:
+    """Run ``bloomcrawl ARGS`` in a child: its exit status, stdout, and the modules the
+    command imported (not those loaded before it, as `make coverage`'s tracer loads
+    tomllib for its own config)."""
+    code = ("import json, sys\nbefore = set(sys.modules)\n"
+            "from crawler.cli.main import main\nrc = main(sys.argv[1:])\n"
+            "sys.stderr.write(json.dumps(sorted(set(sys.modules) - before)))\nsys.exit(rc)\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, *args, env=cli_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    try:
+        return proc.returncode or 0, out, set(json.loads(err.decode().splitlines()[-1]))
+    except (ValueError, IndexError):
+        raise AssertionError(err.decode(errors="replace")) from None
+
+
 async def test_stats_imports_its_command_only(crawled):
     """``stats`` loads no crawl loop, no HTTP client, no other command: at 10M URLs its
     target is 1 s, of which Python's start-up and imports were 0.45 s."""
     state, _ = crawled
-    code = ("import json, sys\nfrom crawler.cli.main import main\nrc = main(sys.argv[1:])\n"
-            "sys.stderr.write(json.dumps(sorted(sys.modules)))\nsys.exit(rc)\n")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, "stats", str(state), env=cli_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    assert proc.returncode == 0 and b"fetched" in out, err
-    loaded = set(json.loads(err))
+    rc, out, loaded = await _imported_by("stats", str(state))
+    assert rc == 0 and b"fetched" in out
     assert {"crawler.cli.inspect", "dedup"} <= loaded
     assert not loaded & {"aiohttp", "asyncio", "aiofiles", "warcio", "yarl",
                          "crawler.core.run.engine", "crawler.core.run.crawl",
@@ -193,15 +204,10 @@ async def test_crawl_imports_only_what_it_uses(tmp_path, small_site):
     WARC writer, dashboard, Redis client, fleet code or TOML parser: each import is
     CPU paid once per run, a share of every page of a short crawl."""
     seeds = write_seeds(tmp_path / "seeds.txt", small_site.seeds)
-    code = ("import json, sys\nfrom crawler.cli.main import main\nrc = main(sys.argv[1:])\n"
-            "sys.stderr.write(json.dumps(sorted(sys.modules)))\nsys.exit(rc)\n")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, "crawl", str(seeds), "--state", str(tmp_path / "s"),
-        "--allow-private", "--delay", "0", "--max-pages", "5", "--quiet", env=cli_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate()
-    assert proc.returncode == 0, err
-    loaded = set(json.loads(err))
+    rc, _, loaded = await _imported_by("crawl", str(seeds), "--state", str(tmp_path / "s"),
+                                       "--allow-private", "--delay", "0", "--max-pages", "5",
+                                       "--quiet")
+    assert rc == 0
     assert {"crawler.core.run.engine", "crawler.net.fetch"} <= loaded
     unused = {"warcio", "redis", "tomllib", "crawler.ui.live", "crawler.ui.stats",
               "crawler.ui.page", "crawler.fleet.join", "crawler.fleet.launch",

@@ -706,25 +706,9 @@ static PyObject *confirm_links(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "confirm_links: keys and values must be two lists");
         return NULL;
     }
-    if (seed < 0 || seed > 0xFFFFFFFFLL) {
-        PyErr_SetString(PyExc_ValueError, "seed is out of range");
-        return NULL;
-    }
-    if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
-    if (fpset_open(&batch, bo, "batch", 1) < 0) goto done;
-    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
-    if (fpset_overlap(&young, &old) || fpset_overlap(&young, &batch)
-            || fpset_overlap(&old, &batch)
-            || (pend.s && (fpset_overlap(&pend, &young) || fpset_overlap(&pend, &batch)))) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old, batch and pending "
-                        "tables must not share memory");
+    if (confirm_open(seed, &young, yo, &old, oo, held, half, &batch, bo, bheld, &pend, po) < 0)
         goto done;
-    }
     Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
-    if (bheld < 0 || bheld >= bhalf) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
-        goto done;
-    }
     Py_ssize_t n = PyTuple_GET_SIZE(links), begin;
     i = begin = start < 0 ? 0 : start;
     page_t pg;
@@ -790,10 +774,10 @@ fail:
     }
 done:
     PyMem_Free(sc);
-    if (young.b.obj) PyBuffer_Release(&young.b);
-    if (old.b.obj) PyBuffer_Release(&old.b);
-    if (batch.b.obj) PyBuffer_Release(&batch.b);
-    if (pend.b.obj) PyBuffer_Release(&pend.b);
+    fpset_release(&young);
+    fpset_release(&old);
+    fpset_release(&batch);
+    fpset_release(&pend);
     return ret;
 }
 
@@ -817,19 +801,11 @@ static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
     long long seed = PyLong_AsLongLong(args[3]);
     Py_ssize_t held = PyLong_AsSsize_t(args[5]), half = PyLong_AsSsize_t(args[7]);
     if (PyErr_Occurred()) return NULL;
-    if (seed < 0 || seed > 0xFFFFFFFFLL) {
-        PyErr_SetString(PyExc_ValueError, "seed is out of range");
-        return NULL;
-    }
     fpset young = {.s = NULL}, old = {.s = NULL}, pend = {.s = NULL};
     scratch_t *sc;
-    if (fpset_args(&young, args[4], &old, args[6], held, half) < 0) goto done;
-    if (po != Py_None && fpset_open(&pend, po, "pending", 0) < 0) goto done;
-    if (fpset_overlap(&young, &old) || (pend.s && fpset_overlap(&pend, &young))) {
-        PyErr_SetString(PyExc_ValueError,
-                        "confirm cache: the young, old and pending tables must not share memory");
+    if (confirm_open(seed, &young, args[4], &old, args[6], held, half, NULL, NULL, 0, &pend,
+                     po) < 0)
         goto done;
-    }
     page_t pg;
     if (!read_page(args[2], &pg)) { ret = PyLong_FromLong(-2); goto done; }
     /* the module's own: the GIL is held and no Python code runs while it is read (the
@@ -869,9 +845,9 @@ static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
     }
     Py_DECREF(pair);
 done:
-    if (young.b.obj) PyBuffer_Release(&young.b);
-    if (old.b.obj) PyBuffer_Release(&old.b);
-    if (pend.b.obj) PyBuffer_Release(&pend.b);
+    fpset_release(&young);
+    fpset_release(&old);
+    fpset_release(&pend);
     return ret;
 }
 

@@ -63,4 +63,41 @@ static inline int fpset_overlap(const fpset *a, const fpset *b) {
     return x < y + b->b.len && y < x + a->b.len;
 }
 
+static inline void fpset_release(fpset *t) {
+    if (t->b.obj) PyBuffer_Release(&t->b);
+}
+
+/* A confirm pass's tables, opened and checked once a call (confirm_split,
+   confirm_links, confirm_one): a 32-bit seed, young and old (fpset_args), then
+   `batch` (written, at most half full with `bheld`) and `pend` (read; not opened
+   when `po` is None) where the pass takes them (non-NULL), no two sharing memory.
+   -1 with an error set; what was opened is released by fpset_release. */
+static inline int confirm_open(long long seed, fpset *young, PyObject *yo, fpset *old,
+                               PyObject *oo, Py_ssize_t held, Py_ssize_t half,
+                               fpset *batch, PyObject *bo, Py_ssize_t bheld,
+                               fpset *pend, PyObject *po) {
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
+        return -1;
+    }
+    if (fpset_args(young, yo, old, oo, held, half) < 0) return -1;
+    if (batch && fpset_open(batch, bo, "batch", 1) < 0) return -1;
+    if (pend && po != Py_None && fpset_open(pend, po, "pending", 0) < 0) return -1;
+    int shared = fpset_overlap(young, old);
+    if (batch) shared = shared || fpset_overlap(young, batch) || fpset_overlap(old, batch);
+    if (pend && pend->s)
+        shared = shared || fpset_overlap(pend, young) || (batch && fpset_overlap(pend, batch));
+    if (shared) {
+        PyErr_Format(PyExc_ValueError, "confirm cache: the young, old%s tables must not "
+                     "share memory", !pend ? " and batch" : !batch ? " and pending"
+                     : ", batch and pending");
+        return -1;
+    }
+    if (batch && (bheld < 0 || bheld >= (Py_ssize_t)(batch->mask + 1) / 2)) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
+        return -1;
+    }
+    return 0;
+}
+
 #endif

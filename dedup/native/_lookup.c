@@ -64,23 +64,9 @@ static PyObject *confirm_split(PyObject *Py_UNUSED(self), PyObject *args) {
                         "confirm_split: items, keys and values must be three different lists");
         return NULL;
     }
-    if (seed < 0 || seed > 0xFFFFFFFFLL) {
-        PyErr_SetString(PyExc_ValueError, "seed is out of range");
-        return NULL;
-    }
-    if (fpset_args(&young, yo, &old, oo, held, half) < 0) goto done;
-    if (fpset_open(&batch, bo, "batch", 1) < 0) goto done;
-    if (fpset_overlap(&young, &old) || fpset_overlap(&young, &batch)
-            || fpset_overlap(&old, &batch)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "confirm cache: the young, old and batch tables must not share memory");
+    if (confirm_open(seed, &young, yo, &old, oo, held, half, &batch, bo, bheld, NULL, NULL) < 0)
         goto done;
-    }
     Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
-    if (bheld < 0 || bheld >= bhalf) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: the batch table is half full");
-        goto done;
-    }
     /* In chunks: every link's tuple, key and table slots are cache misses, so a
        chunk's are asked for (prefetched) before the first is waited on. `it`
        stays valid: nothing below runs Python code or changes `items`. */
@@ -149,9 +135,9 @@ fail:
         goto stop;
     }
 done:
-    if (young.b.obj) PyBuffer_Release(&young.b);
-    if (old.b.obj) PyBuffer_Release(&old.b);
-    if (batch.b.obj) PyBuffer_Release(&batch.b);
+    fpset_release(&young);
+    fpset_release(&old);
+    fpset_release(&batch);
     return ret;
 }
 

@@ -52,7 +52,7 @@ from tests.support.fleetrun import (
     stderr_until,
     worker_settings,
 )
-from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, until, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -193,6 +193,7 @@ async def test_kill9_of_one_worker_then_resume_loses_nothing(tmp_path, redis_ser
         fleet = make_fleet(tmp_path, running, redis_server.url, 3)
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 120)
+        await fleet.joined()
         assert procs[1].returncode is None
         procs[1].kill()
         await procs[1].wait()
@@ -209,6 +210,7 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
         fleet = make_fleet(tmp_path, running, redis_server.url, 3)
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 100)
+        await fleet.joined()
         procs[0].send_signal(signal.SIGINT)
         results = await finish(procs, timeout=STOP_GRACE + 60)
         assert [rc for rc, _ in results] == [130, 130, 130], results  # interrupted
@@ -245,6 +247,7 @@ async def test_a_stop_cut_short_by_stop_grace_says_so_and_refetches_only_those_p
             crawl={"stop_grace": 1.0})))
         procs = [await fleet.start(i) for i in range(2)]
         await served_at_least(running, 60)
+        await fleet.joined()
         redis = redis_server.proc
         assert redis is not None
         redis.send_signal(signal.SIGSTOP)  # pages with links for the other worker wait
@@ -275,9 +278,8 @@ async def test_redis_restart_mid_crawl_loses_nothing(tmp_path, redis_factory):
         fleet = make_fleet(tmp_path, running, server.url, 3)
         procs = [await fleet.start(i) for i in range(3)]
         await served_at_least(running, 100)
-        # every worker joined (its state dir is made after): a worker that starts slowly
-        # (a loaded machine) must meet the outage mid-crawl, not at its join
-        await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
+        # a worker that starts slowly (a loaded machine) must meet the outage mid-crawl
+        await fleet.joined()
         await asyncio.to_thread(server.stop)  # clean shutdown: the AOF keeps the streams
         # Redis comes back once every worker has met the outage (and said so)
         early = await asyncio.wait_for(

@@ -35,7 +35,7 @@ from tests.support.fleetrun import (
     start_fleet,
     worker_settings,
 )
-from tests.support.helpers import REPO, run_cli, start_cli, until
+from tests.support.helpers import REPO, run_cli, start_cli
 from tests.support.redisserver import require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -83,7 +83,7 @@ async def test_each_worker_runs_the_handler_exactly_once_across_kill9_and_resume
         procs = [await fleet.start(i, "--handler", "fleet_hooks:parts", env=env)
                  for i in range(3)]
         # each joined (its state dir is made after): a kill must hit a crawling worker
-        await until(lambda: all(d.exists() for d in fleet.dirs), timeout=60)
+        await fleet.joined()
         kills = 0
         for n in (60, 130, 200):
             await served_at_least(running, n)

@@ -31,7 +31,7 @@ from crawler.wire.monitor import FleetMonitor
 from crawler.wire.owner import owner_of
 from dedup import UrlSeen
 from dedup.store.seen import host_of
-from tests.support.helpers import config_toml, fast_settings, start_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, start_cli, until, write_seeds
 
 CRAWL_ID = "test-fleet"
 SLOW_SPEC = SiteSpec(hosts=8, pages=45, seed=32, delay=0.03)
@@ -95,6 +95,13 @@ class Fleet:
     @property
     def dirs(self) -> list[Path]:
         return [self.dir(i) for i in range(self.workers)]
+
+    async def joined(self) -> None:
+        """Wait until every worker has joined (its state dir is made after): on a loaded
+        machine one worker can serve the pages a test waits for before another has started,
+        and a worker stopped before it joined has nothing to resume."""
+        await until(lambda: all(d.exists() for d in self.dirs), timeout=60,
+                    what="every worker to join")
 
     async def start(self, i: int, *extra: str, env: dict[str, str | None] | None = None
                     ) -> asyncio.subprocess.Process:

@@ -102,7 +102,10 @@ class LayerStack:
         self.arenas = [Arena(layer_geometry(self.capacity, self.error_rate, self.growth, 0),
                              rows)]
         self.nlayers = np.ones(rows, dtype=np.intp)
-        self._kernel_layers: tuple[tuple[np.ndarray, int, int, int, int], ...] = ()
+        # (words, row_words, m, k, salt) of each arena, as the compiled probes take them
+        # (stack_maybe; OneLink, which keeps their buffers while this tuple is the same):
+        # a new tuple when an arena is added, and only then
+        self.probe_layers = self._probe_layers()
         self._full_logged = False
 
     # -- layers ------------------------------------------------------------------
@@ -122,7 +125,11 @@ class LayerStack:
                               "and its false-positive rate will rise", exc)
                 return None
             self.arenas.append(Arena(geo, self.rows))
+            self.probe_layers = self._probe_layers()
         return self.arenas[j]
+
+    def _probe_layers(self) -> tuple[tuple[np.ndarray, int, int, int, int], ...]:
+        return tuple((a.flat, a.words.shape[1], a.m, a.k, a.salt) for a in self.arenas)
 
     def grow(self, row: int) -> bool:
         """Give ``row`` one more (empty) layer; False when it cannot grow."""
@@ -261,10 +268,7 @@ class LayerStack:
         paid a fixed cost per step (rows, each layer) and Python ~2 µs a key."""
         kernel = _compiled.kernel
         if kernel is not None:
-            if len(self._kernel_layers) != len(self.arenas):  # arenas are only appended
-                self._kernel_layers = tuple((a.flat, a.words.shape[1], a.m, a.k, a.salt)
-                                            for a in self.arenas)
-            return kernel.stack_maybe(fps, self.rows, self._kernel_layers, self.nlayers)
+            return kernel.stack_maybe(fps, self.rows, self.probe_layers, self.nlayers)
         h = np.frombuffer(fps, dtype="<u8").reshape(-1, 2)
         rows = ((h[:, 0] >> np.uint64(32)) * np.uint64(self.rows)) >> np.uint64(32)
         return np.flatnonzero(self.contains(h, rows.astype(np.intp))).tolist()

@@ -119,6 +119,11 @@ class ShardedBloom(StackedFilter):
         self._warn = True
 
     @property
+    def stack(self) -> LayerStack:
+        """The shards' layers (one row a shard), for a compiled probe that reads them."""
+        return self._stack
+
+    @property
     def layers(self) -> int:
         """Layers of the most grown shard."""
         return int(self._stack.nlayers.max())

@@ -32,10 +32,11 @@ max_length: rejected), then `dedup_key` (empty parameters and tracking
 parameters dropped, names compared lowercased, the rest stably sorted by name).
 tests/dedup/test_canonical_diff.py compares the two on millions of links.
 
-confirm_links and confirm_one go one step further for UrlSeen (dedup/store/seen.py):
+confirm_links and OneLink go one step further for UrlSeen (dedup/store/seen.py):
 the key is fingerprinted as text and looked up in the confirm cache's tables and the
 pending keys' (dedup/native/_fpset.h) in the same pass, so a repeat, most links of a
-page, costs no Python object at all.
+page, costs no Python object at all; OneLink (a call a URL) also asks the Bloom filter
+(dedup/native/_probe.h) and makes a key it has never held pending.
 
 Every write goes through a bounds-checked buffer (overflow: not handled), every
 read is below a length taken from the str, and the links are read from a tuple
@@ -50,6 +51,7 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include "_fpset.h"
 #include "_misses.h"
 #include "_murmur.h"
+#include "_probe.h"
 
 #define MAX_TEXT 4096      /* longer links or contexts: the Python path */
 #define RAW_CAP 32768       /* >= MAX_TEXT (context) + 3 * MAX_TEXT (encoded link) + slack */
@@ -781,82 +783,295 @@ done:
     return ret;
 }
 
-/* confirm_one(link, rules, page, seed, young, held, old, half, pend) -> result
+/* OneLink(seed): confirm_links for one link with no pass of its own, for a call a
+   URL (UrlSeen.add), where a tuple of results and the pass's tables cost more than
+   the work. What one call used to pay most for, asking numpy for three or four
+   buffers (~0.3 us each), is paid once here: the object keeps each table's buffer
+   (and the page's and the Bloom layers') from one call to the next, and asks again
+   only when the caller passes another object, as it does after the confirm cache's
+   generations swap or grow, the pending keys are written or grow, or the filter
+   gains a layer. A kept buffer holds its array, which numpy then cannot resize in
+   place, and the array cannot be freed and its address reused while it is kept.
+   release() lets go of them all (UrlSeen.close). */
+typedef struct {
+    uint64_t row_words, m, k, salt;
+    const uint64_t *words;
+} one_layer;
 
-   confirm_links for one link with no pass of its own (UrlSeen.add, a call a URL,
-   where a tuple of results and the pass's tables cost more than the work): an int
-   >= 0, a hit, is the count of `young` after it (a key held by `old` moves to
-   `young`; the caller swaps or grows at `half`, as after confirm_split); -1 the
-   link is rejected; -2 it is not handled here (the caller takes resolve_many and
-   confirm_split); a miss is the tuple (fetch, key, fingerprint as 16 bytes). */
-static PyObject *confirm_one(PyObject *Py_UNUSED(self), PyObject *const *args,
-                             Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "confirm_one takes 9 arguments");
+typedef struct {
+    PyObject_HEAD
+    uint32_t seed;
+    fpset young, old, pend;       /* b.obj: the array whose buffer is kept, or NULL */
+    PyObject *rules, *page;       /* the last ones passed, held */
+    page_t pg;
+    int page_ok;
+    PyObject *layers;             /* the Bloom layers' tuple last passed, held */
+    Py_buffer words[MAXLAYERS], nl;
+    one_layer L[MAXLAYERS];
+    Py_ssize_t nlay, rows;
+    scratch_t *sc;
+} OneLink;
+
+static void one_release_layers(OneLink *o) {
+    for (Py_ssize_t j = 0; j < o->nlay; j++)
+        if (o->words[j].obj) PyBuffer_Release(&o->words[j]);
+    if (o->nl.obj) PyBuffer_Release(&o->nl);
+    o->nlay = 0;
+    Py_CLEAR(o->layers);
+}
+
+static void one_release(OneLink *o) {
+    fpset_release(&o->young);
+    fpset_release(&o->old);
+    fpset_release(&o->pend);
+    o->young.s = o->old.s = o->pend.s = NULL;
+    Py_CLEAR(o->rules);
+    Py_CLEAR(o->page);
+    one_release_layers(o);
+}
+
+static void one_dealloc(OneLink *o) {
+    one_release(o);
+    PyMem_Free(o->sc);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static PyObject *one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    long long seed;
+    static char *kw[] = {"seed", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L", kw, &seed)) return NULL;
+    if (seed < 0 || seed > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "seed is out of range");
         return NULL;
     }
-    PyObject *link = args[0], *po = args[8], *ret = NULL;
-    rules_t *r = PyCapsule_GetPointer(args[1], RULES_NAME);
-    if (!r) return NULL;
-    long long seed = PyLong_AsLongLong(args[3]);
-    Py_ssize_t held = PyLong_AsSsize_t(args[5]), half = PyLong_AsSsize_t(args[7]);
-    if (PyErr_Occurred()) return NULL;
-    fpset young = {.s = NULL}, old = {.s = NULL}, pend = {.s = NULL};
-    scratch_t *sc;
-    if (confirm_open(seed, &young, args[4], &old, args[6], held, half, NULL, NULL, 0, &pend,
-                     po) < 0)
-        goto done;
-    page_t pg;
-    if (!read_page(args[2], &pg)) { ret = PyLong_FromLong(-2); goto done; }
-    /* the module's own: the GIL is held and no Python code runs while it is read (the
-       strs pair_of copies it into are made before its tuple, the first allocation
-       that may run the garbage collector, and so a finalizer) */
-    static scratch_t one_scratch;
-    sc = &one_scratch;
-    const char *f = NULL, *k = NULL;
-    Py_ssize_t fn = 0, kn = 0;
-    int how = resolve_text(link, &pg, r, sc, &f, &fn, &k, &kn);
-    if (how != HANDLED) { ret = PyLong_FromLong(how == REJECTED ? -1 : -2); goto done; }
-    uint64_t fp[2];
-    murmur3_x64_128((const uint8_t *)k, kn, (uint32_t)seed, fp);
-    uint64_t hi = fp[0], lo = fp[1];
-    if (hi | lo) {  /* (0, 0) cannot be held: a miss each time */
-        uint64_t *y = fpset_slot(&young, hi, lo);
-        if (y && (y[0] | y[1])) { ret = PyLong_FromSsize_t(held); goto done; }
-        const uint64_t *o = fpset_slot(&old, hi, lo);
-        if (o && (o[0] | o[1])) {
-            if (!y) { fpset_full("young"); goto done; }
-            y[0] = hi;
-            y[1] = lo;
-            ret = PyLong_FromSsize_t(held + 1);
-            goto done;
-        }
-        if (pend.s) {
-            const uint64_t *p = fpset_slot(&pend, hi, lo);
-            if (p && (p[0] | p[1])) { ret = PyLong_FromSsize_t(held); goto done; }
+    OneLink *o = (OneLink *)type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    o->seed = (uint32_t)seed;
+    o->sc = PyMem_Malloc(sizeof(scratch_t));
+    if (!o->sc) { Py_DECREF(o); return PyErr_NoMemory(); }
+    return (PyObject *)o;
+}
+
+/* Keep `t` open on `obj` (an fpset), opening it again if it is another object. */
+static int one_table(fpset *t, PyObject *obj, const char *what, int writable, int *changed) {
+    if (t->b.obj == obj) return 0;
+    fpset_release(t);
+    t->s = NULL;
+    *changed = 1;
+    if (fpset_open(t, obj, what, writable) < 0) {
+        t->b.obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* The Bloom layers (a tuple of (words, row_words, m, k, salt), as stack_maybe takes
+   them) and the layers of each of `rows` rows (intp), kept while the same objects
+   are passed. */
+static int one_bloom(OneLink *o, PyObject *rows_o, PyObject *layers, PyObject *nlayers) {
+    Py_ssize_t rows = PyLong_AsSsize_t(rows_o);
+    if (rows == -1 && PyErr_Occurred()) return -1;
+    if (layers == o->layers && nlayers == o->nl.obj && rows == o->rows) return 0;
+    one_release_layers(o);
+    if (!PyTuple_Check(layers) || PyTuple_GET_SIZE(layers) < 1
+            || PyTuple_GET_SIZE(layers) > MAXLAYERS || rows < 1 || rows > 65536) {
+        PyErr_SetString(PyExc_ValueError, "OneLink: 1 to 64 layers, rows 1..65536");
+        return -1;
+    }
+    if (get_items(nlayers, &o->nl, "OneLink: nlayers", &INTP, 0) < 0) return -1;
+    if (o->nl.len != rows * (Py_ssize_t)sizeof(Py_ssize_t)) {
+        PyErr_SetString(PyExc_ValueError, "OneLink: nlayers must be one intp per row");
+        goto fail;
+    }
+    for (; o->nlay < PyTuple_GET_SIZE(layers); o->nlay++) {
+        one_layer *y = &o->L[o->nlay];
+        PyObject *w;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(layers, o->nlay), "OKKKK;a layer is (words, "
+                              "row_words, m, k, salt)", &w, &y->row_words, &y->m, &y->k,
+                              &y->salt)
+                || get_items(w, &o->words[o->nlay], "OneLink: words", &U64, 0) < 0)
+            goto fail;
+        y->words = o->words[o->nlay].buf;
+        if (!layer_geometry_ok((uint64_t)o->words[o->nlay].len / 8, y->row_words, y->m, y->k,
+                               (uint64_t)rows)) {
+            PyErr_SetString(PyExc_ValueError, "OneLink: bad layer geometry");
+            o->nlay++;  /* its words are held: released below */
+            goto fail;
         }
     }
+    o->rows = rows;
+    Py_INCREF(layers);
+    o->layers = layers;
+    return 0;
+fail:
+    one_release_layers(o);
+    return -1;
+}
+
+/* May the Bloom layers hold (hi, lo)? A row's layer count is read at each call: the
+   filter adds layers to a row in place. */
+static int one_maybe(const OneLink *o, uint64_t hi, uint64_t lo, int *maybe) {
+    uint64_t row = probe_row(hi, (uint64_t)o->rows);
+    Py_ssize_t depth = ((const Py_ssize_t *)o->nl.buf)[row];
+    if (depth < 0 || depth > o->nlay) {
+        PyErr_SetString(PyExc_ValueError, "OneLink: a row has more layers than given");
+        return -1;
+    }
+    *maybe = 0;
+    for (Py_ssize_t j = 0; j < depth && !*maybe; j++) {
+        const one_layer *y = &o->L[j];
+        *maybe = layer_row_has(y->words + row * y->row_words, y->m, y->k, y->salt, hi, lo);
+    }
+    return 0;
+}
+
+/* one(link, rules, page, young, held, old, half, pend, pend_held, batch, rows, layers,
+       nlayers) -> result
+
+   The link resolved against `page` (as confirm_links) and fingerprinted; held in
+   `young` or `old` (moved to `young`) or in `pend` (the pending keys' table, or
+   None): a hit, the int >= 0 count of `young` after it (the caller swaps or grows
+   at `half`, as after confirm_split). -1: the link is rejected; -2: it is not
+   handled here (the caller takes resolve_many and confirm_split). A miss: with
+   `batch` a bytearray and `layers` (the Bloom filter of `rows` rows, as stack_maybe
+   takes them), a miss the filter says is new is appended to `batch` and added to
+   `pend` (which holds `pend_held` keys, fewer than half its slots), both or
+   neither, and the answer is True: the caller counts one more pending key. Any
+   other miss is the tuple (fetch, key, fingerprint), for the caller's own steps. */
+static PyObject *one_call(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.one takes 13 arguments");
+        return NULL;
+    }
+    PyObject *link = args[0], *po = args[7], *batch = args[9], *layers = args[11];
+    Py_ssize_t held = PyLong_AsSsize_t(args[4]), half = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t pend_held = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (args[1] != o->rules) {
+        rules_t *r = PyCapsule_GetPointer(args[1], RULES_NAME);
+        if (!r) return NULL;
+        Py_INCREF(args[1]);
+        Py_XSETREF(o->rules, args[1]);
+    }
+    if (args[2] != o->page) {
+        Py_INCREF(args[2]);
+        Py_XSETREF(o->page, args[2]);
+        o->page_ok = read_page(args[2], &o->pg);
+    }
+    int changed = 0;
+    if (one_table(&o->young, args[3], "young", 1, &changed) < 0
+            || one_table(&o->old, args[5], "old", 0, &changed) < 0)
+        return NULL;
+    if (po == Py_None) {
+        fpset_release(&o->pend);
+        o->pend.s = NULL;
+    } else if (one_table(&o->pend, po, "pending", 1, &changed) < 0) {
+        return NULL;
+    }
+    if (changed && (fpset_overlap(&o->young, &o->old)
+                    || (o->pend.s && (fpset_overlap(&o->pend, &o->young)
+                                      || fpset_overlap(&o->pend, &o->old))))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending tables "
+                        "must not share memory");
+        fpset_release(&o->young);  /* asked again next call: refused again */
+        o->young.s = NULL;
+        return NULL;
+    }
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return NULL;
+    }
+    int insert = batch != Py_None && layers != Py_None && o->pend.s;
+    if (insert) {
+        if (!PyByteArray_CheckExact(batch)) {
+            PyErr_SetString(PyExc_TypeError, "OneLink: batch must be a bytearray or None");
+            return NULL;
+        }
+        if (pend_held < 0 || pend_held >= (Py_ssize_t)(o->pend.mask + 1) / 2) {
+            PyErr_SetString(PyExc_ValueError, "OneLink: the pending table is half full");
+            return NULL;
+        }
+        if (one_bloom(o, args[10], layers, args[12]) < 0) return NULL;
+    }
+    if (!o->page_ok) return PyLong_FromLong(-2);
+    const char *f = NULL, *k = NULL;
+    Py_ssize_t fn = 0, kn = 0;
+    int how = resolve_text(link, &o->pg, PyCapsule_GetPointer(o->rules, RULES_NAME), o->sc,
+                           &f, &fn, &k, &kn);
+    if (how != HANDLED) return PyLong_FromLong(how == REJECTED ? -1 : -2);
+    uint64_t fp[2];
+    murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
+    uint64_t hi = fp[0], lo = fp[1];
+    if (hi | lo) {  /* (0, 0) cannot be held: a miss each time, for the caller's steps */
+        uint64_t *y = fpset_slot(&o->young, hi, lo);
+        if (y && (y[0] | y[1])) return PyLong_FromSsize_t(held);
+        const uint64_t *old = fpset_slot(&o->old, hi, lo);
+        if (old && (old[0] | old[1])) {
+            if (!y) { fpset_full("young"); return NULL; }
+            y[0] = hi;
+            y[1] = lo;
+            return PyLong_FromSsize_t(held + 1);
+        }
+        if (o->pend.s) {
+            uint64_t *p = fpset_slot(&o->pend, hi, lo);
+            if (p && (p[0] | p[1])) return PyLong_FromSsize_t(held);
+            int maybe = 1;
+            if (insert && one_maybe(o, hi, lo, &maybe) < 0) return NULL;
+            if (!maybe) {
+                if (!p) { fpset_full("pending"); return NULL; }
+                Py_ssize_t len = PyByteArray_GET_SIZE(batch);
+                if (PyByteArray_Resize(batch, len + 16) < 0) return NULL;  /* neither */
+                memcpy(PyByteArray_AS_STRING(batch) + len, fp, 16);
+                p[0] = hi;
+                p[1] = lo;
+                Py_RETURN_TRUE;
+            }
+        }
+    }
+    /* the scratch is read before any allocation that may run the garbage collector,
+       and so a finalizer that might call this object again: pair_of copies it into
+       two strs first */
     PyObject *pair = pair_of(f, fn, k, kn);
-    if (!pair) goto done;
-    PyObject *digest = PyBytes_FromStringAndSize((const char *)fp, 16);
+    if (!pair) return NULL;
+    PyObject *ret = NULL, *digest = PyBytes_FromStringAndSize((const char *)fp, 16);
     if (digest) {
         ret = PyTuple_Pack(3, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), digest);
         Py_DECREF(digest);
     }
     Py_DECREF(pair);
-done:
-    fpset_release(&young);
-    fpset_release(&old);
-    fpset_release(&pend);
     return ret;
 }
+
+static PyObject *one_release_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
+    one_release(o);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef one_methods[] = {
+    {"one", (PyCFunction)(void (*)(void))one_call, METH_FASTCALL,
+     "one(link, rules, page, young, held, old, half, pend, pend_held, batch, rows, layers, "
+     "nlayers) -> held after a hit, -1 rejected, -2 not handled, True for a new key "
+     "now pending, or (fetch, key, fingerprint) for another miss"},
+    {"release", (PyCFunction)one_release_py, METH_NOARGS,
+     "release() -> None: let go of every kept buffer"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject OneLinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dedup.native._canon.OneLink",
+    .tp_basicsize = sizeof(OneLink),
+    .tp_dealloc = (destructor)one_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "OneLink(seed): the seen-test of one link at a time, its buffers kept "
+              "between calls",
+    .tp_methods = one_methods,
+    .tp_new = one_new,
+};
 
 static PyMethodDef methods[] = {
     {"compile_rules", compile_rules, METH_VARARGS,
      "compile_rules(max_length, sort_query, exact, prefixes) -> rules for resolve_links"},
-    {"confirm_one", (PyCFunction)(void (*)(void))confirm_one, METH_FASTCALL,
-     "confirm_one(link, rules, page, seed, young, held, old, half, pend) -> held after a hit, "
-     "-1 rejected, -2 not handled, or (fetch, key, fingerprint) for a miss"},
     {"confirm_links", confirm_links, METH_VARARGS,
      "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
      "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
@@ -874,5 +1089,14 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__canon(void) {
     init_classes();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&OneLinkType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&OneLinkType);
+    if (PyModule_AddObject(m, "OneLink", (PyObject *)&OneLinkType) < 0) {
+        Py_DECREF(&OneLinkType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -68,7 +68,7 @@ static inline void fpset_release(fpset *t) {
 }
 
 /* A confirm pass's tables, opened and checked once a call (confirm_split,
-   confirm_links, confirm_one): a 32-bit seed, young and old (fpset_args), then
+   confirm_links): a 32-bit seed, young and old (fpset_args), then
    `batch` (written, at most half full with `bheld`) and `pend` (read; not opened
    when `po` is None) where the pass takes them (non-NULL), no two sharing memory.
    -1 with an error set; what was opened is released by fpset_release. */

@@ -19,6 +19,7 @@ outside the filter.
 
 #include "_buffers.h"
 #include "_murmur.h"
+#include "_probe.h"
 
 /* fingerprints(keys, seed) -> bytes: mmh3.hash_bytes(key, seed) of each key, joined.
    A str is hashed as its UTF-8 bytes (a lone surrogate raises UnicodeEncodeError). */
@@ -72,7 +73,6 @@ fail:
     Py_DECREF(seq); Py_DECREF(out); return NULL;
 }
 
-#define MAXK 64   /* most hashes a layer may use (dedup.filter.geometry.MAX_K is less) */
 
 /* One layer of `rows` filters: `words` holds rows * row_words uint64 words; key i
    (an (n, 2) uint64 array `h` of fingerprint halves) lives in row rows[i] (row 0
@@ -260,8 +260,6 @@ static inline uint64_t le64(const unsigned char *p) {
     return v;
 }
 
-#define MAXLAYERS 64  /* dedup.filter.geometry.MAX_LAYERS */
-
 /* stack_maybe(fps, rows, layers, nlayers) -> list of int: the indexes i, ascending, of
    the n fingerprints in `fps` (16 bytes each) that may be in their row's filter: every
    bit of some layer j < nlayers[row] set, row = ((h1 >> 32) * rows) >> 32 (shard_of).
@@ -300,9 +298,8 @@ static PyObject *stack_maybe(PyObject *Py_UNUSED(self), PyObject *args) {
                 || get_items(words, &y->words, "stack_maybe: words", &U64, 0) < 0)
             goto done;
         y->nwords = y->words.len / 8;
-        if (y->m < 2 || y->k == 0 || y->k > MAXK || y->row_words == 0
-                || y->m / 64 + (y->m % 64 != 0) > y->row_words
-                || (uint64_t)y->nwords / y->row_words < (uint64_t)rows) {
+        if (!layer_geometry_ok((uint64_t)y->nwords, y->row_words, y->m, y->k,
+                               (uint64_t)rows)) {
             PyErr_SetString(PyExc_ValueError, "stack_maybe: bad layer geometry");
             nlay++;  /* its words are held: released below */
             goto done;
@@ -320,17 +317,12 @@ static PyObject *stack_maybe(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t n = fps.len / 16;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t h1 = le64(f + 16 * i), h2 = le64(f + 16 * i + 8);
-        uint64_t row = ((h1 >> 32) * (uint64_t)rows) >> 32;
+        uint64_t row = probe_row(h1, (uint64_t)rows);
         int found = 0;
         for (Py_ssize_t j = 0; j < depth[row] && !found; j++) {
             const Layer *y = &L[j];
-            const uint64_t *w = (const uint64_t *)y->words.buf + row * y->row_words;
-            uint64_t x = h1 + y->salt;
-            found = 1;
-            for (uint64_t t = 0; t < y->k; t++) {
-                uint64_t p = (x + t * h2) % y->m;
-                if (!((w[p >> 6] >> (p & 63)) & 1)) { found = 0; break; }
-            }
+            found = layer_row_has((const uint64_t *)y->words.buf + row * y->row_words, y->m,
+                                  y->k, y->salt, h1, h2);
         }
         if (found) {
             PyObject *at = PyLong_FromSsize_t(i);

@@ -8,7 +8,7 @@ lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys` an
 :mod:`dedup.index.fptable`. ``canon`` (``dedup/native/_canon.c``): the common case of
 :class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the rest left to
 its Python path, and the seen-test's pass over a page's links that also looks their keys
-up (``confirm_links``, ``confirm_one``: :mod:`dedup.store.confirmed`). ``rowcrc``
+up (``confirm_links``, ``OneLink``: :mod:`dedup.store.confirmed`). ``rowcrc``
 (``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
 Python loop. All are optional because they are only speed: the Python code they

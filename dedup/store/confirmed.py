@@ -66,7 +66,7 @@ class ConfirmCache:
     Keys are str, fingerprinted with ``seed`` (the ledger's)."""
 
     __slots__ = ("_base", "_fast", "_half", "_held", "_lookup", "_old", "_seed", "_slots",
-                 "_young")
+                 "_young", "one")
 
     def __init__(self, size: int, seed: int) -> None:
         self._half = size // 2 if size > 1 else size  # size 1 still remembers one key
@@ -82,6 +82,11 @@ class ConfirmCache:
         self._lookup = _compiled_lookup()
         self._base: str | None = None  # count_link's last base and what fast_page made of it
         self._fast: tuple[object, object] | None = None
+        # the compiled seen-test of one link (dedup/native/_canon.c), or None: it keeps
+        # the tables' buffers between calls, so a call a URL does not ask numpy for them
+        canon = _compiled.canon
+        self.one = canon.OneLink(self._seed) if self._lookup is not None \
+            and canon is not None and hasattr(canon, "OneLink") else None
         self._held = 0  # keys in the young generation
         if self._lookup is not None:
             first = 2 * min(self._slots, _FIRST_SLOTS)  # two words a slot
@@ -184,31 +189,47 @@ class ConfirmCache:
         canon.count_compiled(compiled)
         return hits, rejected, screened
 
+    def page_of(self, base: str | None, canon: Canonicalizer) -> tuple[object, object] | None:
+        """``canon.fast_page(base)``, kept for the next call with the same base (one
+        base a page, or None for absolute URLs: parsed once); None where the compiled
+        path cannot take the page."""
+        if base is self._base and self._fast is not None:
+            return self._fast
+        fast = canon.fast_page(base) if self.one is not None else None
+        if fast is not None:
+            self._base, self._fast = base, fast
+        return fast
+
+    def limit(self) -> int:
+        """What the young table may hold before :meth:`held_after` swaps or grows it."""
+        return min(self._half, len(self._young) // 4)
+
+    def held_after(self, held: int, limit: int) -> None:
+        """The young table holds ``held`` keys after a compiled call (``OneLink.one``)
+        that was given ``limit``: swap or grow at it."""
+        self._held = held
+        if held >= limit > 0:
+            self._full()
+
     def count_link(self, link: str, base: str | None, canon: Canonicalizer,
                    pending: np.ndarray | None = None) -> bool | tuple[str, str, bytes] | None:
-        """:meth:`count_links` of one link, with no pass (``confirm_one``, for a call a
+        """:meth:`count_links` of one link, with no pass (``OneLink.one``, for a call a
         URL): True, a hit (held here or by ``pending``); None, the link is rejected;
         ``(fetch_url, key, fingerprint)``, a miss; False where the compiled path cannot
         take it (the caller takes :meth:`count_hits`)."""
-        if base is self._base and self._fast is not None:
-            fast = self._fast  # one base a page, or None for absolute URLs: parsed once
-        else:
-            fast = canon.fast_page(base) if self._lookup is not None else None
-            if fast is None:
-                return False
-            self._base, self._fast = base, fast
-        limit = min(self._half, len(self._young) // 4)
-        got = _compiled.canon.confirm_one(  # type: ignore[union-attr]
-            link, fast[0], fast[1], self._seed, self._young, self._held, self._old, limit,
-            pending)
+        fast = self.page_of(base, canon)
+        if fast is None:
+            return False
+        limit = self.limit()
+        got = self.one.one(  # type: ignore[union-attr]
+            link, fast[0], fast[1], self._young, self._held, self._old, limit, pending, 0, None,
+            0, None, None)
         if type(got) is int:
             if got == -2:
                 return False
             canon.count_compiled(1)
             if got >= 0:
-                self._held = got
-                if got >= limit > 0:
-                    self._full()
+                self.held_after(got, limit)
                 return True
             return None
         canon.count_compiled(1)

@@ -22,13 +22,13 @@ _FIRST_SLOTS = 1 << 11  # 32 KB: above UrlSeen's 4,096 keys it doubles once
 class PendingKeys:
     """A set of 16-byte fingerprints (``hi || lo`` little-endian, as the ledger's)."""
 
-    __slots__ = ("_held", "_lookup", "_set", "table")
+    __slots__ = ("_lookup", "_set", "held", "table")
 
     def __init__(self) -> None:
         lookup = _compiled.lookup
         self._lookup = lookup if lookup is not None and hasattr(lookup, "confirm_absent") \
             else None
-        self._held = 0
+        self.held = 0
         self._set: set[bytes] = set()
         # the compiled table, two uint64 words a slot, at most half full; None without it
         self.table: np.ndarray | None = (np.zeros(2 * _FIRST_SLOTS, dtype=np.uint64)
@@ -38,19 +38,26 @@ class PendingKeys:
         """Hold the fingerprints of ``blob`` (16 bytes each)."""
         if self.table is None:
             self._set.update(blob[i:i + 16] for i in range(0, len(blob), 16))
-            self._held = len(self._set)
+            self.held = len(self._set)
             return
         h = memoryview(blob).cast("Q")  # (hi, lo) words, as confirm_add reads them: no numpy call
         i, n = 0, len(blob) // 16
         while i < n:
             half = len(self.table) // 4
-            if self._held >= half:
+            if self.held >= half:
                 self._grow()
                 continue
-            i, self._held = self._lookup.confirm_add(  # type: ignore[union-attr]
-                self.table, self._held, half, h, i)
-        if self._held >= len(self.table) // 4:
+            i, self.held = self._lookup.confirm_add(  # type: ignore[union-attr]
+                self.table, self.held, half, h, i)
+        if self.held >= len(self.table) // 4:
             self._grow()  # confirm_links takes it at most half full
+
+    def held_one(self) -> None:
+        """One more key is held: the compiled call a URL (``OneLink.one``) put it in
+        the table, which it takes at most half full."""
+        self.held += 1
+        if self.held >= len(self.table) // 4:  # type: ignore[arg-type]
+            self._grow()
 
     def _grow(self) -> None:
         table = self.table
@@ -60,8 +67,8 @@ class PendingKeys:
         grown = np.zeros(2 * len(table), dtype=np.uint64)
         stop, held = self._lookup.confirm_add(  # type: ignore[union-attr]
             grown, 0, len(grown) // 4, kept, 0)
-        if not stop == held == len(kept) == self._held:  # a real check, not an assert
-            raise RuntimeError(f"pending keys: the grown table kept {held} of {self._held}")
+        if not stop == held == len(kept) == self.held:  # a real check, not an assert
+            raise RuntimeError(f"pending keys: the grown table kept {held} of {self.held}")
         self.table = grown
 
     def absent(self, blob: bytes) -> list[int]:
@@ -74,14 +81,14 @@ class PendingKeys:
 
     def clear(self) -> None:
         """Drop every key (they were written)."""
-        if self._held:
+        if self.held:
             if self.table is not None:
                 if len(self.table) > 2 * _FIRST_SLOTS:
                     self.table = np.zeros(2 * _FIRST_SLOTS, dtype=np.uint64)
                 else:
                     self.table.fill(0)
             self._set.clear()
-            self._held = 0
+            self.held = 0
 
     def __len__(self) -> int:
-        return self._held
+        return self.held

@@ -26,9 +26,12 @@ before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
 index add and the filter's batch set each. Where the compiled modules are built, a
 page's links are resolved, fingerprinted and checked against the confirm cache and
-the pending keys in one compiled pass (``confirm_links``; ``confirm_one`` for
-:meth:`UrlSeen.add`) that makes no Python object for a repeat; only the keys it does
-not hold come back to Python, for the Bloom probe and, if "maybe seen", the index.
+the pending keys in one compiled pass (``confirm_links``) that makes no Python object
+for a repeat; only the keys it does not hold come back to Python, for the Bloom probe
+and, if "maybe seen", the index. :meth:`UrlSeen.add` makes one compiled call
+(``OneLink``, which keeps the tables' buffers open between calls) that also probes
+the Bloom filter and makes a key it has never seen pending: only a "maybe seen" key
+comes back to Python.
 Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
 :meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
@@ -235,13 +238,67 @@ class UrlSeen(CrawlRecords):
         one link, for a caller that meets URLs one at a time (a dupefilter's
         request), with the same crash contract. A link the canonicalizer rejects
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
-        as :meth:`filter_new` skips it."""
-        got = self._confirmed.count_link(url, base_url, self.canonicalizer,
-                                         self._pending.table)
-        if got is False:  # not the compiled path's: the two steps
-            got = self._count_one(url, base_url)
+        as :meth:`filter_new` skips it.
+
+        Where compiled, one call (``OneLink``, which keeps the tables' buffers between
+        calls) answers a repeat, a pending key and a key the Bloom filter has never
+        seen (pending from then on); only a "maybe seen" key comes back for the index."""
+        cc = self._confirmed
+        fast = cc._fast if base_url is cc._base else None  # a page's links share its base
+        if fast is None:
+            fast = cc.page_of(base_url, self.canonicalizer)
+            if fast is None:  # not the compiled path's: the two steps
+                return self._add_slow(url, base_url, depth)
+        pending = self._pending
+        stack = self.bloom._stack
+        batch = None
+        if not self.readonly:
+            batch = self._pending_fps.get(depth)
+            if batch is None:
+                batch = self._pending_fps[depth] = bytearray()
+        limit = min(cc._half, len(cc._young) // 4)
+        got = cc.one.one(  # type: ignore[union-attr]
+            url, fast[0], fast[1], cc._young, cc._held, cc._old, limit, pending.table,
+            pending.held, batch, stack.rows, stack.probe_layers, stack.nlayers)
         counters = self.counters
-        if got is True:  # a repeat confirmed lately: the commonest answer, at once
+        if got is True:  # new, and pending now: _admit_pending's steps for it, inline
+            self.canonicalizer._compiled += 1
+            pending.held_one()
+            if not self._pending_n:
+                self._pending_since = time.monotonic()
+            self._pending_n += 1
+            counters["links"] += 1
+            counters["new"] += 1
+            counters["bloom_definitely_new"] += 1
+            if self._pending_n >= self._pending_keys or \
+                    time.monotonic() - self._pending_since >= self._pending_seconds:
+                self._flush_pending()
+            return True
+        if type(got) is int:
+            if got == -2:
+                return self._add_slow(url, base_url, depth)
+            self.canonicalizer._compiled += 1
+            if got == -1:
+                counters["rejected"] += 1
+                return bool(self._admit_pending(b"", 0, 0, depth))
+            cc._held = got  # a hit: young holds `got` keys now
+            if got >= limit > 0:
+                cc._full()
+            counters["links"] += 1
+            counters["confirm_cache_hits"] += 1
+            counters["repeats"] += 1
+            if self._pending_n and \
+                    time.monotonic() - self._pending_since >= self._pending_seconds:
+                self._flush_pending()
+            return False
+        self.canonicalizer._compiled += 1
+        return bool(self._admit_pending(got[2], 1, 0, depth, screened=True))
+
+    def _add_slow(self, url: str, base_url: str | None, depth: int) -> bool:
+        """:meth:`add` by ``resolve_many`` and ``count_hits`` (no compiled path)."""
+        got = self._count_one(url, base_url)
+        counters = self.counters
+        if got is True:
             counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
@@ -251,7 +308,7 @@ class UrlSeen(CrawlRecords):
         if got is None:
             counters["rejected"] += 1
             return bool(self._admit_pending(b"", 0, 0, depth))
-        return bool(self._admit_pending(got[2], 1, 0, depth, screened=got[0] is not None))
+        return bool(self._admit_pending(got[2], 1, 0, depth))
 
     def _count_one(self, url: str, base_url: str | None) -> bool | tuple[None, None, bytes] | None:
         """:meth:`ConfirmCache.count_link`'s answer by ``resolve_many`` and ``count_hits``

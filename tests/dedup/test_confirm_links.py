@@ -1,4 +1,4 @@
-"""The compiled one-pass seen-test (``confirm_links``, ``confirm_one`` in
+"""The compiled one-pass seen-test (``confirm_links``, ``OneLink`` in
 ``dedup/native/_canon.c``; pending admissions in ``dedup.store.pending``) against the
 two steps it replaces (``Canonicalizer.resolve_many`` then ``ConfirmCache.count_hits``),
 on generated pages with duplicates within a page, confirm-cache hits in both
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dedup import UrlSeen
+from dedup.filter.shards import ShardedBloom
 from dedup.native import compiled
 from dedup.store.confirmed import CacheMisses, ConfirmCache
 from dedup.store.pending import PendingKeys
@@ -111,7 +112,7 @@ def test_confirm_links_is_resolve_then_count_hits():
     assert compiled_links
 
 
-def test_confirm_one_is_count_links_of_one():
+def test_count_link_is_count_links_of_one():
     """``count_link`` (one URL, no pass) answers as ``count_links`` of a one-link page:
     True for a hit or a pending key, None rejected, (url, key, fingerprint) a miss,
     False where only the two steps can."""
@@ -152,6 +153,105 @@ def test_confirm_one_is_count_links_of_one():
                     pending.add(got[2])
             assert len(one) == len(two)
     assert kinds == {"python", "rejected", "hit", "miss"}
+
+
+def test_one_link_follows_replaced_tables_and_new_layers():
+    """``OneLink.one`` with a Bloom filter and a pending batch, across confirm-cache
+    swaps and growth, pending keys written (cleared) and grown, and filter layers
+    added: each answer is the two steps' (a hit; a miss the filter may hold, as a
+    tuple; else True with the key appended to the batch and pending), although the
+    object keeps the buffers of the tables it was last given."""
+    require_kernel()
+    canon_a, canon_b = Canonicalizer(seed=SEED), Canonicalizer(seed=SEED)
+    one, two = ConfirmCache(32, SEED), ConfirmCache(32, SEED)
+    pending, pending_set = PendingKeys(), set()
+    bloom = ShardedBloom(shards=2, capacity=64, error_rate=0.01, seed=SEED)
+    rng = random.Random(3)
+    kinds: dict[str, int] = {}
+    layers_seen = set()
+    for base, links in pages_with_repeats(6, 80, 30):
+        for link in links:
+            fast = one.page_of(base, canon_a)
+            if fast is None:
+                assert base is not None and not base.startswith("http")
+                continue
+            out = CacheMisses(4)  # the two steps first: the call may add a pending key
+            want = two.count_links((link,), base, canon_b, out, pending.table)
+            stack = bloom.stack
+            batch = bytearray(b"x" * 16)
+            limit = one.limit()
+            got = one.one.one(link, fast[0], fast[1], one._young, one._held, one._old, limit,
+                              pending.table, pending.held, batch, stack.rows,
+                              stack.probe_layers, stack.nlayers)
+            assert want is not None
+            hits, rejected, screened = want
+            if got == -2:
+                assert not screened
+                kinds["python"] = kinds.get("python", 0) + 1
+                one.count_hits(canon_a.resolve_many([link], base), CacheMisses(4))
+                continue
+            if rejected:
+                assert got == -1
+            elif hits:
+                assert type(got) is int and got >= 0
+                one.held_after(got, limit)
+            else:
+                fp = bytes(out.fps)
+                maybe = bloom.maybe_fingerprints(fp) or fp == bytes(16)
+                if maybe:
+                    assert got == (out.values[0], out.keys[0], fp)
+                else:
+                    assert got is True
+                    assert bytes(batch) == b"x" * 16 + fp
+                    assert fp not in pending_set and pending.absent(fp) == []
+                    pending.held_one()
+                    pending_set.add(fp)
+                    if rng.random() < 0.5:  # written: its bits set, as a flush does
+                        bloom.add_hashes(halves(fp))
+                if rng.random() < 0.3:
+                    one.add(halves(fp))
+                    two.add(halves(fp))
+            kinds[str(type(got).__name__) if got not in (-1, True) else repr(got)] = 1
+            assert bytes(batch[:16]) == b"x" * 16 and len(one) == len(two)
+            assert len(pending) == len(pending_set)
+            if rng.random() < 0.02:
+                pending.clear()
+                pending_set.clear()
+            layers_seen.add(len(bloom.stack.probe_layers))
+    assert set(kinds) >= {"python", "-1", "True", "int", "tuple"}
+    assert len(layers_seen) > 1  # the filter grew a layer during the run
+
+
+def test_one_link_refuses_bad_tables():
+    """Shared memory, a full pending table, a non-bytearray batch and a bad layer are
+    refused with an error (not read or written through), and the next good call works."""
+    require_kernel()
+    canon = Canonicalizer(seed=SEED)
+    cache = ConfirmCache(32, SEED)
+    rules, page = canon.fast_page("https://a.test/d/p.html")
+    one = cache.one
+    bloom = ShardedBloom(shards=2, capacity=64, error_rate=0.01, seed=SEED)
+    st = bloom.stack
+    young, old = np.zeros(16, dtype=np.uint64), np.zeros(16, dtype=np.uint64)
+    pend = np.zeros(16, dtype=np.uint64)  # 8 slots: 4 keys at most
+
+    def call(y=young, o=old, p=pend, held=0, batch=None, layers=st.probe_layers):
+        return one.one("/x", rules, page, y, 0, o, 4, p, held, batch, st.rows, layers,
+                       st.nlayers)
+
+    with pytest.raises(ValueError, match="share memory"):
+        call(o=young)
+    with pytest.raises(ValueError, match="half full"):
+        call(held=4, batch=bytearray())
+    with pytest.raises(TypeError, match="bytearray"):
+        call(batch=b"")
+    with pytest.raises(ValueError, match="layer"):
+        call(batch=bytearray(), layers=((st.probe_layers[0][0], 1, 1, 1, 0),))
+    batch = bytearray()
+    assert call(batch=batch) is True and len(batch) == 16
+    assert call(batch=bytearray()) == 0  # now pending: a hit
+    one.release()
+    assert call(batch=bytearray()) == 0  # the buffers asked for again
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 3000])

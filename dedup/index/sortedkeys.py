@@ -262,6 +262,8 @@ class SortedKeys:
 
     def _find_into_python(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray,
                           raw: np.ndarray) -> None:
+        # (a caller may pass ``array`` objects: these views write through to them)
+        hi, lo, todo, raw = np.asarray(hi), np.asarray(lo), np.asarray(todo), np.asarray(raw)
         cand = np.flatnonzero(todo)
         if self.bloom is not None and len(cand):
             cand = cand[filter_passes(self.bloom, hi[cand], lo[cand])]

@@ -263,11 +263,11 @@ class UrlSeen(CrawlRecords):
             pending.held, batch, stack.rows, stack.probe_layers, stack.nlayers)
         counters = self.counters
         if got is True:  # new, and pending now: _admit_pending's steps for it, inline
-            self.canonicalizer._compiled += 1
-            pending.held_one()
             if not self._pending_n:
                 self._pending_since = time.monotonic()
-            self._pending_n += 1
+            self._pending_n += 1  # first: whatever fails next, the flush writes its batch
+            self.canonicalizer._compiled += 1
+            pending.held_one()
             counters["links"] += 1
             counters["new"] += 1
             counters["bloom_definitely_new"] += 1
@@ -456,7 +456,8 @@ class UrlSeen(CrawlRecords):
         batches = self._pending_fps
         while batches:
             depth = min(batches)
-            self._write_pending(bytes(batches[depth]), depth, None, None, None)
+            if batches[depth]:  # (add makes its depth's batch before it knows of a key)
+                self._write_pending(bytes(batches[depth]), depth, None, None, None)
             del batches[depth]
         self._pending.clear()  # every key is written: answered by the confirm cache
         self._pending_n = 0

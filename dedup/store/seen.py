@@ -293,9 +293,28 @@ class UrlSeen(CrawlRecords):
                 self._flush_pending()
             return False
         self.canonicalizer._compiled += 1
-        # a miss: with a batch, one the filter may hold (it said so), unless (0, 0)
-        return bool(self._admit_pending(got[2], 1, 0, depth, screened=True,
-                                        probed=batch is not None and got[2] != _NO_KEY))
+        fp = got[2]
+        if batch is None or fp == _NO_KEY:  # read-only, or a key no table holds
+            return bool(self._admit_pending(fp, 1, 0, depth, screened=True))
+        # a miss the filter may hold (it said so): _admit_pending's steps for one key
+        counters["links"] += 1
+        counters["bloom_maybe"] += 1
+        counters["ledger_queries"] += 1
+        if self.ledger.held_among(fp):
+            cc.add(halves(fp))
+            counters["repeats"] += 1
+            if self._pending_n:
+                self._flush_if_due()
+            return False
+        counters["false_positives"] += 1
+        counters["new"] += 1
+        if not self._pending_n:
+            self._pending_since = time.monotonic()
+        self._pending_n += 1  # first, as above; then written, then answered "seen"
+        batch += fp
+        pending.add(fp)
+        self._flush_if_due()
+        return True
 
     def _add_slow(self, url: str, base_url: str | None, depth: int) -> bool:
         """:meth:`add` by ``resolve_many`` and ``count_hits`` (no compiled path)."""
@@ -349,7 +368,7 @@ class UrlSeen(CrawlRecords):
 
     def _admit_pending(self, blob: bytes, n_links: int, hits: int, depth: int,
                        text: Sequence[tuple[str, str]] | None = None, *,
-                       screened: bool = False, probed: bool = False) -> list[int]:
+                       screened: bool = False) -> list[int]:
         """The seen-test of :meth:`filter_new` once the confirm cache has answered:
         indexes in ``blob`` (the fingerprints of the keys it did not hold, 16 bytes
         each) of the new keys, which join the pending admissions
@@ -357,9 +376,8 @@ class UrlSeen(CrawlRecords):
 
         A pending key is answered "seen" from the pending keys (its bits are not set
         yet): ``screened`` says the compiled pass did that already (``hits`` counts
-        them); the others are probed in one call (compiled where built, no numpy;
-        ``probed``: the caller's probe said each may be held), and the "maybe seen"
-        ones looked up in the ledger's index in one batch.
+        them); the others are probed in one call (compiled where built, no numpy),
+        and the "maybe seen" ones looked up in the ledger's index in one batch.
         Keys stay in one ``bytes`` (16 each) throughout: a ``bytes`` object a key
         cost more than the rest of a page's call."""
         counters = self.counters
@@ -379,8 +397,7 @@ class UrlSeen(CrawlRecords):
                 blob = b"".join([blob[16 * j:16 * j + 16] for j in keep])
         n_ask = len(new)
         counters["confirm_cache_hits"] += hits + m - n_ask  # answered from memory
-        at = list(range(n_ask)) if probed else \
-            self.bloom.maybe_fingerprints(blob) if n_ask else []
+        at = self.bloom.maybe_fingerprints(blob) if n_ask else []
         counters["bloom_maybe"] += len(at)
         counters["bloom_definitely_new"] += n_ask - len(at)
         if at:

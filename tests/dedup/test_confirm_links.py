@@ -274,15 +274,21 @@ def test_pending_keys_hold_what_was_added(n):
     assert pk.absent(blob) == list(range(n))
 
 
+@pytest.mark.parametrize("crowded", [False, True])
 @pytest.mark.parametrize("feed", ["page", "url"])
 def test_urlseen_page_and_url_calls_match_the_python_path(tmp_path: Path, feed: str,
+                                                          crowded: bool,
                                                           monkeypatch: pytest.MonkeyPatch):
     """Every answer and counter of ``filter_new`` page by page (or ``add`` link by link)
     on generated pages, compiled and with no compiled module, with a small confirm
-    cache and pending limit so hits, pending keys, flushes and swaps all happen."""
+    cache and pending limit so hits, pending keys, flushes and swaps all happen;
+    ``crowded``: a filter planned for 300 keys at 30% error, so it adds layers and
+    answers "maybe seen" for keys the index does not hold (false positives)."""
     require_kernel()
     pages = pages_with_repeats(5, 150, 30)
     kw = {"confirm_cache_size": 200, "pending_keys": 50, "capacity": 20_000}
+    if crowded:
+        kw.update(capacity=300, error_rate=0.3)
 
     def run(d: Path) -> tuple[list[object], dict[str, int]]:
         answers: list[object] = []
@@ -301,3 +307,4 @@ def test_urlseen_page_and_url_calls_match_the_python_path(tmp_path: Path, feed: 
     slow = run(tmp_path / "python")
     assert fast == slow
     assert fast[1]["new"] and fast[1]["rejected"] and fast[1]["confirm_cache_hits"]
+    assert fast[1]["bloom_maybe"] and bool(fast[1]["false_positives"]) == crowded

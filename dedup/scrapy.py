@@ -105,6 +105,10 @@ _RECOVER_PAGE = 1000
 # "Scrapy dupefilter"
 CONFIRM_CACHE = 1 << 17
 INDEX_BUFFER = 1 << 15
+# SQLite's page cache of the ledger, KiB (its default: 2,000): the filter appends
+# rows and marks recent ones done, so the pages it touches are a B-tree's right
+# edges; re-reads come from the OS page cache
+LEDGER_CACHE_KIB = 256
 # a new seen dir's filter is planned for 1M keys and grows by layers of 2x (2M, 4M,
 # ...): 1.3 MB for a crawl of under a million requests' keys, 4.7 MB at 2.4M (the 10M
 # requests of bench/scrapy_dupefilter.py), where UrlSeen's 10M plan holds 12.7 MB
@@ -191,7 +195,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             capacity = CAPACITY  # only for a new dir: a stored geometry is not re-asked
         self.seen = UrlSeen(self.path, capacity=capacity, autocommit=False,
                             confirm_cache_size=self.confirm_cache_size,
-                            index_buffer=self.index_buffer)
+                            index_buffer=self.index_buffer,
+                            ledger_cache_kib=LEDGER_CACHE_KIB)
         ledger = self.seen.ledger
         clean = ledger.meta_get(_CLEAN, True)
         jobdir = self.crawler is not None and bool(self.crawler.settings.get("JOBDIR"))

@@ -103,3 +103,25 @@ def test_rss_growth_over_200k_distinct_requests_is_bounded() -> None:
                          text=True, cwd=REPO, timeout=600, check=True)
     grown = json.loads(out.stdout.strip().splitlines()[-1])["grown"]
     assert grown < 27 * MB, f"RSS grew {grown / MB:.1f} MB"
+
+
+def test_the_ledger_keeps_a_small_sqlite_page_cache(tmp_path: Path) -> None:
+    """The filter only appends and marks recent rows: SQLite's page cache of its
+    ledger is LEDGER_CACHE_KIB (256 KiB), not SQLite's default 2,000 KiB, which it
+    filled within 1M requests (2.1 MB of the process's RSS)."""
+    df = ds.UrlSeenDupeFilter(tmp_path / "s")
+    df.open()
+    try:
+        assert df.seen is not None
+        (size,) = df.seen.ledger.journal._db.execute("PRAGMA cache_size").fetchone()
+        assert size == -ds.LEDGER_CACHE_KIB and ds.LEDGER_CACHE_KIB <= 512
+    finally:
+        df.close("finished")
+    with UrlSeen(tmp_path / "crawl") as seen:  # a crawl's keeps SQLite's default
+        assert seen.ledger.journal._db.execute("PRAGMA cache_size").fetchone() == (-2000,)
+
+
+@pytest.mark.parametrize("bad", [0, -5, True, 1.5])
+def test_a_bad_ledger_cache_size_is_refused(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="cache_kib"):
+        UrlSeen(tmp_path / "s", ledger_cache_kib=bad)  # type: ignore[arg-type]

@@ -47,13 +47,16 @@ again on the next run (fetched twice, never lost).
 
 **RAM** is small and grows with the distinct keys only through the Bloom
 filter's layers and the index runs' directories (~1.5 B a key): the filter of a
-new dir is planned for 1M keys (1.3 MB) and grows by layers of twice the last
-(4.7 MB at 2.4M keys; ``BLOOMCRAWL_SEEN_CAPACITY`` plans another size, and a dir
-keeps the geometry it was made with); the confirm cache (``BLOOMCRAWL_CONFIRM_CACHE``
-keys, default 131,072, 4 MB: the recent keys a repeat is answered from, most of
-the speed; a bloomcrawl crawl keeps 500,000, 16.8 MB); the fingerprint index's
-newest records (``BLOOMCRAWL_INDEX_BUFFER``, default 32,768, 1.5 MB; older ones are
-in run files read with ``pread``; a bloomcrawl crawl keeps 786,432, 25 MB).
+new dir is planned for 1M keys at a 5% error rate (0.8 MB) and grows by layers of
+twice the last (3.3 MB at 2.4M keys; ``BLOOMCRAWL_SEEN_CAPACITY`` and
+``BLOOMCRAWL_SEEN_ERROR_RATE`` plan another, and a dir keeps the geometry it was
+made with: a false positive only costs an index lookup); the confirm cache
+(``BLOOMCRAWL_CONFIRM_CACHE`` keys, default 65,536, 2 MB: the recent keys a repeat
+is answered from, most of the speed; a bloomcrawl crawl keeps 500,000, 16.8 MB);
+the fingerprint index's newest records (``BLOOMCRAWL_INDEX_BUFFER``, default
+16,384, 0.75 MB; older ones are in run files read with ``pread``; a bloomcrawl
+crawl keeps 786,432, 25 MB); SQLite's page cache of the ledger, 256 KiB (its
+default is 2,000).
 
 Without the middleware the filter marks a request done when its response
 arrives (``response_received``): a kill -9 while a callback is still yielding can
@@ -99,18 +102,29 @@ MIDDLEWARE = "dedup.scrapy.UrlSeenSpiderMiddleware"
 _CLEAN = "scrapy_closed_cleanly"  # ledger meta: False from open() until close()
 _RECOVER_PAGE = 1000
 # RAM over speed (issue 26: a quarter of RFPDupeFilter's peak RSS, at least its
-# requests/s): the confirm cache holds 131,072 keys (two 2 MB tables) where a
-# bloomcrawl crawl's holds 500,000 (16.8 MB; ~1.25x the requests/s); the index
-# buffer 32,768 records (1.5 MB), not a crawl's 786,432 (25 MB): bench/README.md
-# "Scrapy dupefilter"
-CONFIRM_CACHE = 1 << 17
-INDEX_BUFFER = 1 << 15
+# requests/s): the confirm cache holds 65,536 keys (two 1 MB tables) where a
+# bloomcrawl crawl's holds 500,000 (16.8 MB; ~1.4x the requests/s); the index
+# buffer 16,384 records (0.75 MB: a 32,768-slot table, room for the ~14,000 records
+# a commit interval adds before the flush), not a crawl's 786,432 (25 MB): smaller
+# runs and more merges of them, which cost the background thread, not RAM
+# (bench/README.md, "Scrapy dupefilter")
+CONFIRM_CACHE = 1 << 16
+INDEX_BUFFER = 1 << 14
+# SQLite's page cache of the ledger, KiB (its default: 2,000): the filter appends
+# rows and marks recent ones done, so the pages it touches are a B-tree's right
+# edges; re-reads come from the OS page cache
+LEDGER_CACHE_KIB = 256
 # a new seen dir's filter is planned for 1M keys and grows by layers of 2x (2M, 4M,
-# ...): 1.3 MB for a crawl of under a million requests' keys, 4.7 MB at 2.4M (the 10M
-# requests of bench/scrapy_dupefilter.py), where UrlSeen's 10M plan holds 12.7 MB
+# ...): 1.3 MB for a crawl of under a million requests' keys, 4.6 MB at 2.4M (the 10M
+# requests of bench/scrapy_dupefilter.py), at 1%, where UrlSeen's 10M plan holds 12.7 MB
 # from the first request; past ~7M keys the layers cost more than a 10M plan would
 # (BLOOMCRAWL_SEEN_CAPACITY sets it; an existing dir keeps what it was made with)
 CAPACITY = 1_000_000
+# ... at a 5% error rate, not UrlSeen's 1%: a false positive only sends a key to
+# the index (its run filters and, rarely, a bucket read), and each layer tightens
+# the rate 5x, so the 2M layer of the 10M bench's 2.4M keys took 3.4 MB at 1%
+# (4.6 MB in all) and takes 2.5 MB at 5% (3.3 MB in all)
+ERROR_RATE = 0.05
 
 _filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()
 
@@ -134,6 +148,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
 
     def __init__(self, path: str | Path | None = None, *, debug: bool = False,
                  crawler: Crawler | None = None, capacity: int | None = None,
+                 error_rate: float | None = None,
                  commit_interval: float = 1.0, commit_every: int = 10_000,
                  recover: bool = True, confirm_cache_size: int = CONFIRM_CACHE,
                  index_buffer: int = INDEX_BUFFER) -> None:
@@ -144,6 +159,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self.logdupes = True
         self.crawler = crawler
         self.capacity = capacity
+        self.error_rate = error_rate
         self.commit_interval = commit_interval
         self.commit_every = commit_every
         self.recover = recover
@@ -173,6 +189,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                            "the seen-set lives in a temporary directory and will not persist")
         df = cls(path or None, debug=s.getbool("DUPEFILTER_DEBUG"), crawler=crawler,
                  capacity=s.getint("BLOOMCRAWL_SEEN_CAPACITY") or None,
+                 error_rate=s.getfloat("BLOOMCRAWL_SEEN_ERROR_RATE") or None,
                  commit_interval=s.getfloat("BLOOMCRAWL_COMMIT_INTERVAL", 1.0),
                  commit_every=s.getint("BLOOMCRAWL_COMMIT_EVERY", 10_000),
                  recover=s.getbool("BLOOMCRAWL_RECOVER", True),
@@ -186,12 +203,15 @@ class UrlSeenDupeFilter(BaseDupeFilter):
     def open(self) -> None:
         """Open (or create) the state directory; plan the re-issue of earlier runs'
         queued requests (module docstring)."""
-        capacity = self.capacity
-        if capacity is None and not ledger_path(self.path).exists():
-            capacity = CAPACITY  # only for a new dir: a stored geometry is not re-asked
-        self.seen = UrlSeen(self.path, capacity=capacity, autocommit=False,
+        capacity, error_rate = self.capacity, self.error_rate
+        if not ledger_path(self.path).exists():  # a stored geometry is not re-asked
+            capacity = CAPACITY if capacity is None else capacity
+            error_rate = ERROR_RATE if error_rate is None else error_rate
+        self.seen = UrlSeen(self.path, capacity=capacity, error_rate=error_rate,
+                            autocommit=False,
                             confirm_cache_size=self.confirm_cache_size,
-                            index_buffer=self.index_buffer)
+                            index_buffer=self.index_buffer,
+                            ledger_cache_kib=LEDGER_CACHE_KIB)
         ledger = self.seen.ledger
         clean = ledger.meta_get(_CLEAN, True)
         jobdir = self.crawler is not None and bool(self.crawler.settings.get("JOBDIR"))

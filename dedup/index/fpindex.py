@@ -401,11 +401,19 @@ class FingerprintIndex:
         if m.error is not None:
             raise m.error
         i = self._runs.index(m.inputs[0])
-        new = [Run(m.path)] if m.count else []
+        # the inputs' directories and filters go before the merged run's are read: the
+        # two at once were the transient peak of a Scrapy dupefilter's whole run
+        # (bench/README.md); nothing looks them up in between (one owner thread)
+        for r in m.inputs:
+            r.close()
+        try:
+            new = [Run(m.path)] if m.count else []
+        except BaseException:
+            self._runs[i:i + len(m.inputs)] = [Run(r.path) for r in m.inputs]
+            raise
         self._runs[i:i + len(m.inputs)] = new
         self._write_manifest()
         for r in m.inputs:
-            r.close()
             r.path.unlink(missing_ok=True)
         give_back()  # what the merge thread freed in its arena
         self._maybe_merge()

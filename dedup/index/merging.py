@@ -16,11 +16,12 @@ import numpy as np
 from dedup.index.runs import Run
 from dedup.index.sortedkeys import SEQ_MASK, TOMBSTONE
 
-# records read per input run per step (384 KiB): a step's temporaries (the chunks,
-# their concatenation, its sorted copy) are a few times fanout * MERGE_CHUNK records,
-# and this was the transient peak of a whole Scrapy run at 1 << 16 (bench/README.md,
-# "Scrapy dupefilter"); below ~1 << 12 the per-step Python starts to show
-MERGE_CHUNK = 1 << 14
+# records read per input run per step (96 KiB): a step's temporaries (the chunks,
+# their concatenation, its sorted copy) are a few times fanout * MERGE_CHUNK records
+# (fanout 4: 1.3 MB here, 5 MB at 1 << 14), and a merge's step was the transient peak
+# of a whole Scrapy run (bench/README.md, "Scrapy dupefilter"); a merge of 2M records
+# took the same CPU at 1 << 12 as at 1 << 14, below it the per-step Python shows
+MERGE_CHUNK = 1 << 12
 
 
 def key_order(hi: np.ndarray, lo: np.ndarray, seq: np.ndarray | None = None) -> np.ndarray:

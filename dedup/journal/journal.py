@@ -121,7 +121,10 @@ class Journal:
     """
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 autocommit: bool = True) -> None:
+                 autocommit: bool = True, cache_kib: int | None = None) -> None:
+        if cache_kib is not None and (isinstance(cache_kib, bool) or not isinstance(
+                cache_kib, int) or cache_kib < 1):
+            raise ValueError(f"cache_kib must be an integer >= 1, not {cache_kib!r}")
         self.path = Path(path)
         self.readonly = readonly
         self.autocommit = autocommit
@@ -135,6 +138,8 @@ class Journal:
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout=5000")
+        if cache_kib is not None:  # SQLite's page cache, else its default (2,000 KiB)
+            self._db.execute(f"PRAGMA cache_size=-{cache_kib}")
         self._queue = QueueTable(self._db, self._damaged)
         self._note_firsts: list[int] = []  # the newest runs of ``notes`` (note_of's cache)
         self._note_runs: list[tuple[int, int, str | None]] = []

@@ -58,10 +58,12 @@ class Ledger:
     """
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER) -> None:
+                 autocommit: bool = True, index_buffer: int = INDEX_BUFFER,
+                 cache_kib: int | None = None) -> None:
         self.path = Path(path)
         self.readonly = readonly
-        self.journal = Journal(self.path, readonly=readonly, autocommit=autocommit)
+        self.journal = Journal(self.path, readonly=readonly, autocommit=autocommit,
+                               cache_kib=cache_kib)
         self._index: FingerprintIndex | None = None
         self._index_buffer = index_buffer
 

@@ -109,6 +109,10 @@ class UrlSeen(CrawlRecords):
     :meth:`filter_new` (a page's links, the new ones) record what they answer "new";
     they hold it in RAM until ``pending_keys`` keys or ``pending_seconds`` seconds
     (the module docstring). ``pending_keys=1`` writes at every call.
+
+    ``ledger_cache_kib`` bounds SQLite's page cache of the ledger (its default,
+    2,000 KiB, if None): a caller that only appends and marks recent rows (a
+    dupefilter) needs a few hundred KiB.
     """
 
     def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
@@ -119,7 +123,8 @@ class UrlSeen(CrawlRecords):
                  create: bool = True, readonly: bool = False,
                  autocommit: bool = True, index_buffer: int = INDEX_BUFFER,
                  open_index: bool = True, pending_keys: int = PENDING_KEYS,
-                 pending_seconds: float = PENDING_SECONDS) -> None:
+                 pending_seconds: float = PENDING_SECONDS,
+                 ledger_cache_kib: int | None = None) -> None:
         if isinstance(pending_keys, bool) or not isinstance(pending_keys, int) \
                 or pending_keys < 1:
             raise ValueError(f"pending_keys must be an integer >= 1, not {pending_keys!r}")
@@ -151,7 +156,8 @@ class UrlSeen(CrawlRecords):
             self._lock_fd = lock(self.state_dir)
         try:
             self.ledger = Ledger(ledger_path(self.state_dir), readonly=readonly,
-                                 autocommit=autocommit, index_buffer=index_buffer)
+                                 autocommit=autocommit, index_buffer=index_buffer,
+                                 cache_kib=ledger_cache_kib)
             if open_index and not readonly:
                 self.ledger.index  # noqa: B018 - opened (checked) now, not mid-crawl
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,

@@ -326,3 +326,52 @@ def test_a_merge_gives_its_memory_back_on_its_own_thread(
     idx.wait_merges()
     idx.close()
     assert "fpindex-merge" in threads, threads
+
+
+def _two_runs_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool
+                     ) -> tuple[FingerprintIndex, list[int], np.ndarray]:
+    """An inline index (fanout 2) whose second flush merges its two runs; what its
+    runs held each time a run was opened; the keys added."""
+    idx = FingerprintIndex(tmp_path, buffer_records=1000, fanout=2, background=False)
+    held_at_open: list[int] = []
+    real = fpindex.Run
+
+    class Watched(real):  # type: ignore[misc, valid-type]
+        def __init__(self, path: Path) -> None:
+            held_at_open.append(sum(r.count for r in idx._runs))
+            if fail and len(held_at_open) == 3:  # the merged run's
+                raise RunFileError("damaged")
+            super().__init__(path)
+
+    monkeypatch.setattr(fpindex, "Run", Watched)
+    rng = np.random.default_rng(8)
+    keys = rng.integers(1, 2**63, size=(2000, 2), dtype=np.uint64)
+    idx.add(keys[:1000, 0], keys[:1000, 1], np.arange(1, 1001))
+    idx.flush(1000)
+    idx.add(keys[1000:, 0], keys[1000:, 1], np.arange(1001, 2001))
+    if fail:
+        with pytest.raises(RunFileError):
+            idx.flush(2000)
+    else:
+        idx.flush(2000)
+    return idx, held_at_open, keys
+
+
+def test_a_merged_run_is_opened_after_its_inputs_let_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installing a merge closes its inputs (their directories and filters) before
+    it reads the merged run's: both at once were a Scrapy dupefilter's peak RSS.
+    A merged run that fails to open leaves its inputs open and in use."""
+    idx, held_at_open, keys = _two_runs_merged(tmp_path / "a", monkeypatch, fail=False)
+    try:
+        assert held_at_open == [0, 1000, 0]  # the inputs held 2,000 records before
+        assert [r.count for r in idx._runs] == [2000]
+        assert idx.lookup(keys[:, 0], keys[:, 1])[0].all()
+    finally:
+        idx.close()
+    idx, _, keys = _two_runs_merged(tmp_path / "b", monkeypatch, fail=True)
+    try:
+        assert [r.count for r in idx._runs] == [1000, 1000]
+        assert idx.lookup(keys[:, 0], keys[:, 1])[0].all()
+    finally:
+        idx.close()

@@ -1,6 +1,7 @@
 /* The exact seen-test's hot loops, compiled: the confirm cache's pass over a
 page's links, a lookup in one part of the fingerprint index (its probe filter,
-directory and bucket search, from RAM or with one pread per key), and the
+directory and bucket search, from RAM or with one pread per key) or in all its
+parts at once for a page's few keys (IndexParts), and the
 index's in-RAM buffer as a hash table (dedup/index/fptable.py, which has no Python
 twin: without this module the index buffers in dedup/index/fpbuffer.py).
 

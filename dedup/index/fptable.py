@@ -42,12 +42,14 @@ class TableBuffer:
         self._first = _FIRST_SLOTS
         while 8 * capacity > 7 * self._first:
             self._first *= 2
+        self.generation = -1  # one more at each new table (an index's probe holds one)
         self.clear()
 
     def clear(self, slots: int = 0) -> None:
         slots = slots or self._first  # zeroed lazily: untouched pages cost no RAM
         self._slots = np.zeros(3 * slots, dtype=np.uint64)  # hi, lo, raw seq per slot
         self._tags = np.zeros(slots, dtype=np.uint8)  # 0: empty
+        self.generation += 1
         self.count = 0  # keys held
         self.size = 0  # records added since the last take (a key may count twice)
         self.top = -1  # highest seq held, tombstone bit masked
@@ -93,6 +95,11 @@ class TableBuffer:
         held = self._tags != 0
         rec = self._slots.reshape(-1, 3)
         return rec[:, 0][held], rec[:, 1][held], rec[:, 2][held]
+
+    def probe_spec(self) -> tuple[str, np.ndarray, np.ndarray]:
+        """This table as a part of the compiled ``IndexParts`` (valid until
+        :attr:`generation` moves)."""
+        return "table", self._slots, self._tags
 
     def find_into(self, hi: np.ndarray, lo: np.ndarray, todo: np.ndarray, raw: np.ndarray, *,
                   mapped: bool = False) -> None:

@@ -161,6 +161,13 @@ class SortedKeys:
         bits = directory_bits(len(hi), block)
         return cls(hi, lo, seq, bucket_counts(hi, bits), bits, bloom=bloom)
 
+    def probe_spec(self) -> tuple[str, np.ndarray, int, np.ndarray | None, int, int] | None:
+        """A run file's part of the compiled ``IndexParts`` (its directory, filter and
+        file); None for columns in RAM, which it does not read."""
+        if self._file is None:
+            return None
+        return "run", self.start, self.shift, self.bloom, *self._file
+
     def find_each(self, todo: list[Query]) -> tuple[list[tuple[int, int]], list[Query]]:
         """Key by key: ``([(position, raw seq) found], [queries not found])``, each
         in the order asked except that, from a file, the keys read come last.

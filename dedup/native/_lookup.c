@@ -1,6 +1,7 @@
 /* The exact seen-test's hot loops, compiled: the confirm cache's pass over a
 page's links, a lookup in one part of the fingerprint index (its probe filter,
-directory and bucket search, from RAM or with one pread per key), and the
+directory and bucket search, from RAM or with one pread per key) or in all its
+parts at once for a page's few keys (IndexParts), and the
 index's in-RAM buffer as a hash table (dedup/index/fptable.py, which has no Python
 twin: without this module the index buffers in dedup/index/fpbuffer.py).
 
@@ -18,6 +19,7 @@ compare the two.
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "_buffers.h"
@@ -601,6 +603,294 @@ done:
     return ret;
 }
 
+/* IndexParts(parts): the fingerprint index's parts, newest first, kept open for
+   the seen-test's call per page or per URL, which asks about a few keys
+   (dedup/index/fpindex.py, held_among). Asking each part in turn from Python
+   (table_find, then sorted_find per run) opened six buffers and took a dozen
+   Python steps a part: ~4.5 us for one key, most of a "maybe seen" add. Here
+   the parts' buffers are opened once, and one call asks them all.
+
+   `parts`: a tuple, newest first, of ("table", slots, tags) (the buffer's hash
+   table, as table_find) and ("run", start, shift, bloom or None, fd, off) (a run
+   file, as sorted_find with fd >= 0). The run files' descriptors are duplicated,
+   so a closed run's number taken by another file is never read; the index drops
+   this object whenever its parts change (a flush, a merge, a grown table). */
+typedef struct {
+    int is_table, shift, fd, wide, readahead;
+    table tb;
+    Py_buffer st, bl;
+    Py_ssize_t nb;
+    int64_t rows, off;
+    uint64_t m;
+} ip_part;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    ip_part *p;
+} IndexParts;
+
+static void ip_dealloc(IndexParts *o) {
+    for (Py_ssize_t k = 0; k < o->n; k++) {
+        ip_part *q = &o->p[k];
+        table_release(&q->tb);
+        if (q->st.obj) PyBuffer_Release(&q->st);
+        if (q->bl.obj) PyBuffer_Release(&q->bl);
+        if (q->fd >= 0) close(q->fd);
+    }
+    PyMem_Free(o->p);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int ip_open_run(ip_part *q, PyObject *spec) {
+    PyObject *so, *bo;
+    const char *kind;
+    int fd;
+    long long off;
+    if (!PyArg_ParseTuple(spec, "sOiOiL", &kind, &so, &q->shift, &bo, &fd, &off))
+        return -1;
+    if (get_items(so, &q->st, "IndexParts: a directory", &INT32_OR_64, 0) < 0
+            || (bo != Py_None && get_items(bo, &q->bl, "IndexParts: a filter", &U8, 0) < 0))
+        return -1;
+    q->wide = q->st.itemsize == 8;
+    q->nb = q->st.len / q->st.itemsize - 1;
+    q->m = (uint64_t)q->bl.len * 8;
+    if (q->nb < 1 || q->shift < 1 || q->shift > 63 || off < 0 || fd < 0
+            || (q->bl.obj && (!q->m || q->m > ((uint64_t)1 << 32)))) {
+        PyErr_SetString(PyExc_ValueError, "IndexParts: bad run arguments");
+        return -1;
+    }
+    q->rows = q->wide ? ((const int64_t *)q->st.buf)[q->nb] : ((const int32_t *)q->st.buf)[q->nb];
+    if (q->rows < 0 || q->rows > (INT64_MAX - off) / RECORD) {
+        PyErr_SetString(PyExc_ValueError, "IndexParts: the directory's row count is out of range");
+        return -1;
+    }
+    q->off = off;
+    q->readahead = 1;
+    q->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (q->fd < 0) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+    return 0;
+}
+
+static PyObject *ip_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *parts;
+    static char *kw[] = {"parts", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kw, &PyTuple_Type, &parts)) return NULL;
+    IndexParts *o = (IndexParts *)type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(parts);
+    o->p = PyMem_Calloc(n ? (size_t)n : 1, sizeof(ip_part));
+    if (!o->p) { Py_DECREF(o); return PyErr_NoMemory(); }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        ip_part *q = &o->p[k];
+        q->fd = -1;
+        o->n = k + 1;  /* what dealloc releases */
+        PyObject *spec = PyTuple_GET_ITEM(parts, k);
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1
+                || !PyUnicode_Check(PyTuple_GET_ITEM(spec, 0))) {
+            PyErr_SetString(PyExc_TypeError, "IndexParts: each part is a (kind, ...) tuple");
+            goto fail;
+        }
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(spec, 0), "table") == 0) {
+            if (PyTuple_GET_SIZE(spec) != 3) {
+                PyErr_SetString(PyExc_ValueError, "IndexParts: (\"table\", slots, tags)");
+                goto fail;
+            }
+            q->is_table = 1;
+            if (table_open(&q->tb, PyTuple_GET_ITEM(spec, 1), PyTuple_GET_ITEM(spec, 2), 0) < 0)
+                goto fail;
+        } else if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(spec, 0), "run") != 0) {
+            PyErr_SetString(PyExc_ValueError, "IndexParts: a part is a \"table\" or a \"run\"");
+            goto fail;
+        } else if (ip_open_run(q, spec) < 0) {
+            goto fail;
+        }
+    }
+    return (PyObject *)o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+static double ip_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One run asked about the keys still todo, as sorted_find from a file: filter,
+   directory, one pread of the key's bucket. 0, or -1 with an error set. */
+static int ip_find_run(ip_part *q, Py_ssize_t n, const uint64_t *hi, const uint64_t *lo,
+                       uint8_t *todo, uint64_t *raw, int64_t (*spans)[2]) {
+    const uint8_t *bloom = q->bl.obj ? q->bl.buf : NULL;
+    Py_ssize_t reads = 0;
+    int64_t most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        spans[i][0] = spans[i][1] = 0;
+        if (!todo[i]) continue;
+        if (bloom && !filter_has(bloom, q->m, hi[i], lo[i])) continue;
+        uint64_t j = hi[i] >> q->shift;
+        if ((Py_ssize_t)j >= q->nb) goto bad;
+        int64_t a = q->wide ? ((const int64_t *)q->st.buf)[j] : ((const int32_t *)q->st.buf)[j];
+        int64_t b = q->wide ? ((const int64_t *)q->st.buf)[j + 1]
+                            : ((const int32_t *)q->st.buf)[j + 1];
+        if (a < 0 || b < a || b > q->rows) goto bad;
+        if (a == b) continue;
+        spans[i][0] = a; spans[i][1] = b;
+        reads++;
+        if ((b - a) * RECORD > most) most = (b - a) * RECORD;
+    }
+    if (!reads) return 0;
+    uint8_t stack[64 * RECORD], *buf = stack;
+    if (most > (int64_t)sizeof stack && !(buf = malloc((size_t)most))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t failed = -1;
+    int err = 0;
+    double began = ip_now();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef POSIX_FADV_WILLNEED
+    if (q->readahead && reads > 1)
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (spans[i][1] > spans[i][0])
+                posix_fadvise(q->fd, q->off + spans[i][0] * RECORD,
+                              (spans[i][1] - spans[i][0]) * RECORD, POSIX_FADV_WILLNEED);
+#endif
+    for (Py_ssize_t i = 0; i < n && failed < 0; i++) {
+        int64_t size = (spans[i][1] - spans[i][0]) * RECORD, got = 0;
+        if (!size) continue;
+        int64_t at = q->off + spans[i][0] * RECORD;
+        while (got < size) {
+            ssize_t k = pread(q->fd, buf + got, (size_t)(size - got), at + got);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { failed = i; err = k < 0 ? errno : 0; break; }
+            got += k;
+        }
+        if (failed >= 0) break;
+        for (int64_t p = 0; p < size; p += RECORD) {
+            uint64_t rh, rl;
+            memcpy(&rh, buf + p, 8); memcpy(&rl, buf + p + 8, 8);
+            if (rh == hi[i] && rl == lo[i]) {
+                memcpy(&raw[i], buf + p + 16, 8);
+                todo[i] = 0;
+                break;
+            }
+            if (rh > hi[i]) break;  /* a bucket is sorted by (hi, lo) */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (buf != stack) free(buf);
+    if (failed >= 0) {
+        if (err) { errno = err; PyErr_SetFromErrno(PyExc_OSError); }
+        else PyErr_Format(PyExc_ValueError, "run file (fd %d): short read: changed under us", q->fd);
+        return -1;
+    }
+#ifdef POSIX_FADV_WILLNEED
+    q->readahead = ip_now() - began > (double)reads * 5e-6;  /* as sortedkeys._WAITING_READ */
+#else
+    (void)began;
+#endif
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "IndexParts: directory out of range");
+    return -1;
+}
+
+/* held(fps) -> list of int: the indexes i, ascending, of the 16-byte fingerprints of
+   `fps` (hi || lo, little-endian) that the index holds: a key's first record, in
+   the parts newest first, exists and is no tombstone (the seq's top bit). */
+#define IP_STACK 64
+
+static PyObject *ip_held(IndexParts *o, PyObject *arg) {
+    Py_buffer f = {0};
+    PyObject *out = NULL;
+    if (PyObject_GetBuffer(arg, &f, PyBUF_SIMPLE) < 0) return NULL;
+    if (f.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "held: fingerprints are 16 bytes each");
+        PyBuffer_Release(&f);
+        return NULL;
+    }
+    Py_ssize_t n = f.len / 16;
+    uint64_t s_hi[IP_STACK], s_lo[IP_STACK], s_raw[IP_STACK];
+    uint8_t s_todo[IP_STACK];
+    int64_t s_spans[IP_STACK][2];
+    uint64_t *hi = s_hi, *lo = s_lo, *raw = s_raw;
+    uint8_t *todo = s_todo;
+    int64_t (*spans)[2] = s_spans;
+    void *heap = NULL;
+    if (n > IP_STACK) {
+        heap = PyMem_Malloc((size_t)n * (3 * sizeof(uint64_t) + 1 + sizeof *spans));
+        if (!heap) { PyErr_NoMemory(); goto done; }
+        hi = heap; lo = hi + n; raw = lo + n;
+        spans = (int64_t (*)[2])(raw + n);
+        todo = (uint8_t *)(spans + n);
+    }
+    const unsigned char *b = f.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(&hi[i], b + 16 * i, 8);
+        memcpy(&lo[i], b + 16 * i + 8, 8);
+#if !PY_LITTLE_ENDIAN
+        hi[i] = __builtin_bswap64(hi[i]); lo[i] = __builtin_bswap64(lo[i]);
+#endif
+        todo[i] = 1;
+        raw[i] = 0;
+    }
+    Py_ssize_t left = n;
+    for (Py_ssize_t k = 0; k < o->n && left; k++) {
+        ip_part *q = &o->p[k];
+        if (q->is_table) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (!todo[i]) continue;
+                uint8_t tag;
+                uint64_t j = table_slot(&q->tb, hi[i], lo[i], &tag);
+                if (j != TABLE_FULL && q->tb.tag[j]) {
+                    raw[i] = q->tb.slot[3 * j + 2];
+                    todo[i] = 0;
+                }
+            }
+        } else if (ip_find_run(q, n, hi, lo, todo, raw, spans) < 0) {
+            goto done;
+        }
+        left = 0;
+        for (Py_ssize_t i = 0; i < n; i++) left += todo[i];
+    }
+    out = PyList_New(0);
+    if (!out) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (todo[i] || raw[i] & ~SEQ_BITS) continue;  /* not held, or forgotten */
+        PyObject *at = PyLong_FromSsize_t(i);
+        if (!at || PyList_Append(out, at) < 0) {
+            Py_XDECREF(at);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(at);
+    }
+done:
+    PyMem_Free(heap);
+    PyBuffer_Release(&f);
+    return out;
+}
+
+static PyMethodDef ip_methods[] = {
+    {"held", (PyCFunction)ip_held, METH_O,
+     "held(fps) -> indexes of the 16-byte fingerprints the parts hold (not forgotten)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject IndexPartsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dedup.native._lookup.IndexParts",
+    .tp_basicsize = sizeof(IndexParts),
+    .tp_dealloc = (destructor)ip_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "IndexParts(parts): the index's parts, newest first, kept open for a few "
+              "keys' lookups",
+    .tp_methods = ip_methods,
+    .tp_new = ip_new,
+};
+
 static PyMethodDef methods[] = {
     {"confirm_split", confirm_split, METH_VARARGS,
      "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
@@ -627,4 +917,15 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__lookup(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__lookup(void) {
+    if (PyType_Ready(&IndexPartsType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&IndexPartsType);
+    if (PyModule_AddObject(m, "IndexParts", (PyObject *)&IndexPartsType) < 0) {
+        Py_DECREF(&IndexPartsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

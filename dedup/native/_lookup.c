@@ -143,6 +143,14 @@ done:
     return ret;
 }
 
+/* Append index i to the list out (the answers of confirm_absent and IndexParts.held). */
+static int append_index(PyObject *out, Py_ssize_t i) {
+    PyObject *at = PyLong_FromSsize_t(i);
+    int rc = at ? PyList_Append(out, at) : -1;
+    Py_XDECREF(at);
+    return rc;
+}
+
 /* confirm_absent(table, fps) -> list of int: the indexes i, ascending, of the 16-byte
    fingerprints of the bytes `fps` that `table` (a confirm-cache table, read only)
    does not hold; (0, 0), never held, is always absent. For UrlSeen's pending
@@ -170,13 +178,10 @@ static PyObject *confirm_absent(PyObject *Py_UNUSED(self), PyObject *args) {
 #endif
         const uint64_t *y = (hi | lo) ? fpset_slot(&t, hi, lo) : NULL;
         if (y && (y[0] | y[1])) continue;
-        PyObject *at = PyLong_FromSsize_t(i);
-        if (!at || PyList_Append(out, at) < 0) {
-            Py_XDECREF(at);
+        if (append_index(out, i) < 0) {
             Py_CLEAR(out);
             goto done;
         }
-        Py_DECREF(at);
     }
 done:
     if (t.b.obj) PyBuffer_Release(&t.b);
@@ -240,6 +245,35 @@ static inline int filter_has(const uint8_t *b, uint64_t m, uint64_t hi, uint64_t
 }
 
 /* filter_set(bloom, hi, lo): set the three bits of every key. */
+/* Read `size` bytes at `at` whole: 0, or -1 with *err its errno (0: a short read, the
+   file changed under us). Called without the GIL. */
+static int read_whole(int fd, uint8_t *buf, int64_t size, int64_t at, int *err) {
+    int64_t got = 0;
+    while (got < size) {
+        ssize_t k = pread(fd, buf + got, (size_t)(size - got), at + got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { *err = k < 0 ? errno : 0; return -1; }
+        got += k;
+    }
+    return 0;
+}
+
+/* Whether a bucket (`size` bytes of records sorted by (hi, lo)) holds (hi, lo): its seq
+   word into *raw if so. */
+static int bucket_find(const uint8_t *buf, int64_t size, uint64_t hi, uint64_t lo,
+                       uint64_t *raw) {
+    for (int64_t p = 0; p < size; p += RECORD) {
+        uint64_t rh, rl;
+        memcpy(&rh, buf + p, 8); memcpy(&rl, buf + p + 8, 8);
+        if (rh == hi && rl == lo) {
+            memcpy(raw, buf + p + 16, 8);
+            return 1;
+        }
+        if (rh > hi) break;
+    }
+    return 0;
+}
+
 static PyObject *filter_set(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *bo, *ho, *lo_;
     Py_buffer bl = {0}, h = {0}, l = {0};
@@ -370,27 +404,12 @@ static PyObject *sorted_find(PyObject *Py_UNUSED(self), PyObject *args) {
         buf = malloc(most ? (size_t)most : 1);
         if (!buf) bad = 2;
         for (Py_ssize_t i = 0; i < n && !bad && failed < 0; i++) {
-            int64_t size = (spans[i][1] - spans[i][0]) * RECORD, got = 0;
+            int64_t size = (spans[i][1] - spans[i][0]) * RECORD;
             if (!size) continue;
             int64_t at = off + spans[i][0] * RECORD;
-            while (got < size) {
-                ssize_t k = pread(fd, buf + got, (size_t)(size - got), at + got);
-                if (k < 0 && errno == EINTR) continue;
-                if (k <= 0) { failed = i; err = k < 0 ? errno : 0; break; }
-                got += k;
-            }
-            if (failed >= 0) break;
+            if (read_whole(fd, buf, size, at, &err) < 0) { failed = i; break; }
             count++;
-            for (int64_t p = 0; p < size; p += RECORD) {
-                uint64_t rh, rl;
-                memcpy(&rh, buf + p, 8); memcpy(&rl, buf + p + 8, 8);
-                if (rh == hi[i] && rl == lo[i]) {
-                    memcpy(&raw[i], buf + p + 16, 8);
-                    todo[i] = 0;
-                    break;
-                }
-                if (rh > hi[i]) break;  /* a bucket is sorted by (hi, lo) */
-            }
+            if (bucket_find(buf, size, hi[i], lo[i], &raw[i])) todo[i] = 0;
         }
     } else if (!bad) {
         const uint64_t *H = col[0].buf, *L = col[1].buf, *S = col[2].buf;
@@ -758,26 +777,11 @@ static int ip_find_run(ip_part *q, Py_ssize_t n, const uint64_t *hi, const uint6
                               (spans[i][1] - spans[i][0]) * RECORD, POSIX_FADV_WILLNEED);
 #endif
     for (Py_ssize_t i = 0; i < n && failed < 0; i++) {
-        int64_t size = (spans[i][1] - spans[i][0]) * RECORD, got = 0;
+        int64_t size = (spans[i][1] - spans[i][0]) * RECORD;
         if (!size) continue;
         int64_t at = q->off + spans[i][0] * RECORD;
-        while (got < size) {
-            ssize_t k = pread(q->fd, buf + got, (size_t)(size - got), at + got);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) { failed = i; err = k < 0 ? errno : 0; break; }
-            got += k;
-        }
-        if (failed >= 0) break;
-        for (int64_t p = 0; p < size; p += RECORD) {
-            uint64_t rh, rl;
-            memcpy(&rh, buf + p, 8); memcpy(&rl, buf + p + 8, 8);
-            if (rh == hi[i] && rl == lo[i]) {
-                memcpy(&raw[i], buf + p + 16, 8);
-                todo[i] = 0;
-                break;
-            }
-            if (rh > hi[i]) break;  /* a bucket is sorted by (hi, lo) */
-        }
+        if (read_whole(q->fd, buf, size, at, &err) < 0) { failed = i; break; }
+        if (bucket_find(buf, size, hi[i], lo[i], &raw[i])) todo[i] = 0;
     }
     Py_END_ALLOW_THREADS
     if (buf != stack) free(buf);
@@ -859,13 +863,10 @@ static PyObject *ip_held(IndexParts *o, PyObject *arg) {
     if (!out) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (todo[i] || raw[i] & ~SEQ_BITS) continue;  /* not held, or forgotten */
-        PyObject *at = PyLong_FromSsize_t(i);
-        if (!at || PyList_Append(out, at) < 0) {
-            Py_XDECREF(at);
+        if (append_index(out, i) < 0) {
             Py_CLEAR(out);
             goto done;
         }
-        Py_DECREF(at);
     }
 done:
     PyMem_Free(heap);

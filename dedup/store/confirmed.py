@@ -30,9 +30,11 @@ from dedup.native import compiled as _compiled
 from dedup.url.fingerprint import fingerprint
 
 if TYPE_CHECKING:
+    from dedup.filter.layers import LayerStack
     from dedup.url.canonical import Canonicalizer
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
+PENDED = "pended"  # count_link: a key the Bloom filter never saw, pending now
 _BATCH_SLOTS = 1 << 12  # a group of pages lets through a few thousand keys
 _FIRST_SLOTS = 1 << 12  # a generation's first table (64 KB)
 
@@ -200,40 +202,49 @@ class ConfirmCache:
             self._base, self._fast = base, fast
         return fast
 
-    def limit(self) -> int:
-        """What the young table may hold before :meth:`held_after` swaps or grows it."""
-        return min(self._half, len(self._young) // 4)
-
-    def held_after(self, held: int, limit: int) -> None:
-        """The young table holds ``held`` keys after a compiled call (``OneLink.one``)
-        that was given ``limit``: swap or grow at it."""
-        self._held = held
-        if held >= limit > 0:
-            self._full()
-
     def count_link(self, link: str, base: str | None, canon: Canonicalizer,
-                   pending: np.ndarray | None = None) -> bool | tuple[str, str, bytes] | None:
+                   pending: np.ndarray | None = None, pending_held: int = 0,
+                   batch: bytearray | None = None, stack: LayerStack | None = None
+                   ) -> bool | str | tuple[str, str, bytes] | None:
         """:meth:`count_links` of one link, with no pass (``OneLink.one``, for a call a
         URL): True, a hit (held here or by ``pending``); None, the link is rejected;
         ``(fetch_url, key, fingerprint)``, a miss; False where the compiled path cannot
-        take it (the caller takes :meth:`count_hits`)."""
-        fast = self.page_of(base, canon)
+        take it (the caller takes :meth:`count_hits`).
+
+        Given the Bloom filter's layers (``stack``) and a pending ``batch`` (with
+        ``pending`` holding ``pending_held`` keys), a miss the filter has never seen is
+        appended to both and answered :data:`PENDED`; a miss is then one the filter
+        may hold. The call keeps the tables' buffers between calls: this is the whole
+        compiled part of :meth:`dedup.store.seen.UrlSeen.add`."""
+        fast = self._fast if base is self._base else None  # one base a page: parsed once
         if fast is None:
-            return False
-        limit = self.limit()
-        got = self.one.one(  # type: ignore[union-attr]
-            link, fast[0], fast[1], self._young, self._held, self._old, limit, pending, 0, None,
-            0, None, None)
+            fast = self.page_of(base, canon)
+            if fast is None:
+                return False
+        limit = min(self._half, len(self._young) // 4)  # then swap or grow
+        if stack is None:
+            got = self.one.one(  # type: ignore[union-attr]
+                link, fast[0], fast[1], self._young, self._held, self._old, limit, pending,
+                0, None, 0, None, None)
+        else:
+            got = self.one.one(  # type: ignore[union-attr]
+                link, fast[0], fast[1], self._young, self._held, self._old, limit, pending,
+                pending_held, batch, stack.rows, stack.probe_layers, stack.nlayers)
+        if got is True:
+            canon.count_compiled(1)
+            return PENDED
         if type(got) is int:
             if got == -2:
                 return False
             canon.count_compiled(1)
-            if got >= 0:
-                self.held_after(got, limit)
+            if got >= 0:  # a hit: the young table holds `got` keys now
+                self._held = got
+                if got >= limit > 0:
+                    self._full()
                 return True
             return None
         canon.count_compiled(1)
-        return got
+        return got  # type: ignore[no-any-return]
 
     def _count_hits_python(self, pairs: Sequence[tuple[str, str] | None], out: CacheMisses) -> int:
         hits = 0

@@ -54,7 +54,7 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
-from dedup.store.confirmed import CacheMisses, ConfirmCache
+from dedup.store.confirmed import PENDED, CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
@@ -250,56 +250,40 @@ class UrlSeen(CrawlRecords):
         Where compiled, one call (``OneLink``, which keeps the tables' buffers between
         calls) answers a repeat, a pending key and a key the Bloom filter has never
         seen (pending from then on); only a "maybe seen" key comes back for the index."""
-        cc = self._confirmed
-        fast = cc._fast if base_url is cc._base else None  # a page's links share its base
-        if fast is None:
-            fast = cc.page_of(base_url, self.canonicalizer)
-            if fast is None:  # not the compiled path's: the two steps
-                return self._add_slow(url, base_url, depth)
         pending = self._pending
-        stack = self.bloom._stack
         batch = None
         if not self.readonly:
             batch = self._pending_fps.get(depth)
             if batch is None:
                 batch = self._pending_fps[depth] = bytearray()
-        limit = min(cc._half, len(cc._young) // 4)
-        got = cc.one.one(  # type: ignore[union-attr]
-            url, fast[0], fast[1], cc._young, cc._held, cc._old, limit, pending.table,
-            pending.held, batch, stack.rows, stack.probe_layers, stack.nlayers)
+        got = self._confirmed.count_link(url, base_url, self.canonicalizer, pending.table,
+                                         pending.held, batch, self.bloom.stack)
         counters = self.counters
-        if got is True:  # new, and pending now: _admit_pending's steps for it, inline
+        if got is PENDED:  # new, and pending now: _admit_pending's steps for it, inline
             if not self._pending_n:
                 self._pending_since = time.monotonic()
             self._pending_n += 1  # first: whatever fails next, the flush writes its batch
-            self.canonicalizer._compiled += 1
             pending.held_one()
             counters["links"] += 1
             counters["new"] += 1
             counters["bloom_definitely_new"] += 1
-            if self._pending_n >= self._pending_keys or \
-                    time.monotonic() - self._pending_since >= self._pending_seconds:
-                self._flush_pending()
+            self._flush_if_due()
             return True
-        if type(got) is int:
-            if got == -2:
-                return self._add_slow(url, base_url, depth)
-            self.canonicalizer._compiled += 1
-            if got == -1:
-                counters["rejected"] += 1
-                return bool(self._admit_pending(b"", 0, 0, depth))
-            cc._held = got  # a hit: young holds `got` keys now
-            if got >= limit > 0:
-                cc._full()
+        if got is False:  # not the compiled path's: the two steps
+            got = self._count_one(url, base_url)
+            if type(got) is tuple:  # a miss neither the pending keys nor the filter saw
+                return bool(self._admit_pending(got[2], 1, 0, depth))
+        if got is True:
             counters["links"] += 1
             counters["confirm_cache_hits"] += 1
             counters["repeats"] += 1
-            if self._pending_n and \
-                    time.monotonic() - self._pending_since >= self._pending_seconds:
-                self._flush_pending()
+            if self._pending_n:
+                self._flush_if_due()
             return False
-        self.canonicalizer._compiled += 1
-        fp = got[2]
+        if got is None:
+            counters["rejected"] += 1
+            return bool(self._admit_pending(b"", 0, 0, depth))
+        fp = got[2]  # type: ignore[index]
         if batch is None or fp == _NO_KEY:  # read-only, or a key no table holds
             return bool(self._admit_pending(fp, 1, 0, depth, screened=True))
         # a miss the filter may hold (it said so): _admit_pending's steps for one key
@@ -307,7 +291,7 @@ class UrlSeen(CrawlRecords):
         counters["bloom_maybe"] += 1
         counters["ledger_queries"] += 1
         if self.ledger.held_among(fp):
-            cc.add(halves(fp))
+            self._confirmed.add(halves(fp))
             counters["repeats"] += 1
             if self._pending_n:
                 self._flush_if_due()
@@ -321,22 +305,6 @@ class UrlSeen(CrawlRecords):
         pending.add(fp)
         self._flush_if_due()
         return True
-
-    def _add_slow(self, url: str, base_url: str | None, depth: int) -> bool:
-        """:meth:`add` by ``resolve_many`` and ``count_hits`` (no compiled path)."""
-        got = self._count_one(url, base_url)
-        counters = self.counters
-        if got is True:
-            counters["links"] += 1
-            counters["confirm_cache_hits"] += 1
-            counters["repeats"] += 1
-            if self._pending_n:
-                self._flush_if_due()
-            return False
-        if got is None:
-            counters["rejected"] += 1
-            return bool(self._admit_pending(b"", 0, 0, depth))
-        return bool(self._admit_pending(got[2], 1, 0, depth))
 
     def _count_one(self, url: str, base_url: str | None) -> bool | tuple[None, None, bytes] | None:
         """:meth:`ConfirmCache.count_link`'s answer by ``resolve_many`` and ``count_hits``

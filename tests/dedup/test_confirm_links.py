@@ -16,7 +16,7 @@ import pytest
 from dedup import UrlSeen
 from dedup.filter.shards import ShardedBloom
 from dedup.native import compiled
-from dedup.store.confirmed import CacheMisses, ConfirmCache
+from dedup.store.confirmed import PENDED, CacheMisses, ConfirmCache
 from dedup.store.pending import PendingKeys
 from dedup.url.canonical import Canonicalizer
 from dedup.url.fingerprint import fingerprint, halves
@@ -156,11 +156,12 @@ def test_count_link_is_count_links_of_one():
 
 
 def test_one_link_follows_replaced_tables_and_new_layers():
-    """``OneLink.one`` with a Bloom filter and a pending batch, across confirm-cache
-    swaps and growth, pending keys written (cleared) and grown, and filter layers
-    added: each answer is the two steps' (a hit; a miss the filter may hold, as a
-    tuple; else True with the key appended to the batch and pending), although the
-    object keeps the buffers of the tables it was last given."""
+    """``count_link`` with a Bloom filter and a pending batch (``UrlSeen.add``'s one
+    compiled call, ``OneLink.one``), across confirm-cache swaps and growth, pending
+    keys written (cleared) and grown, and filter layers added: each answer is the two
+    steps' (a hit; a miss the filter may hold, as a tuple; else PENDED with the key
+    appended to the batch and pending), although the object keeps the buffers of the
+    tables it was last given."""
     require_kernel()
     canon_a, canon_b = Canonicalizer(seed=SEED), Canonicalizer(seed=SEED)
     one, two = ConfirmCache(32, SEED), ConfirmCache(32, SEED)
@@ -171,37 +172,33 @@ def test_one_link_follows_replaced_tables_and_new_layers():
     layers_seen = set()
     for base, links in pages_with_repeats(6, 80, 30):
         for link in links:
-            fast = one.page_of(base, canon_a)
-            if fast is None:
+            if one.page_of(base, canon_a) is None:
                 assert base is not None and not base.startswith("http")
                 continue
             out = CacheMisses(4)  # the two steps first: the call may add a pending key
             want = two.count_links((link,), base, canon_b, out, pending.table)
             stack = bloom.stack
             batch = bytearray(b"x" * 16)
-            limit = one.limit()
-            got = one.one.one(link, fast[0], fast[1], one._young, one._held, one._old, limit,
-                              pending.table, pending.held, batch, stack.rows,
-                              stack.probe_layers, stack.nlayers)
+            got = one.count_link(link, base, canon_a, pending.table, pending_held=pending.held,
+                                 batch=batch, stack=stack)
             assert want is not None
             hits, rejected, screened = want
-            if got == -2:
+            if got is False:
                 assert not screened
                 kinds["python"] = kinds.get("python", 0) + 1
                 one.count_hits(canon_a.resolve_many([link], base), CacheMisses(4))
                 continue
             if rejected:
-                assert got == -1
+                assert got is None
             elif hits:
-                assert type(got) is int and got >= 0
-                one.held_after(got, limit)
+                assert got is True
             else:
                 fp = bytes(out.fps)
                 maybe = bloom.maybe_fingerprints(fp) or fp == bytes(16)
                 if maybe:
                     assert got == (out.values[0], out.keys[0], fp)
                 else:
-                    assert got is True
+                    assert got is PENDED
                     assert bytes(batch) == b"x" * 16 + fp
                     assert fp not in pending_set and pending.absent(fp) == []
                     pending.held_one()
@@ -211,14 +208,16 @@ def test_one_link_follows_replaced_tables_and_new_layers():
                 if rng.random() < 0.3:
                     one.add(halves(fp))
                     two.add(halves(fp))
-            kinds[str(type(got).__name__) if got not in (-1, True) else repr(got)] = 1
+            kind = "tuple" if type(got) is tuple else {None: "rejected", True: "hit",
+                                                         PENDED: "new"}[got]
+            kinds[kind] = kinds.get(kind, 0) + 1
             assert bytes(batch[:16]) == b"x" * 16 and len(one) == len(two)
             assert len(pending) == len(pending_set)
             if rng.random() < 0.02:
                 pending.clear()
                 pending_set.clear()
             layers_seen.add(len(bloom.stack.probe_layers))
-    assert set(kinds) >= {"python", "-1", "True", "int", "tuple"}
+    assert set(kinds) >= {"python", "rejected", "hit", "new", "tuple"}
     assert len(layers_seen) > 1  # the filter grew a layer during the run
 
 

@@ -497,6 +497,32 @@ static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
 
 typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
 
+/* The part of the ASCII str `link` (not longer than MAX_TEXT) WHATWG parses, s[i..end):
+   spaces around it and the fragment left out; 0 where this path does not handle it
+   (control characters, a backslash, "%2e": a dot in a path segment). */
+static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *start,
+                     Py_ssize_t *stop) {
+    if (!PyUnicode_IS_ASCII(link)) return 0;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
+    if (len > MAX_TEXT) return 0;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
+    Py_ssize_t i = 0;
+    while (i < len && s[i] == ' ') i++;
+    Py_ssize_t end = i;
+    for (; end < len && s[end] != '#'; end++) {
+        unsigned char c = s[end];
+        if (cls[c] & C_BAD) return 0;
+        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
+            return 0;
+    }
+    if (end == len)
+        while (end > i && s[end - 1] == ' ') end--;
+    *text = s;
+    *start = i;
+    *stop = end;
+    return 1;
+}
+
 /* One link's fetch form and key, as text in `sc` (the key may be the fetch form
    or its start): HANDLED, REJECTED or NOT_HANDLED. No Python object is made: a
    link the confirm cache holds (most of them) needs none. */
@@ -507,22 +533,9 @@ static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scra
 #if PY_VERSION_HEX < 0x030C0000
     if (PyUnicode_READY(link) < 0) { PyErr_Clear(); return NOT_HANDLED; }
 #endif
-    if (!PyUnicode_IS_ASCII(link)) return NOT_HANDLED;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
-    if (len > MAX_TEXT) return NOT_HANDLED;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
-    Py_ssize_t i = 0;
-    while (i < len && s[i] == ' ') i++;
-    Py_ssize_t end = i;
-    for (; end < len && s[end] != '#'; end++) {
-        unsigned char c = s[end];
-        if (cls[c] & C_BAD) return NOT_HANDLED;
-        /* "%2e" is a dot in a path segment */
-        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
-            return NOT_HANDLED;
-    }
-    if (end == len)
-        while (end > i && s[end - 1] == ' ') end--;
+    const unsigned char *s;
+    Py_ssize_t i, end;
+    if (!link_span(link, &s, &i, &end)) return NOT_HANDLED;
     buf_t raw = {sc->raw, 0, RAW_CAP, 0};
     int how = whatwg_href(&raw, s + i, end - i, pg);
     if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
@@ -608,6 +621,49 @@ static int read_page(PyObject *page, page_t *pg) {
         return 0;
     pg->present = 1;
     return 1;
+}
+
+/* page_contexts(base) -> (scheme, scheme_ctx, origin_ctx, dir_ctx, base_ctx, path_ctx)
+   or None: dedup.url.urlform.page_contexts of an absolute http(s) page URL this path
+   handles (the same WHATWG href, then cut the same way), None for any other (ada's
+   Python path parses it). A page's contexts were ~7 us of Python and ada a page,
+   paid by every page's call. */
+static PyObject *page_contexts(PyObject *Py_UNUSED(self), PyObject *base) {
+    if (!PyUnicode_CheckExact(base)) Py_RETURN_NONE;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(base) < 0) return NULL;
+#endif
+    const unsigned char *s;
+    Py_ssize_t i, end;
+    if (!link_span(base, &s, &i, &end) || end == i) Py_RETURN_NONE;
+    char *store = PyMem_Malloc(RAW_CAP);
+    if (!store) return PyErr_NoMemory();
+    buf_t raw = {store, 0, RAW_CAP, 0};
+    page_t none;
+    memset(&none, 0, sizeof(none));
+    PyObject *ret = NULL;
+    if (whatwg_href(&raw, s + i, end - i, &none) != HANDLED || raw.over) {
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    const char *h = raw.p;
+    Py_ssize_t n = raw.n, sn = h[4] == 's' ? 5 : 4, path_start = sn + 3;
+    while (path_start < n && h[path_start] != '/') path_start++;
+    if (path_start == n) {  /* not the shape whatwg_href gives: ada's path decides */
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    Py_ssize_t path_end = path_start;
+    while (path_end < n && h[path_end] != '?') path_end++;
+    Py_ssize_t dir_end = path_end;
+    while (h[dir_end - 1] != '/') dir_end--;  /* the path starts with '/' */
+    ret = Py_BuildValue("(s#s#s#s#s#s#)", h, sn, h, sn + 1, h, path_start, h, dir_end, h, n,
+                        h, path_end);
+done:
+    PyMem_Free(store);
+    return ret;
 }
 
 /* resolve_links(links, rules, page) -> (results, pending) */
@@ -1452,6 +1508,8 @@ static PyMethodDef methods[] = {
     {"confirm_links", confirm_links, METH_VARARGS,
      "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
      "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
+    {"page_contexts", page_contexts, METH_O,
+     "page_contexts(base) -> the contexts of an http(s) page URL, or None: not handled here"},
     {"resolve_links", resolve_links, METH_VARARGS,
      "resolve_links(links, rules, page) -> (results, pending): (fetch_url, key) or None\n"
      "per link; at the indexes in pending, the link itself, not handled here"},

@@ -17,7 +17,7 @@ import pytest
 
 from dedup import UrlSeen
 from dedup.native import compiled
-from dedup.store.confirmed import ConfirmCache
+from dedup.store.confirmed import ConfirmCache, _fingerprints_in
 
 from . import linkgen
 from .conftest import require_kernel
@@ -94,3 +94,43 @@ def test_page_call_matches_the_python_path(tmp_path: Path, monkeypatch: pytest.M
     assert counters["bloom_maybe"] > counters["false_positives"] > 0
     assert counters["rejected"] and counters["confirm_cache_hits"] and info["layers"] > 1
     assert sum(len(seqs) for seqs, _, _ in journal) == counters["new"] > 10 * 60
+
+
+def test_an_index_error_is_raised_with_the_cache_counted(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    """The index failing in the middle of the compiled call (after its pass moved keys
+    into the young generation) raises, and the young generation's count stays true:
+    the call answers the error with the count and pends nothing."""
+    require_kernel()
+    pages = stream(5, 40, 40)
+    calls = {"n": 0}
+    seen_page = ConfirmCache.seen_page
+
+    def counting_seen_page(self: ConfirmCache, *args: Any) -> Any:
+        got = seen_page(self, *args)
+        calls["n"] += got is not None
+        return got
+
+    monkeypatch.setattr(ConfirmCache, "seen_page", counting_seen_page)
+    with UrlSeen(tmp_path / "s", confirm_cache_size=150, pending_keys=60, capacity=400,
+                 error_rate=0.3) as seen:
+        for base, links, depth in pages[:20]:
+            seen.filter_new(links, base_url=base, depth=depth)
+        held_among, raised = seen.ledger.held_among, 0
+
+        def broken(fps: bytes) -> list[int]:
+            raise OSError("the index is gone")
+
+        for base, links, depth in pages[20:]:
+            pending = seen._pending_n
+            monkeypatch.setattr(seen.ledger, "held_among", broken)
+            try:
+                seen.filter_new(links, base_url=base, depth=depth)
+            except OSError:
+                raised += 1
+                assert seen._pending_n == pending  # nothing pended
+            cache = seen._confirmed
+            assert cache._held == len(_fingerprints_in(cache._young))  # type: ignore[arg-type]
+            monkeypatch.setattr(seen.ledger, "held_among", held_among)
+            seen.filter_new(links, base_url=base, depth=depth)
+    assert raised > 10 and calls["n"] > 20

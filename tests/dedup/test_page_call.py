@@ -4,8 +4,8 @@ driven by ``ConfirmCache.seen_page``) against the pure-Python path
 on a stream built to reach every step of the call and every way back to Python between
 its calls: a crowded filter (false positives, layers added), keys the confirm cache
 dropped and the index holds (found), pending keys, flushes by size, a young generation
-filled in the pass and by found keys, links the compiled canonicalizer leaves over,
-rejected links, repeats within a page and two depths."""
+filled in the pass and by found keys, links the compiled canonicalizer leaves over (and
+pages whose every link it leaves), rejected links, repeats within a page and two depths."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ def stream(seed: int, n: int, k: int) -> list[tuple[str, list[str], int]]:
         links += ["mailto:x@y.test", "javascript:void(0)"]
         rng.shuffle(links)
         seen += [link for link in links if link.startswith("http")]
+        if i % 10 == 9:  # a page URL too long for the compiled canonicalizer's buffers
+            base = f"http://h.test/{'a' * 5000}/x"
         out.append((base, links, i % 2))
     return out
 

@@ -1252,7 +1252,16 @@ static int add_table(OneLink *o, fpset *t, PyObject *obj, const attr_t *at,
 
 /* UrlSeen._flush_if_due: written at pending_keys keys or once the oldest has waited
    pending_seconds. */
+/* -1 with an error if `o` was unbound (its UrlSeen closed) by the Python code a step
+   called: every step after one that may run Python begins with it. */
+static int add_bound(const OneLink *o) {
+    if (o->seen) return 0;
+    PyErr_SetString(PyExc_ValueError, "OneLink.add: not bound (its UrlSeen is closed)");
+    return -1;
+}
+
 static int add_flush_if_due(OneLink *o) {
+    if (add_bound(o) < 0) return -1;
     Py_ssize_t n;
     if (get_n(o->seen, &o->a_pending_n, &n) < 0) return -1;
     if (!n) return 0;
@@ -1272,6 +1281,7 @@ static int add_flush_if_due(OneLink *o) {
 /* A new key pending: counted pending first (whatever fails next, the flush writes its
    batch), then appended to its depth's batch, then held by the pending keys' table. */
 static int add_pend(OneLink *o, PyObject *depth, uint64_t hi, uint64_t lo) {
+    if (add_bound(o) < 0) return -1;
     Py_ssize_t n, held;
     if (get_n(o->seen, &o->a_pending_n, &n) < 0) return -1;
     if (!n) {
@@ -1335,6 +1345,7 @@ done:
 /* Hold (hi, lo) in the confirm cache's young table (ConfirmCache.add of one key):
    `_held` one more, swapped or grown (`_full`) at its limit. */
 static int add_confirm(OneLink *o, uint64_t hi, uint64_t lo) {
+    if (add_bound(o) < 0) return -1;
     if (o->half <= 0) return 0;
     Py_ssize_t held;
     if (add_table(o, &o->young, o->cache, &o->a_young, "young") < 0
@@ -1427,10 +1438,7 @@ static void add_prefetch(const OneLink *o, uint64_t hi) {
 
 static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
-    if (!o->seen) {
-        PyErr_SetString(PyExc_ValueError, "OneLink.add: not bound (its UrlSeen is closed)");
-        return NULL;
-    }
+    if (add_bound(o) < 0) return NULL;
     PyObject *base = Py_None, *depth = NULL;
     if (nargs < 1 || nargs > 2) goto slow;
     if (nargs == 2) base = args[1];
@@ -1444,7 +1452,7 @@ static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
     }
     if (!depth) depth = o->zero;
     else if (!PyLong_CheckExact(depth)) goto slow;
-    if (base != o->base && add_page(o, base) < 0) return NULL;
+    if (base != o->base && (add_page(o, base) < 0 || add_bound(o) < 0)) return NULL;
     if (!o->base_ok) goto slow;
     const char *f = NULL, *k = NULL;
     Py_ssize_t fn = 0, kn = 0;
@@ -1475,7 +1483,8 @@ static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
     const uint64_t *p = fpset_slot(&o->pend, hi, lo);
     if (p && (p[0] | p[1])) return add_repeat(o);
     int maybe;
-    if (add_bloom(o) < 0 || one_maybe(o, hi, lo, &maybe) < 0) return NULL;
+    if (add_bloom(o) < 0 || add_bound(o) < 0 || one_maybe(o, hi, lo, &maybe) < 0)
+        return NULL;
     if (!maybe) {
         if (add_pend(o, depth, hi, lo) < 0) return NULL;
         add_count(o, K_LINKS, K_NEW, K_DEFNEW);

@@ -335,8 +335,8 @@ def test_compiled_add_is_the_python_add(tmp_path: Path, crowded: bool, seconds: 
     links and bases it hands to the Python steps, keyword arguments, depths, a
     filter that adds layers and answers "maybe seen" (``crowded``: false positives
     too). Then by age: a key waits ``pending_seconds`` and no more; closing folds the
-    counts and unbinds; an unclosed one is collected (the instance and its compiled
-    add refer to each other)."""
+    counts and unbinds (a kept ``add`` then refuses); an unclosed one is collected
+    (the instance and its compiled add refer to each other)."""
     require_kernel()
     kw: dict[str, object] = {"confirm_cache_size": 64, "pending_keys": 40,
                              "capacity": 5000, "pending_seconds": seconds}
@@ -347,6 +347,7 @@ def test_compiled_add_is_the_python_add(tmp_path: Path, crowded: bool, seconds: 
     c_dir, p_dir = tmp_path / "c", tmp_path / "p"
     with UrlSeen(c_dir, **kw) as c, UrlSeen(p_dir, **kw) as p:
         assert "add" in vars(c) and c.add.__self__ is c._adder  # the compiled one
+        kept_add = c.add
         python_add = UrlSeen.add.__get__(p)
         for n, (base, links) in enumerate(pages):
             depth = n % 3
@@ -368,6 +369,8 @@ def test_compiled_add_is_the_python_add(tmp_path: Path, crowded: bool, seconds: 
         assert c.canonicalizer.cache_info()["compiled"] < counters["links"] + \
             counters["rejected"]  # some links went to the Python steps
     assert "add" not in vars(c) and c._adder is None and dict(c.counters) == counters
+    with pytest.raises(ValueError, match="closed"):
+        kept_add("https://a.test/late")  # a bound add kept past close() refuses
 
     # by age: pending until pending_seconds have passed, written by the next call then
     with UrlSeen(tmp_path / "age", pending_seconds=0.4) as seen:

@@ -136,3 +136,36 @@ def test_an_index_error_is_raised_with_the_cache_counted(tmp_path: Path,
             monkeypatch.setattr(seen.ledger, "held_among", held_among)
             seen.filter_new(links, base_url=base, depth=depth)
     assert raised > 10 and calls["n"] > 20
+
+
+def run_mixed(d: Path, pages: list[tuple[str, list[str], int]]) -> tuple[Any, ...]:
+    """Pages fed by turns to the page call and to ``add`` a link at a time, so that each
+    meets the tables, pending keys and filter layers the other left."""
+    with UrlSeen(d, confirm_cache_size=150, pending_keys=60, capacity=400,
+                 error_rate=0.3, shards=2) as seen:
+        answers: list[Any] = []
+        for i, (base, links, depth) in enumerate(pages):
+            if i % 3 == 1:
+                answers.append([seen.add(link, base, depth=depth) for link in links])
+            else:
+                answers.append(seen.filter_new(links, base_url=base, depth=depth))
+        counters = dict(seen.counters)
+        journal = [(seqs.tolist(), bytes(fps), kinds.tolist())
+                   for seqs, fps, kinds in seen.ledger.batches_after(0)]
+        compiled_add = "add" in vars(seen)
+    return answers, counters, journal, compiled_add
+
+
+def test_page_calls_and_adds_by_turns_match_the_python_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    require_kernel()
+    pages = stream(5, 90, 40)
+    *fast, bound = run_mixed(tmp_path / "compiled", pages)
+    for name in ("kernel", "lookup", "canon", "rowcrc"):
+        monkeypatch.setattr(compiled, name, None)
+    *slow, unbound = run_mixed(tmp_path / "python", pages)
+    assert bound and not unbound  # the compiled add was the one called
+    assert fast == slow
+    counters = fast[1]
+    assert counters["bloom_maybe"] > counters["false_positives"] > 0
+    assert counters["new"] > 10 * 60

@@ -178,7 +178,7 @@ def test_held_keys_survive_the_tables_growth():
 def test_the_default_size_keeps_a_key_through_two_million_others(lookup_impl):
     """The default (UrlSeen's and the crawler's) holds the last 2**21 - 1 keys: a
     repeat that far back is a hit, not a Bloom probe and an index read, the cost
-    that grew with the seen-set on the page feed (bench/README.md, "Page by page")."""
+    that grew with the seen-set on the page feed (bench/README.md, "Where the time goes")."""
     assert inspect.signature(UrlSeen).parameters["confirm_cache_size"].default \
         == CONFIRM_CACHE_SIZE >= 1 << 21
     if lookup_impl == "python":

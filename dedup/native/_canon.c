@@ -36,7 +36,9 @@ confirm_links and OneLink go one step further for UrlSeen (dedup/store/seen.py):
 the key is fingerprinted as text and looked up in the confirm cache's tables and the
 pending keys' (dedup/native/_fpset.h) in the same pass, so a repeat, most links of a
 page, costs no Python object at all; OneLink (a call a URL) also asks the Bloom filter
-(dedup/native/_probe.h) and makes a key it has never held pending.
+(dedup/native/_probe.h) and makes a key it has never held pending, and its page() does
+a page's whole seen-test in one call (the index asked once, from here, for the keys
+the filter may hold).
 
 Every write goes through a bounds-checked buffer (overflow: not handled), every
 read is below a length taken from the str, and the links are read from a tuple
@@ -495,6 +497,32 @@ static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
 
 typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
 
+/* The part of the ASCII str `link` (not longer than MAX_TEXT) WHATWG parses, s[i..end):
+   spaces around it and the fragment left out; 0 where this path does not handle it
+   (control characters, a backslash, "%2e": a dot in a path segment). */
+static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *start,
+                     Py_ssize_t *stop) {
+    if (!PyUnicode_IS_ASCII(link)) return 0;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
+    if (len > MAX_TEXT) return 0;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
+    Py_ssize_t i = 0;
+    while (i < len && s[i] == ' ') i++;
+    Py_ssize_t end = i;
+    for (; end < len && s[end] != '#'; end++) {
+        unsigned char c = s[end];
+        if (cls[c] & C_BAD) return 0;
+        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
+            return 0;
+    }
+    if (end == len)
+        while (end > i && s[end - 1] == ' ') end--;
+    *text = s;
+    *start = i;
+    *stop = end;
+    return 1;
+}
+
 /* One link's fetch form and key, as text in `sc` (the key may be the fetch form
    or its start): HANDLED, REJECTED or NOT_HANDLED. No Python object is made: a
    link the confirm cache holds (most of them) needs none. */
@@ -505,22 +533,9 @@ static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scra
 #if PY_VERSION_HEX < 0x030C0000
     if (PyUnicode_READY(link) < 0) { PyErr_Clear(); return NOT_HANDLED; }
 #endif
-    if (!PyUnicode_IS_ASCII(link)) return NOT_HANDLED;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(link);
-    if (len > MAX_TEXT) return NOT_HANDLED;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(link);
-    Py_ssize_t i = 0;
-    while (i < len && s[i] == ' ') i++;
-    Py_ssize_t end = i;
-    for (; end < len && s[end] != '#'; end++) {
-        unsigned char c = s[end];
-        if (cls[c] & C_BAD) return NOT_HANDLED;
-        /* "%2e" is a dot in a path segment */
-        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
-            return NOT_HANDLED;
-    }
-    if (end == len)
-        while (end > i && s[end - 1] == ' ') end--;
+    const unsigned char *s;
+    Py_ssize_t i, end;
+    if (!link_span(link, &s, &i, &end)) return NOT_HANDLED;
     buf_t raw = {sc->raw, 0, RAW_CAP, 0};
     int how = whatwg_href(&raw, s + i, end - i, pg);
     if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
@@ -606,6 +621,49 @@ static int read_page(PyObject *page, page_t *pg) {
         return 0;
     pg->present = 1;
     return 1;
+}
+
+/* page_contexts(base) -> (scheme, scheme_ctx, origin_ctx, dir_ctx, base_ctx, path_ctx)
+   or None: dedup.url.urlform.page_contexts of an absolute http(s) page URL this path
+   handles (the same WHATWG href, then cut the same way), None for any other (ada's
+   Python path parses it). A page's contexts were ~7 us of Python and ada a page,
+   paid by every page's call. */
+static PyObject *page_contexts(PyObject *Py_UNUSED(self), PyObject *base) {
+    if (!PyUnicode_CheckExact(base)) Py_RETURN_NONE;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(base) < 0) return NULL;
+#endif
+    const unsigned char *s;
+    Py_ssize_t i, end;
+    if (!link_span(base, &s, &i, &end) || end == i) Py_RETURN_NONE;
+    char *store = PyMem_Malloc(RAW_CAP);
+    if (!store) return PyErr_NoMemory();
+    buf_t raw = {store, 0, RAW_CAP, 0};
+    page_t none;
+    memset(&none, 0, sizeof(none));
+    PyObject *ret = NULL;
+    if (whatwg_href(&raw, s + i, end - i, &none) != HANDLED || raw.over) {
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    const char *h = raw.p;
+    Py_ssize_t n = raw.n, sn = h[4] == 's' ? 5 : 4, path_start = sn + 3;
+    while (path_start < n && h[path_start] != '/') path_start++;
+    if (path_start == n) {  /* not the shape whatwg_href gives: ada's path decides */
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    Py_ssize_t path_end = path_start;
+    while (path_end < n && h[path_end] != '?') path_end++;
+    Py_ssize_t dir_end = path_end;
+    while (h[dir_end - 1] != '/') dir_end--;  /* the path starts with '/' */
+    ret = Py_BuildValue("(s#s#s#s#s#s#)", h, sn, h, sn + 1, h, path_start, h, dir_end, h, n,
+                        h, path_end);
+done:
+    PyMem_Free(store);
+    return ret;
 }
 
 /* resolve_links(links, rules, page) -> (results, pending) */
@@ -810,7 +868,10 @@ typedef struct {
     one_layer L[MAXLAYERS];
     Py_ssize_t nlay, rows;
     scratch_t *sc;
+    struct page_state *ps;        /* page()'s pass, made at its first call */
 } OneLink;
+
+static void page_free(struct page_state *ps);
 
 static void one_release_layers(OneLink *o) {
     for (Py_ssize_t j = 0; j < o->nlay; j++)
@@ -832,6 +893,7 @@ static void one_release(OneLink *o) {
 
 static void one_dealloc(OneLink *o) {
     one_release(o);
+    page_free(o->ps);
     PyMem_Free(o->sc);
     Py_TYPE(o)->tp_free((PyObject *)o);
 }
@@ -1042,6 +1104,373 @@ static PyObject *one_call(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
     return ret;
 }
 
+/* -- a page a call: page() ---------------------------------------------------------- */
+
+/* A miss of the page's pass: its fingerprint, its key (a reference held), and what the
+   filter and the index said of it. */
+enum { MISS_NEW = 0, MISS_MAYBE = 1, MISS_FOUND = 2 };
+typedef struct { uint64_t hi, lo; PyObject *key; int said; } page_miss;
+
+/* page()'s pass, kept between the calls of one page and reused by the next page: its
+   own table of the keys met (hi, lo and the pass's number, three words a slot: a
+   slot of an earlier pass is empty, so nothing is cleared between pages) and its misses. */
+struct page_state {
+    uint64_t *slots, mask, pass;
+    page_miss *miss;
+    Py_ssize_t nmiss, cap, hits, rejected, compiled;
+    int busy;
+};
+
+static void page_clear(struct page_state *ps) {
+    for (Py_ssize_t j = 0; j < ps->nmiss; j++) Py_CLEAR(ps->miss[j].key);
+    ps->nmiss = ps->hits = ps->rejected = ps->compiled = 0;
+}
+
+static void page_free(struct page_state *ps) {
+    if (!ps) return;
+    page_clear(ps);
+    PyMem_Free(ps->slots);
+    PyMem_Free(ps->miss);
+    PyMem_Free(ps);
+}
+
+/* A new pass over n links: the table at most half full even if every link is a key. */
+static int page_start(struct page_state *ps, Py_ssize_t n) {
+    page_clear(ps);
+    uint64_t want = 64;
+    while (want < 2 * (uint64_t)n + 2) want *= 2;
+    if (!ps->slots || ps->mask + 1 < want) {
+        uint64_t *s = PyMem_Calloc((size_t)want, 3 * sizeof(uint64_t));
+        if (!s) { PyErr_NoMemory(); return -1; }
+        PyMem_Free(ps->slots);
+        ps->slots = s;
+        ps->mask = want - 1;
+        ps->pass = 0;
+    }
+    ps->pass++;
+    return 0;
+}
+
+/* The pass's slot of (hi, lo), *met set if this pass holds it already. */
+static uint64_t *page_slot(const struct page_state *ps, uint64_t hi, uint64_t lo, int *met) {
+    for (uint64_t j = hi & ps->mask;; j = (j + 1) & ps->mask) {
+        uint64_t *s = ps->slots + 3 * j;
+        if (s[2] != ps->pass) { *met = 0; return s; }
+        if (s[0] == hi && s[1] == lo) { *met = 1; return s; }
+    }
+}
+
+/* Keep a miss (its key reference is taken over, or released on failure). */
+static int page_keep(struct page_state *ps, uint64_t hi, uint64_t lo, PyObject *key) {
+    if (ps->nmiss == ps->cap) {
+        Py_ssize_t cap = ps->cap ? 2 * ps->cap : 64;
+        page_miss *m = PyMem_Realloc(ps->miss, (size_t)cap * sizeof(page_miss));
+        if (!m) { Py_DECREF(key); PyErr_NoMemory(); return -1; }
+        ps->miss = m;
+        ps->cap = cap;
+    }
+    ps->miss[ps->nmiss++] = (page_miss){hi, lo, key, MISS_NEW};
+    return 0;
+}
+
+/* The error raised during a call, as the answer (-1, held, exception): the caller
+   learns the young table's count, which the call may have changed, then raises it. */
+static PyObject *page_failed(Py_ssize_t held) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value) PyException_SetTraceback(value, tb);
+    PyObject *ret = value ? Py_BuildValue("nnO", (Py_ssize_t)-1, held, value) : NULL;
+    if (!ret) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return ret;
+}
+
+/* The maybe-seen keys asked of the index: `held_among(fps)` answers the indexes of
+   those it holds, ascending; they are marked found. -1 with an error set. */
+static int page_ask(struct page_state *ps, PyObject *held_among, Py_ssize_t nmaybe,
+                    Py_ssize_t *nfound) {
+    PyObject *fps = PyBytes_FromStringAndSize(NULL, 16 * nmaybe);
+    if (!fps) return -1;
+    char *w = PyBytes_AS_STRING(fps);
+    for (Py_ssize_t j = 0; j < ps->nmiss; j++)
+        if (ps->miss[j].said == MISS_MAYBE) {
+            uint64_t f[2] = {ps->miss[j].hi, ps->miss[j].lo};
+            memcpy(w, f, 16);
+            w += 16;
+        }
+    PyObject *found = PyObject_CallOneArg(held_among, fps);
+    Py_DECREF(fps);
+    if (!found) return -1;
+    int rc = -1;
+    if (!PyList_CheckExact(found)) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.page: held_among must answer a list");
+        goto done;
+    }
+    Py_ssize_t at = -1, j = 0, seen = 0;  /* the miss at j is maybe-seen key `seen - 1` */
+    for (Py_ssize_t f = 0; f < PyList_GET_SIZE(found); f++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(found, f));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i <= at || i >= nmaybe) {
+            PyErr_SetString(PyExc_ValueError, "OneLink.page: held_among must answer "
+                            "ascending indexes of the keys asked");
+            goto done;
+        }
+        at = i;
+        for (;; j++)
+            if (ps->miss[j].said == MISS_MAYBE && seen++ == i) break;
+        ps->miss[j++].said = MISS_FOUND;
+    }
+    *nfound = PyList_GET_SIZE(found);
+    rc = 0;
+done:
+    Py_DECREF(found);
+    return rc;
+}
+
+/* page(links, start, fresh, resolved, rules, page, young, held, old, half, pend, pend_held,
+        batch, rows, layers, nlayers, held_among)
+     -> (stop, held, todo), or (new_keys, held, hits, rejected, compiled, misses, maybe,
+        found, rest, pended)
+
+   UrlSeen.filter_new's seen-test of a page in one call where it used to take a
+   Python step a stage: confirm_links' pass over the tuple `links` (keys resolved
+   against `page` with `rules`, fingerprinted, looked up in `young`, `old` and the
+   pending keys' table `pend`, each miss once), then the Bloom probe of the misses
+   (`rows`, `layers`, `nlayers` as one() takes them), one call of `held_among` (the
+   ledger's) with the maybe-seen ones' fingerprints if there are any, the keys it
+   holds added to `young`, and the new ones, in order, appended to the bytearray
+   `batch` and added to `pend` (which holds `pend_held` keys, with room for one a
+   link): pending admissions. The answer: the new keys (strs, in first-seen order),
+   `young`'s count, the counts (hits, rejected links, links resolved here, misses,
+   maybe-seen, found in the index), the found keys' fingerprints not added because
+   `young` reached `half` (bytes, or None; the caller swaps or grows, then adds
+   them) and how many keys went into `pend` ((0, 0) goes to `batch` only).
+
+   The pass stops, answering (stop, held, todo), where the caller has a step to take
+   before links[stop:]: `young` reached `half` (todo 0: swap or grow), or a link this
+   path does not handle (todo 1; todo = the links left where `page` is not one it
+   takes): the caller resolves links[stop:stop + todo] its own way and calls again
+   from stop with `fresh` false and those results as `resolved` (a list of
+   (fetch, key) or None), which the pass takes in their place. A page's first call
+   has `fresh` true. An error is answered (-1, held, exception), not raised: the
+   caller keeps the count `young` has, then raises it. Nothing is pended unless all
+   went well. */
+static PyObject *one_page(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.page takes 17 arguments");
+        return NULL;
+    }
+    PyObject *links = args[0], *resolved = args[3], *po = args[10], *batch = args[12];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), held = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t half = PyLong_AsSsize_t(args[9]), pend_held = PyLong_AsSsize_t(args[11]);
+    int fresh = PyObject_IsTrue(args[2]);
+    if (PyErr_Occurred() || fresh < 0) return NULL;
+    if (!PyTuple_CheckExact(links) || !PyByteArray_CheckExact(batch)
+            || (resolved != Py_None && !PyList_CheckExact(resolved))) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.page: links a tuple, batch a bytearray, "
+                        "resolved a list or None");
+        return NULL;
+    }
+    rules_t *r = PyCapsule_GetPointer(args[4], RULES_NAME);
+    if (!r) return NULL;
+    if (!o->ps && !(o->ps = PyMem_Calloc(1, sizeof(struct page_state))))
+        return PyErr_NoMemory();
+    struct page_state *ps = o->ps;
+    if (ps->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "OneLink.page: called during a call");
+        return NULL;
+    }
+    int changed = 0;
+    if (one_table(&o->young, args[6], "young", 1, &changed) < 0
+            || one_table(&o->old, args[8], "old", 0, &changed) < 0
+            || one_table(&o->pend, po, "pending", 1, &changed) < 0)
+        return NULL;
+    if (changed && (fpset_overlap(&o->young, &o->old) || fpset_overlap(&o->pend, &o->young)
+                    || fpset_overlap(&o->pend, &o->old))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending tables "
+                        "must not share memory");
+        fpset_release(&o->young);  /* asked again next call: refused again */
+        o->young.s = NULL;
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(links);
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return NULL;
+    }
+    if (pend_held < 0 || pend_held + n >= (Py_ssize_t)(o->pend.mask + 1) / 2) {
+        PyErr_SetString(PyExc_ValueError, "OneLink.page: the pending table has no room "
+                        "for a key a link");
+        return NULL;
+    }
+    if (one_bloom(o, args[13], args[14], args[15]) < 0) return NULL;
+    Py_ssize_t nres = resolved == Py_None ? 0 : PyList_GET_SIZE(resolved);
+    if (fresh ? start != 0 || nres : ps->pass == 0 || 2 * (uint64_t)n + 2 > ps->mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "OneLink.page: a fresh call starts a page at 0, "
+                        "a later one goes on with it");
+        return NULL;
+    }
+    if (start < 0 || start > n || nres > n - start) {
+        PyErr_SetString(PyExc_ValueError, "OneLink.page: start or resolved out of range");
+        return NULL;
+    }
+    if (fresh && page_start(ps, n) < 0) return NULL;
+    ps->busy = 1;
+    page_t pg;
+    int usable = read_page(args[5], &pg), stop = 0;
+    Py_ssize_t i = start, todo = 0;
+    for (; i < n; i++) {
+        const char *k = NULL;
+        Py_ssize_t kn = 0;
+        PyObject *given = NULL;
+        if (i - start < nres) {  /* resolved by the caller */
+            PyObject *pair = PyList_GET_ITEM(resolved, i - start);
+            if (pair == Py_None) { ps->rejected++; continue; }
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2
+                    || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
+                PyErr_SetString(PyExc_TypeError, "OneLink.page: resolved items are "
+                                "(fetch, str key) or None");
+                goto fail;
+            }
+            given = PyTuple_GET_ITEM(pair, 1);
+            if (!(k = PyUnicode_AsUTF8AndSize(given, &kn))) goto fail;
+        } else {
+            const char *f = NULL;
+            Py_ssize_t fn = 0;
+            int how = usable ? resolve_text(PyTuple_GET_ITEM(links, i), &pg, r, o->sc,
+                                            &f, &fn, &k, &kn) : NOT_HANDLED;
+            if (how == NOT_HANDLED) { todo = usable ? 1 : n - i; stop = 1; break; }
+            ps->compiled++;
+            if (how == REJECTED) { ps->rejected++; continue; }
+        }
+        uint64_t fp[2];
+        murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
+        uint64_t hi = fp[0], lo = fp[1], *b = NULL;
+        if (hi | lo) {  /* (0, 0) cannot be held: a miss each time */
+            uint64_t *y = fpset_slot(&o->young, hi, lo);
+            if (y && (y[0] | y[1])) { ps->hits++; continue; }
+            const uint64_t *old = fpset_slot(&o->old, hi, lo);
+            if (old && (old[0] | old[1])) {
+                if (!y) { fpset_full("young"); goto fail; }
+                ps->hits++;
+                y[0] = hi;
+                y[1] = lo;
+                if (++held >= half) { i++; stop = 1; break; }
+                continue;
+            }
+            int met;
+            b = page_slot(ps, hi, lo, &met);
+            if (met) continue;  /* met earlier in this pass */
+            const uint64_t *p = fpset_slot(&o->pend, hi, lo);
+            if (p && (p[0] | p[1])) {  /* pending: a hit the first time, as confirm_links */
+                ps->hits++;
+                b[0] = hi;
+                b[1] = lo;
+                b[2] = ps->pass;
+                continue;
+            }
+        }
+        /* the key's str is made before any other allocation: the scratch holds its text */
+        PyObject *key = given ? (Py_INCREF(given), given) : ascii_str(k, kn);
+        if (!key || page_keep(ps, hi, lo, key) < 0) goto fail;
+        if (b) {
+            b[0] = hi;
+            b[1] = lo;
+            b[2] = ps->pass;
+        }
+    }
+    if (stop) {
+        ps->busy = 0;
+        return Py_BuildValue("nnn", i, held, todo);
+    }
+    /* the pass is done: the Bloom probe of its misses, then the index for the maybes */
+    Py_ssize_t nmaybe = 0, nfound = 0, pended = 0;
+    for (Py_ssize_t j = 0; j < ps->nmiss; j++) {
+        int maybe;
+        if (one_maybe(o, ps->miss[j].hi, ps->miss[j].lo, &maybe) < 0) goto fail;
+        if (maybe) {
+            ps->miss[j].said = MISS_MAYBE;
+            nmaybe++;
+        }
+    }
+    if (nmaybe && page_ask(ps, args[16], nmaybe, &nfound) < 0) goto fail;
+    Py_ssize_t nnew = ps->nmiss - nfound;
+    PyObject *keys = PyList_New(nnew), *rest = Py_None, *ret = NULL;
+    if (!keys) goto fail;
+    Py_INCREF(rest);
+    for (Py_ssize_t j = 0, at = 0; j < ps->nmiss; j++)
+        if (ps->miss[j].said != MISS_FOUND) {
+            Py_INCREF(ps->miss[j].key);
+            PyList_SET_ITEM(keys, at++, ps->miss[j].key);
+            pended += (ps->miss[j].hi | ps->miss[j].lo) != 0;
+        }
+    /* the found keys join the young generation (confirm_add's steps), until it holds
+       `half` keys: the rest go back to the caller */
+    Py_ssize_t j = 0;
+    for (; j < ps->nmiss && half > 0; j++) {
+        page_miss *m = &ps->miss[j];
+        if (m->said != MISS_FOUND || !(m->hi | m->lo)) continue;
+        uint64_t *y = fpset_slot(&o->young, m->hi, m->lo);
+        if (!y) { fpset_full("young"); goto fail_out; }
+        if (y[0] | y[1]) continue;
+        y[0] = m->hi;
+        y[1] = m->lo;
+        if (++held >= half) { j++; break; }
+    }
+    Py_ssize_t left = 0;
+    for (Py_ssize_t q = j; q < ps->nmiss && half > 0; q++)
+        left += ps->miss[q].said == MISS_FOUND;
+    if (left) {
+        Py_DECREF(rest);
+        if (!(rest = PyBytes_FromStringAndSize(NULL, 16 * left))) goto fail_out;
+        char *w = PyBytes_AS_STRING(rest);
+        for (; j < ps->nmiss; j++)
+            if (ps->miss[j].said == MISS_FOUND) {
+                uint64_t f[2] = {ps->miss[j].hi, ps->miss[j].lo};
+                memcpy(w, f, 16);
+                w += 16;
+            }
+    }
+    ret = Py_BuildValue("NnnnnnnnOn", keys, held, ps->hits, ps->rejected, ps->compiled,
+                        ps->nmiss, nmaybe, nfound, rest, pended);
+    keys = NULL;  /* taken by ret, or released by Py_BuildValue */
+    if (!ret) goto fail_out;
+    /* the new keys pended, all or none: the batch grows first (it may refuse) */
+    Py_ssize_t len = PyByteArray_GET_SIZE(batch);
+    if (nnew && PyByteArray_Resize(batch, len + 16 * nnew) < 0) goto fail_out;
+    char *w = PyByteArray_AS_STRING(batch) + len;
+    for (Py_ssize_t q = 0; q < ps->nmiss; q++) {
+        page_miss *m = &ps->miss[q];
+        if (m->said == MISS_FOUND) continue;
+        uint64_t f[2] = {m->hi, m->lo};
+        memcpy(w, f, 16);
+        w += 16;
+        if (m->hi | m->lo) {  /* room for a key a link was checked: a slot is found */
+            uint64_t *p = fpset_slot(&o->pend, m->hi, m->lo);
+            p[0] = m->hi;
+            p[1] = m->lo;
+        }
+    }
+    Py_DECREF(rest);
+    page_clear(ps);
+    ps->busy = 0;
+    return ret;
+fail_out:
+    Py_XDECREF(keys);
+    Py_XDECREF(rest);
+    Py_XDECREF(ret);
+fail:
+    page_clear(ps);
+    ps->busy = 0;
+    return page_failed(held);
+}
+
 static PyObject *one_release_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
     one_release(o);
     Py_RETURN_NONE;
@@ -1052,6 +1481,10 @@ static PyMethodDef one_methods[] = {
      "one(link, rules, page, young, held, old, half, pend, pend_held, batch, rows, layers, "
      "nlayers) -> held after a hit, -1 rejected, -2 not handled, True for a new key "
      "now pending, or (fetch, key, fingerprint) for another miss"},
+    {"page", (PyCFunction)(void (*)(void))one_page, METH_FASTCALL,
+     "page(links, start, fresh, resolved, rules, page, young, held, old, half, pend, "
+     "pend_held, batch, rows, layers, nlayers, held_among) -> (stop, held, todo) or "
+     "(new_keys, held, hits, rejected, compiled, misses, maybe, found, rest, pended)"},
     {"release", (PyCFunction)one_release_py, METH_NOARGS,
      "release() -> None: let go of every kept buffer"},
     {NULL, NULL, 0, NULL},
@@ -1075,6 +1508,8 @@ static PyMethodDef methods[] = {
     {"confirm_links", confirm_links, METH_VARARGS,
      "confirm_links(links, start, rules, page, seed, young, held, old, half, batch, bheld, "
      "keys, values, fps, pend) -> (stop, hits, held, bheld, rejected, compiled, todo)"},
+    {"page_contexts", page_contexts, METH_O,
+     "page_contexts(base) -> the contexts of an http(s) page URL, or None: not handled here"},
     {"resolve_links", resolve_links, METH_VARARGS,
      "resolve_links(links, rules, page) -> (results, pending): (fetch_url, key) or None\n"
      "per link; at the indexes in pending, the link itself, not handled here"},

@@ -21,17 +21,18 @@ same answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dedup.native import compiled as _compiled
-from dedup.url.fingerprint import fingerprint
+from dedup.url.fingerprint import fingerprint, halves
 
 if TYPE_CHECKING:
     from dedup.filter.layers import LayerStack
+    from dedup.store.pending import PendingKeys
     from dedup.url.canonical import Canonicalizer
 
 _NONE = bytes(16)  # the fingerprint (0, 0) marks an empty slot: never held
@@ -191,6 +192,60 @@ class ConfirmCache:
                 i += todo
         canon.count_compiled(compiled)
         return hits, rejected, screened
+
+    def seen_page(self, links: tuple[str, ...], base: str | None, canon: Canonicalizer,
+                  pending: PendingKeys, batch: bytearray, stack: LayerStack,
+                  held_among: Callable[[bytes], list[int]]) -> tuple[Any, ...] | None:
+        """The whole seen-test of a page's ``links`` in one compiled call (``OneLink.page``):
+        :meth:`count_links`, the Bloom probe of its misses (``stack``), ``held_among``
+        (the ledger's) for the maybe-seen ones, the keys it holds learnt here, and the
+        new ones pending (added to ``pending``'s table and to ``batch``, in order). The
+        answer, ``(new keys, hits, rejected links, misses, maybe-seen, found, pended,
+        rest)``: the caller counts them, then calls :meth:`learn` with ``rest``. None
+        where it cannot run (the caller takes the steps one by one).
+
+        The young generation's swap or growth, the links the compiled path leaves over
+        and a table with no room stay here, between calls."""
+        one = self.one
+        if one is None or pending.table is None:
+            return None
+        fast = canon.fast_page(base)
+        if fast is None:
+            return None
+        rules, page = fast
+        pending.reserve(len(links))
+        limit = self._limit()
+        start, fresh, resolved, at = 0, True, None, 0
+        while True:
+            got = one.page(links, start, fresh, resolved, rules, page, self._young, self._held,
+                           self._old, limit, pending.table, pending.held, batch, stack.rows,
+                           stack.probe_layers, stack.nlayers, held_among)
+            if len(got) != 3:
+                break
+            stop, self._held, todo = got
+            if stop < 0:
+                raise todo
+            if resolved is not None and stop < at + len(resolved):  # stopped among them
+                resolved = resolved[stop - at:]
+            elif todo:
+                resolved = canon.resolve_many(links[stop:stop + todo], base)
+            else:
+                resolved = None
+            start, fresh, at = stop, False, stop
+            if self._held >= limit > 0:
+                self._full()
+                limit = self._limit()
+        new, self._held, hits, rejected, compiled, misses, maybe, found, rest, pended = got
+        canon.count_compiled(compiled)
+        return new, hits, rejected, misses, maybe, found, pended, rest
+
+    def learn(self, rest: bytes | None) -> None:
+        """After :meth:`seen_page`: the young generation swapped or grown if it is full,
+        and the found keys it had no room for added."""
+        if self._held >= self._limit() > 0:
+            self._full()
+        if rest:
+            self.add(halves(rest))
 
     def page_of(self, base: str | None, canon: Canonicalizer) -> tuple[object, object] | None:
         """``canon.fast_page(base)``, kept for the next call with the same base (one

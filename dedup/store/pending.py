@@ -52,6 +52,18 @@ class PendingKeys:
         if self.held >= len(self.table) // 4:
             self._grow()  # confirm_links takes it at most half full
 
+    def reserve(self, n: int) -> None:
+        """Room in the table for ``n`` more keys, below half its slots (a page's call,
+        ``OneLink.page``, pends up to a key a link without growing it)."""
+        while self.held + n >= len(self.table) // 4:  # type: ignore[arg-type]
+            self._grow()
+
+    def held_more(self, n: int) -> None:
+        """``n`` more keys are held: the compiled call a page put them in the table."""
+        self.held += n
+        if self.held >= len(self.table) // 4:  # type: ignore[arg-type]
+            self._grow()
+
     def held_one(self) -> None:
         """One more key is held: the compiled call a URL (``OneLink.one``) put it in
         the table, which it takes at most half full."""

@@ -25,10 +25,13 @@ first then one ledger append, by size (``pending_keys``) or age
 before any other path reads or writes the ledger. A page's call then pays a
 group's costs (the probe of its dozen unknown keys) and not a transaction, an
 index add and the filter's batch set each. Where the compiled modules are built, a
-page's links are resolved, fingerprinted and checked against the confirm cache and
-the pending keys in one compiled pass (``confirm_links``) that makes no Python object
-for a repeat; only the keys it does not hold come back to Python, for the Bloom probe
-and, if "maybe seen", the index. :meth:`UrlSeen.add` makes one compiled call
+page's seen-test is one compiled call (``OneLink.page``, through
+``ConfirmCache.seen_page``): its links are resolved, fingerprinted and checked against
+the confirm cache and the pending keys in one pass that makes no Python object for a
+repeat, its misses probed in the Bloom filter, the "maybe seen" ones asked of the
+index (one ``held_among`` call), and the new ones made pending; Python counts what it
+answers and takes only the rare steps (a full young generation, links the compiled
+canonicalizer leaves over, a flush). :meth:`UrlSeen.add` makes one compiled call
 (``OneLink``, which keeps the tables' buffers open between calls) that also probes
 the Bloom filter and makes a key it has never seen pending: only a "maybe seen" key
 comes back to Python.
@@ -224,6 +227,14 @@ class UrlSeen(CrawlRecords):
             if isinstance(links, str):
                 raise TypeError("links must be an iterable of links, not one str")
             links = tuple(links)
+        if not self.readonly:
+            batch = self._pending_fps.get(depth)
+            if batch is None:
+                batch = self._pending_fps[depth] = bytearray()
+            got = self._confirmed.seen_page(links, base_url, self.canonicalizer, self._pending,
+                                            batch, self.bloom.stack, self.ledger.held_among)
+            if got is not None:
+                return self._count_page(len(links), *got)
         slots = 4
         while slots < 2 * len(links) and slots < 4096:  # a page's table, not a group's
             slots *= 2
@@ -245,6 +256,34 @@ class UrlSeen(CrawlRecords):
         keys = misses.keys
         return [keys[i] for i in self._admit_pending(bytes(misses.fps), n_links, hits, depth,
                                                      screened=screened)]
+
+    def _count_page(self, n: int, new: list[str], hits: int, rejected: int, misses: int,
+                    maybe: int, found: int, pended: int, rest: bytes | None) -> list[str]:
+        """:meth:`filter_new`'s steps after its compiled call (``ConfirmCache.seen_page``)
+        for ``n`` links: its ``new`` keys are pending already, so they are counted first
+        (a flush writes them whatever fails next), then the counters, as
+        :meth:`_admit_pending` counts them."""
+        if new:
+            if not self._pending_n:
+                self._pending_since = time.monotonic()
+            self._pending_n += len(new)
+        self._pending.held_more(pended)
+        self._confirmed.learn(rest)
+        counters = self.counters
+        n_links = n - rejected
+        counters["links"] += n_links
+        counters["rejected"] += rejected
+        counters["confirm_cache_hits"] += hits
+        counters["bloom_maybe"] += maybe
+        counters["bloom_definitely_new"] += misses - maybe
+        if maybe:
+            counters["ledger_queries"] += 1
+            counters["false_positives"] += maybe - found
+        counters["new"] += len(new)
+        counters["repeats"] += n_links - len(new)
+        if self._pending_n:
+            self._flush_if_due()
+        return new
 
     def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
         """True if ``url`` (resolved against ``base_url``) was never seen before, and

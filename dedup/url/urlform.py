@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 from ada_url._ada_wrapper import ffi, lib
 
+from dedup.native import compiled
+
 _parse = lib.ada_parse
 _parse_with_base = lib.ada_parse_with_base
 _is_valid = lib.ada_is_valid
@@ -169,7 +171,14 @@ class PageContexts(NamedTuple):
 
 
 def page_contexts(base: str) -> PageContexts | None:
-    """The contexts of the page URL ``base``; None if it is not a valid URL."""
+    """The contexts of the page URL ``base``; None if it is not a valid URL. An
+    ordinary http(s) page URL is cut by the compiled canonicalizer
+    (``dedup/native/_canon.c``), with the same answer: a call a page paid ~7 us here."""
+    native = compiled.canon
+    if native is not None:
+        got = native.page_contexts(base)
+        if got is not None:
+            return PageContexts._make(got)
     href = join(base, None)
     if href is None:
         return None

@@ -222,3 +222,36 @@ def test_native_arguments_are_checked(native: object) -> None:
         native.compile_rules(2083, True, (b"gclid",), ())
     with pytest.raises(ValueError):
         native.compile_rules(0, True, (), ())
+
+
+def python_contexts(bases: list[str], monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "canon", None)
+        return [page_contexts(base) for base in bases]
+
+
+def test_compiled_page_contexts_equal_ada(native: object,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page URL's contexts cut by the compiled path (``page_contexts`` in _canon.c) are
+    ada's, on generated pages and links taken as page URLs and the WPT inputs and bases."""
+    pages = linkgen.LinkGen(seed=11).pages(1000, 50)
+    bases = [url for base, links in pages for url in (base, *links)]
+    cases = _wpt_cases()
+    bases += [c["input"] for c in cases] + [c["base"] for c in cases if c["base"]]
+    assert [page_contexts(base) for base in bases] == python_contexts(bases, monkeypatch)
+    # most page URLs are the compiled path's, and it does not take them all
+    taken = sum(native.page_contexts(base) is not None  # type: ignore[attr-defined]
+                for base, _ in pages)
+    assert 0.5 * len(pages) < taken < len(pages)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.one_of(PAGES, LINKS))
+def test_property_compiled_page_contexts_equal_ada(base: str) -> None:
+    fast = page_contexts(base)
+    keep, compiled.canon = compiled.canon, None
+    try:
+        slow = page_contexts(base)
+    finally:
+        compiled.canon = keep
+    assert fast == slow

@@ -79,9 +79,9 @@ _NO_KEY = bytes(16)  # the fingerprint (0, 0): no table holds it
 # Keys the confirm cache holds (dedup/store/confirmed.py): 2**21, two tables of 2**21
 # 16-byte slots, 64 MB once full. A "maybe seen" key the cache misses costs a Bloom
 # probe and an index read (a pread), ~10x a hit, and past a few million URLs such
-# keys are the seen-test's cost that grows: on the page
-# feed at 3M URLs, 584k of them a 500k-URL window at 500,000 keys, 264k at 2**21
-# (bench/README.md, "Where the time goes"). A power of two: 2**20 + 1 would cost as much.
+# keys are the seen-test's cost that grows: on the page feed at 3M URLs, 584k of them
+# a 500k-URL window at 500,000 keys, 264k at 2**21 (bench/README.md, "Where the time
+# goes"). A power of two: 2**20 + 1 would cost as much.
 CONFIRM_CACHE_SIZE = 1 << 21
 
 

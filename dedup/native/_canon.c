@@ -36,9 +36,10 @@ confirm_links and OneLink go one step further for UrlSeen (dedup/store/seen.py):
 the key is fingerprinted as text and looked up in the confirm cache's tables and the
 pending keys' (dedup/native/_fpset.h) in the same pass, so a repeat, most links of a
 page, costs no Python object at all; OneLink (a call a URL) also asks the Bloom filter
-(dedup/native/_probe.h) and makes a key it has never held pending, and its page() does
+(dedup/native/_probe.h) and makes a key it has never held pending; its page() does
 a page's whole seen-test in one call (the index asked once, from here, for the keys
-the filter may hold).
+the filter may hold), and its add() is UrlSeen.add whole, bound on the instance
+(see "add()" below).
 
 Every write goes through a bounds-checked buffer (overflow: not handled), every
 read is below a length taken from the str, and the links are read from a tuple
@@ -49,6 +50,8 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <structmember.h>
 
 #include "_fpset.h"
 #include "_misses.h"
@@ -856,6 +859,11 @@ typedef struct {
     const uint64_t *words;
 } one_layer;
 
+/* An attribute add() reads or writes at each call, found once (bind()): a __slots__
+   member (at its offset in the object), an entry of the instance's __dict__ (no
+   class attribute of that name), or else asked by getattr, as Python would. */
+typedef struct { PyObject *name; Py_ssize_t offset; PyObject *dict; } attr_t;
+
 typedef struct {
     PyObject_HEAD
     uint32_t seed;
@@ -869,6 +877,19 @@ typedef struct {
     Py_ssize_t nlay, rows;
     scratch_t *sc;
     struct page_state *ps;        /* page()'s pass, made at its first call */
+    /* add(): bound to a UrlSeen's parts by bind(), NULL before and after unbind() */
+    PyObject *seen, *cache, *pendk, *canon, *held_among, *slow, *counters;
+    PyObject *base, *apage, *arules;  /* add's last base, its page and rules (held) */
+    page_t apg;
+    int base_ok;                      /* add can resolve links against `base` */
+    PyObject *bloom, *stack;          /* the filter last read and its layer stack */
+    PyObject *zero;                   /* the default depth */
+    Py_ssize_t half, keys_limit;      /* the cache's generation; UrlSeen's pending_keys */
+    double seconds;                   /* UrlSeen's pending_seconds */
+    double coarse_res;                /* CLOCK_MONOTONIC_COARSE's resolution, 0 if none */
+    long long counts[10];             /* add's counts not yet folded (fold()) */
+    int dirty;
+    attr_t a_young, a_old, a_held_c, a_table, a_held, a_pending_n, a_since, a_fps, a_bloom;
 } OneLink;
 
 static void page_free(struct page_state *ps);
@@ -891,11 +912,41 @@ static void one_release(OneLink *o) {
     one_release_layers(o);
 }
 
+static void one_unbind(OneLink *o);
+
 static void one_dealloc(OneLink *o) {
+    PyObject_GC_UnTrack(o);
+    one_unbind(o);
     one_release(o);
     page_free(o->ps);
+    Py_CLEAR(o->zero);
     PyMem_Free(o->sc);
     Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+/* A bound object and its UrlSeen refer to each other (seen.add is its bound method). */
+static int one_traverse(OneLink *o, visitproc visit, void *arg) {
+    Py_VISIT(o->seen);
+    Py_VISIT(o->cache);
+    Py_VISIT(o->pendk);
+    Py_VISIT(o->canon);
+    Py_VISIT(o->held_among);
+    Py_VISIT(o->slow);
+    Py_VISIT(o->counters);
+    Py_VISIT(o->base);
+    Py_VISIT(o->apage);
+    Py_VISIT(o->bloom);
+    Py_VISIT(o->stack);
+    Py_VISIT(o->a_pending_n.dict);
+    Py_VISIT(o->a_since.dict);
+    Py_VISIT(o->a_fps.dict);
+    Py_VISIT(o->a_bloom.dict);
+    return 0;
+}
+
+static int one_clear(OneLink *o) {
+    one_unbind(o);
+    return 0;
 }
 
 static PyObject *one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1471,6 +1522,544 @@ fail:
     return page_failed(held);
 }
 
+/* -- add(): UrlSeen.add, compiled ------------------------------------------------------
+
+   Bound to a UrlSeen's parts (bind()), add(url, base_url, depth=) answers as
+   UrlSeen.add's Python steps would, with the same counters, and writes the same
+   Python state: the confirm cache's young count (`_held`), the pending keys' table and
+   count (`held`), UrlSeen's `_pending_n`, `_pending_since` and `_pending_fps` batch, and
+   calls the same Python methods for the rare steps (the cache's `_full`, the pending
+   keys' `_grow`, the ledger's `held_among` for a "maybe seen" key, UrlSeen's
+   `_flush_pending` when the pending keys are due: by count or by age, on the clock
+   time.monotonic() reads). That state stays Python's: each call reads what it needs
+   (an attribute read, no argument to parse), so the page path and every other reader
+   see it as it is. Only the counters are kept here, and folded into UrlSeen's dict
+   (and the canonicalizer's count of compiled links) by fold(), which every reader of
+   them calls first. Whatever this path does not take (a link or base it cannot
+   resolve, the fingerprint (0, 0), an unusual argument) goes to UrlSeen's Python
+   add (`slow`) before anything is counted or written. */
+
+enum { K_LINKS, K_NEW, K_REPEATS, K_REJECTED, K_DEFNEW, K_MAYBE, K_HITS, K_QUERIES, K_FALSE,
+       K_COMPILED, N_COUNTS };
+static const char *const COUNT_NAMES[K_COMPILED] = {
+    "links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
+    "confirm_cache_hits", "ledger_queries", "false_positives"};
+static PyObject *count_keys[K_COMPILED];
+static PyObject *S_young, *S_old, *S_held_c, *S_table, *S_held, *S_pending_n, *S_since,
+    *S_fps, *S_bloom, *S_stack, *S_rows, *S_probe_layers, *S_nlayers, *S_flush, *S_full,
+    *S_grow, *S_fast_page, *S_compiled, *S_depth, *S_base_url, *S_half, *S_keys, *S_seconds;
+
+static int intern_names(void) {
+    struct { PyObject **at; const char *s; } names[] = {
+        {&S_young, "_young"}, {&S_old, "_old"}, {&S_held_c, "_held"}, {&S_table, "table"},
+        {&S_held, "held"}, {&S_pending_n, "_pending_n"}, {&S_since, "_pending_since"},
+        {&S_fps, "_pending_fps"}, {&S_bloom, "bloom"}, {&S_stack, "stack"},
+        {&S_rows, "rows"}, {&S_probe_layers, "probe_layers"}, {&S_nlayers, "nlayers"},
+        {&S_flush, "_flush_pending"}, {&S_full, "_full"}, {&S_grow, "_grow"},
+        {&S_fast_page, "fast_page"}, {&S_compiled, "_compiled"}, {&S_depth, "depth"},
+        {&S_base_url, "base_url"}, {&S_half, "_half"}, {&S_keys, "_pending_keys"},
+        {&S_seconds, "_pending_seconds"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!(*names[i].at = PyUnicode_InternFromString(names[i].s))) return -1;
+    for (int i = 0; i < K_COMPILED; i++)
+        if (!(count_keys[i] = PyUnicode_InternFromString(COUNT_NAMES[i]))) return -1;
+    return 0;
+}
+
+/* time.monotonic() (CLOCK_MONOTONIC, as seconds in a double, as Python computes them) */
+static double seconds_of(const struct timespec *ts) {
+    return (double)((int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec) / 1e9;
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return seconds_of(&ts);
+}
+
+/* Not yet `seconds` since `since` by the coarse clock (the last tick's time, never
+   ahead of the fine one, at most its resolution `res` behind, read without the fine
+   clock's counter): the fine one can only be asked when this says maybe. */
+static int surely_before(double since, double seconds, double res) {
+    struct timespec ts;
+    if (res <= 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) < 0) return 0;
+    return seconds_of(&ts) + 2 * res - since < seconds;
+}
+
+static int attr_bind(attr_t *a, PyObject *obj, PyObject *name) {
+    Py_XSETREF(a->dict, NULL);
+    a->name = name;
+    a->offset = -1;
+    PyObject *d = _PyType_Lookup(Py_TYPE(obj), name);  /* borrowed */
+    if (d && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) a->offset = m->offset;
+    } else if (!d && PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_MANAGED_DICT)) {
+        a->dict = PyObject_GenericGetDict(obj, NULL);
+        if (!a->dict) return -1;
+    }
+    return 0;
+}
+
+static attr_t generic(PyObject *name) {
+    attr_t a = {name, -1, NULL};
+    return a;
+}
+
+/* A new reference to obj's attribute, or NULL with an error (AttributeError if unset). */
+static PyObject *attr_get(PyObject *obj, const attr_t *a) {
+    PyObject *v = NULL;
+    if (a->offset >= 0) v = *(PyObject **)((char *)obj + a->offset);
+    else if (a->dict && !(v = PyDict_GetItemWithError(a->dict, a->name)) && PyErr_Occurred())
+        return NULL;
+    return v ? Py_NewRef(v) : PyObject_GetAttr(obj, a->name);
+}
+
+static int attr_set(PyObject *obj, const attr_t *a, PyObject *v) {
+    if (a->offset >= 0) {
+        PyObject **at = (PyObject **)((char *)obj + a->offset);
+        PyObject *was = *at;
+        *at = Py_NewRef(v);
+        Py_XDECREF(was);
+        return 0;
+    }
+    if (a->dict) return PyDict_SetItem(a->dict, a->name, v);
+    return PyObject_SetAttr(obj, a->name, v);
+}
+
+static int get_n(PyObject *obj, const attr_t *a, Py_ssize_t *out) {
+    PyObject *v = attr_get(obj, a);
+    if (!v) return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int set_n(PyObject *obj, const attr_t *a, Py_ssize_t n) {
+    PyObject *v = PyLong_FromSsize_t(n);
+    if (!v) return -1;
+    int r = attr_set(obj, a, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int call_noargs(PyObject *obj, PyObject *name) {
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* The table `obj.name` kept open in `t` (asked again if it is another object), checked
+   not to share memory with the others when it changed. */
+static int add_table(OneLink *o, fpset *t, PyObject *obj, const attr_t *at,
+                     const char *what) {
+    PyObject *a = attr_get(obj, at);
+    if (!a) return -1;
+    int changed = 0;
+    int r = a == t->b.obj ? 0 : one_table(t, a, what, 1, &changed);
+    Py_DECREF(a);
+    if (r < 0) return -1;
+    if (changed && t == &o->young) {
+        /* the generations swapped (the old table is the young one now) or the cache was
+           cleared: the old one is asked again when a key is not in the young one */
+        fpset_release(&o->old);
+        o->old.s = NULL;
+    }
+    if (changed) {
+        fpset *u[3] = {&o->young, &o->old, &o->pend};
+        for (int i = 0; i < 3; i++)
+            if (u[i] != t && u[i]->s && fpset_overlap(t, u[i])) {
+                PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending "
+                                "tables must not share memory");
+                fpset_release(t);  /* asked again next call: refused again */
+                t->s = NULL;
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* UrlSeen._flush_if_due: written at pending_keys keys or once the oldest has waited
+   pending_seconds. */
+/* -1 with an error if `o` was unbound (its UrlSeen closed) by the Python code a step
+   called: every step after one that may run Python begins with it. */
+static int add_bound(const OneLink *o) {
+    if (o->seen) return 0;
+    PyErr_SetString(PyExc_ValueError, "OneLink.add: not bound (its UrlSeen is closed)");
+    return -1;
+}
+
+static int add_flush_if_due(OneLink *o) {
+    if (add_bound(o) < 0) return -1;
+    Py_ssize_t n;
+    if (get_n(o->seen, &o->a_pending_n, &n) < 0) return -1;
+    if (!n) return 0;
+    if (n < o->keys_limit) {
+        PyObject *v = attr_get(o->seen, &o->a_since);
+        if (!v) return -1;
+        double since = PyFloat_AsDouble(v);
+        Py_DECREF(v);
+        if (since == -1.0 && PyErr_Occurred()) return -1;
+        if (surely_before(since, o->seconds, o->coarse_res)
+                || !(monotonic_s() - since >= o->seconds))
+            return 0;
+    }
+    return call_noargs(o->seen, S_flush);
+}
+
+/* A new key pending: counted pending first (whatever fails next, the flush writes its
+   batch), then appended to its depth's batch, then held by the pending keys' table. */
+static int add_pend(OneLink *o, PyObject *depth, uint64_t hi, uint64_t lo) {
+    if (add_bound(o) < 0) return -1;
+    Py_ssize_t n, held;
+    if (get_n(o->seen, &o->a_pending_n, &n) < 0) return -1;
+    if (!n) {
+        PyObject *now = PyFloat_FromDouble(monotonic_s());
+        if (!now) return -1;
+        int r = attr_set(o->seen, &o->a_since, now);
+        Py_DECREF(now);
+        if (r < 0) return -1;
+    }
+    if (set_n(o->seen, &o->a_pending_n, n + 1) < 0) return -1;
+    PyObject *fps = attr_get(o->seen, &o->a_fps);
+    if (!fps) return -1;
+    if (!PyDict_CheckExact(fps)) {
+        Py_DECREF(fps);
+        PyErr_SetString(PyExc_TypeError, "OneLink.add: _pending_fps must be a dict");
+        return -1;
+    }
+    PyObject *batch = PyDict_GetItemWithError(fps, depth);  /* borrowed */
+    if (!batch) {
+        if (PyErr_Occurred() || !(batch = PyByteArray_FromStringAndSize(NULL, 0))) {
+            Py_DECREF(fps);
+            return -1;
+        }
+        int r = PyDict_SetItem(fps, depth, batch);
+        Py_DECREF(batch);  /* the dict holds it */
+        if (r < 0) { Py_DECREF(fps); return -1; }
+    }
+    Py_INCREF(batch);
+    Py_DECREF(fps);
+    int r = -1;
+    if (!PyByteArray_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.add: a pending batch must be a bytearray");
+        goto done;
+    }
+    Py_ssize_t len = PyByteArray_GET_SIZE(batch);
+    if (PyByteArray_Resize(batch, len + 16) < 0) goto done;
+    uint64_t fp[2] = {hi, lo};
+    memcpy(PyByteArray_AS_STRING(batch) + len, fp, 16);
+    if (get_n(o->pendk, &o->a_held, &held) < 0
+            || add_table(o, &o->pend, o->pendk, &o->a_table, "pending") < 0)
+        goto done;
+    Py_ssize_t half = (Py_ssize_t)(o->pend.mask + 1) / 2;
+    if (held < 0 || held >= half) {
+        PyErr_SetString(PyExc_ValueError, "OneLink: the pending table is half full");
+        goto done;
+    }
+    uint64_t *p = fpset_slot(&o->pend, hi, lo);
+    if (!p || (p[0] | p[1])) {
+        fpset_full("pending");
+        goto done;
+    }
+    if (set_n(o->pendk, &o->a_held, held + 1) < 0) goto done;
+    p[0] = hi;
+    p[1] = lo;
+    r = held + 1 >= half ? call_noargs(o->pendk, S_grow) : 0;
+done:
+    Py_DECREF(batch);
+    return r;
+}
+
+/* Hold (hi, lo) in the confirm cache's young table (ConfirmCache.add of one key):
+   `_held` one more, swapped or grown (`_full`) at its limit. */
+static int add_confirm(OneLink *o, uint64_t hi, uint64_t lo) {
+    if (add_bound(o) < 0) return -1;
+    if (o->half <= 0) return 0;
+    Py_ssize_t held;
+    if (add_table(o, &o->young, o->cache, &o->a_young, "young") < 0
+            || get_n(o->cache, &o->a_held_c, &held) < 0)
+        return -1;
+    Py_ssize_t limit = (Py_ssize_t)(o->young.mask + 1) / 2;
+    if (o->half < limit) limit = o->half;
+    if (held < 0 || held >= limit) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held < half <= slots / 2");
+        return -1;
+    }
+    uint64_t *y = fpset_slot(&o->young, hi, lo);
+    if (!y) { fpset_full("young"); return -1; }
+    if (y[0] | y[1]) return 0;
+    if (set_n(o->cache, &o->a_held_c, held + 1) < 0) return -1;
+    y[0] = hi;
+    y[1] = lo;
+    return held + 1 >= limit ? call_noargs(o->cache, S_full) : 0;
+}
+
+/* The Bloom layers of UrlSeen's filter as they are now (one_bloom keeps them). */
+static int add_bloom(OneLink *o) {
+    PyObject *bloom = attr_get(o->seen, &o->a_bloom);
+    if (!bloom) return -1;
+    if (bloom != o->bloom) {
+        PyObject *stack = PyObject_GetAttr(bloom, S_stack);
+        if (!stack) { Py_DECREF(bloom); return -1; }
+        Py_XSETREF(o->stack, stack);
+        Py_XSETREF(o->bloom, bloom);
+    } else {
+        Py_DECREF(bloom);
+    }
+    PyObject *rows = PyObject_GetAttr(o->stack, S_rows);
+    PyObject *layers = rows ? PyObject_GetAttr(o->stack, S_probe_layers) : NULL;
+    PyObject *nl = layers ? PyObject_GetAttr(o->stack, S_nlayers) : NULL;
+    int r = nl ? one_bloom(o, rows, layers, nl) : -1;
+    Py_XDECREF(rows);
+    Py_XDECREF(layers);
+    Py_XDECREF(nl);
+    return r;
+}
+
+static void add_count(OneLink *o, int a, int b, int c) {
+    o->counts[a]++;
+    if (b >= 0) o->counts[b]++;
+    if (c >= 0) o->counts[c]++;
+    o->dirty = 1;
+}
+
+/* A repeat: counted, then the flush check (UrlSeen.add's answer False). */
+static PyObject *add_repeat(OneLink *o) {
+    add_count(o, K_LINKS, K_HITS, K_REPEATS);
+    if (add_flush_if_due(o) < 0) return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* The page of `base` as fast_page gives it, kept while the same object is passed. */
+static int add_page(OneLink *o, PyObject *base) {
+    PyObject *fast = PyObject_CallMethodOneArg(o->canon, S_fast_page, base);
+    if (!fast) return -1;
+    Py_INCREF(base);
+    Py_XSETREF(o->base, base);
+    Py_CLEAR(o->apage);
+    Py_CLEAR(o->arules);
+    o->base_ok = 0;
+    if (PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 2
+            && PyCapsule_IsValid(PyTuple_GET_ITEM(fast, 0), RULES_NAME)) {
+        o->arules = Py_NewRef(PyTuple_GET_ITEM(fast, 0));
+        o->apage = Py_NewRef(PyTuple_GET_ITEM(fast, 1));
+        o->base_ok = read_page(o->apage, &o->apg);
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* A key the young table does not hold is then looked for in the old one, the
+   pending keys' and the Bloom filter: the memory of each, a cache miss in a large
+   table, is asked for now, all at once, rather than one after the other (a page's
+   pass overlaps them across its keys). From the tables kept by the last call: they
+   are alive (held), if perhaps no longer the ones asked. */
+static void add_prefetch(const OneLink *o, uint64_t hi) {
+    if (o->old.s) __builtin_prefetch(o->old.s + 2 * (hi & o->old.mask));
+    if (o->pend.s) __builtin_prefetch(o->pend.s + 2 * (hi & o->pend.mask));
+    if (o->nlay && o->nl.obj) {
+        const one_layer *y = &o->L[0];
+        uint64_t row = probe_row(hi, (uint64_t)o->rows);
+        __builtin_prefetch(y->words + row * y->row_words + ((hi + y->salt) % y->m) / 64);
+    }
+}
+
+static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames) {
+    if (add_bound(o) < 0) return NULL;
+    PyObject *base = Py_None, *depth = NULL;
+    if (nargs < 1 || nargs > 2) goto slow;
+    if (nargs == 2) base = args[1];
+    if (kwnames) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (name == S_depth && !depth) depth = args[nargs + i];
+            else if (name == S_base_url && nargs == 1) base = args[nargs + i];
+            else goto slow;
+        }
+    }
+    if (!depth) depth = o->zero;
+    else if (!PyLong_CheckExact(depth)) goto slow;
+    if (base != o->base && (add_page(o, base) < 0 || add_bound(o) < 0)) return NULL;
+    if (!o->base_ok) goto slow;
+    const char *f = NULL, *k = NULL;
+    Py_ssize_t fn = 0, kn = 0;
+    int how = resolve_text(args[0], &o->apg, PyCapsule_GetPointer(o->arules, RULES_NAME),
+                           o->sc, &f, &fn, &k, &kn);
+    if (how == NOT_HANDLED) goto slow;
+    if (how == REJECTED) {
+        add_count(o, K_COMPILED, K_REJECTED, -1);
+        if (add_flush_if_due(o) < 0) return NULL;
+        Py_RETURN_FALSE;
+    }
+    uint64_t fp[2];
+    murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
+    uint64_t hi = fp[0], lo = fp[1];
+    if (!(hi | lo)) goto slow;  /* no table holds it: the Python steps */
+    add_count(o, K_COMPILED, -1, -1);  /* resolved here (the Python steps count it so) */
+    add_prefetch(o, hi);
+    if (add_table(o, &o->young, o->cache, &o->a_young, "young") < 0) return NULL;
+    uint64_t *y = fpset_slot(&o->young, hi, lo);
+    if (y && (y[0] | y[1])) return add_repeat(o);
+    if (add_table(o, &o->old, o->cache, &o->a_old, "old") < 0) return NULL;
+    const uint64_t *old = fpset_slot(&o->old, hi, lo);
+    if (old && (old[0] | old[1])) {  /* moved to the young table */
+        if (add_confirm(o, hi, lo) < 0) return NULL;
+        return add_repeat(o);
+    }
+    if (add_table(o, &o->pend, o->pendk, &o->a_table, "pending") < 0) return NULL;
+    const uint64_t *p = fpset_slot(&o->pend, hi, lo);
+    if (p && (p[0] | p[1])) return add_repeat(o);
+    int maybe;
+    if (add_bloom(o) < 0 || add_bound(o) < 0 || one_maybe(o, hi, lo, &maybe) < 0)
+        return NULL;
+    if (!maybe) {
+        if (add_pend(o, depth, hi, lo) < 0) return NULL;
+        add_count(o, K_LINKS, K_NEW, K_DEFNEW);
+        if (add_flush_if_due(o) < 0) return NULL;
+        Py_RETURN_TRUE;
+    }
+    add_count(o, K_LINKS, K_MAYBE, K_QUERIES);  /* asked, then looked up */
+    PyObject *key = PyBytes_FromStringAndSize((const char *)fp, 16);
+    if (!key) return NULL;
+    PyObject *found = PyObject_CallOneArg(o->held_among, key);
+    Py_DECREF(key);
+    if (!found) return NULL;
+    Py_ssize_t n = PyObject_Length(found);
+    Py_DECREF(found);
+    if (n < 0) return NULL;
+    if (n) {
+        if (add_confirm(o, hi, lo) < 0) return NULL;
+        add_count(o, K_REPEATS, -1, -1);
+        if (add_flush_if_due(o) < 0) return NULL;
+        Py_RETURN_FALSE;
+    }
+    add_count(o, K_FALSE, K_NEW, -1);
+    if (add_pend(o, depth, hi, lo) < 0) return NULL;
+    if (add_flush_if_due(o) < 0) return NULL;
+    Py_RETURN_TRUE;
+slow:
+    return PyObject_Vectorcall(o->slow, args, nargs, kwnames);
+}
+
+/* add()'s counts into the counters dict and the canonicalizer's compiled count. */
+static int one_fold(OneLink *o) {
+    if (!o->dirty || !o->counters) return 0;
+    for (int i = 0; i < K_COMPILED; i++) {
+        if (!o->counts[i]) continue;
+        PyObject *v = PyDict_GetItemWithError(o->counters, count_keys[i]);
+        if (!v && PyErr_Occurred()) return -1;
+        long long now = v ? PyLong_AsLongLong(v) : 0;
+        if (now == -1 && PyErr_Occurred()) return -1;
+        PyObject *sum = PyLong_FromLongLong(now + o->counts[i]);
+        if (!sum) return -1;
+        int r = PyDict_SetItem(o->counters, count_keys[i], sum);
+        Py_DECREF(sum);
+        if (r < 0) return -1;
+        o->counts[i] = 0;
+    }
+    if (o->counts[K_COMPILED]) {
+        Py_ssize_t c;
+        attr_t a = generic(S_compiled);
+        if (get_n(o->canon, &a, &c) < 0
+                || set_n(o->canon, &a, c + (Py_ssize_t)o->counts[K_COMPILED]) < 0)
+            return -1;
+        o->counts[K_COMPILED] = 0;
+    }
+    o->dirty = 0;
+    return 0;
+}
+
+static PyObject *one_fold_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
+    if (one_fold(o) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static void one_unbind(OneLink *o) {
+    Py_CLEAR(o->seen);
+    Py_CLEAR(o->cache);
+    Py_CLEAR(o->pendk);
+    Py_CLEAR(o->canon);
+    Py_CLEAR(o->held_among);
+    Py_CLEAR(o->slow);
+    Py_CLEAR(o->counters);
+    Py_CLEAR(o->base);
+    Py_CLEAR(o->apage);
+    Py_CLEAR(o->arules);
+    Py_CLEAR(o->bloom);
+    Py_CLEAR(o->stack);
+    o->base_ok = 0;
+    o->dirty = 0;
+    memset(o->counts, 0, sizeof(o->counts));
+    attr_t *at[] = {&o->a_young, &o->a_old, &o->a_held_c, &o->a_table, &o->a_held,
+                    &o->a_pending_n, &o->a_since, &o->a_fps, &o->a_bloom};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        Py_CLEAR(at[i]->dict);
+        at[i]->offset = -1;
+    }
+}
+
+static PyObject *one_unbind_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
+    if (one_fold(o) < 0) return NULL;
+    one_unbind(o);
+    one_release(o);
+    Py_RETURN_NONE;
+}
+
+/* bind(seen, cache, pending, canon, held_among, slow, counters): add() answers for
+   `seen` (a UrlSeen, writable), whose confirm cache, pending keys and canonicalizer
+   these are; held_among is its ledger's, slow its Python add, counters its dict. */
+static PyObject *one_bind(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.bind takes 7 arguments");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(args[6]) || !PyCallable_Check(args[4])
+            || !PyCallable_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.bind: held_among and slow must be "
+                        "callable, counters a dict");
+        return NULL;
+    }
+    Py_ssize_t half, keys;
+    PyObject *secs = PyObject_GetAttr(args[0], S_seconds);
+    if (!secs) return NULL;
+    double seconds = PyFloat_AsDouble(secs);
+    Py_DECREF(secs);
+    attr_t a_half = generic(S_half), a_keys = generic(S_keys);
+    if ((seconds == -1.0 && PyErr_Occurred()) || get_n(args[1], &a_half, &half) < 0
+            || get_n(args[0], &a_keys, &keys) < 0)
+        return NULL;
+    if (!o->zero && !(o->zero = PyLong_FromLong(0))) return NULL;
+    if (one_fold(o) < 0) return NULL;
+    one_unbind(o);
+    o->seen = Py_NewRef(args[0]);
+    o->cache = Py_NewRef(args[1]);
+    o->pendk = Py_NewRef(args[2]);
+    o->canon = Py_NewRef(args[3]);
+    o->held_among = Py_NewRef(args[4]);
+    o->slow = Py_NewRef(args[5]);
+    o->counters = Py_NewRef(args[6]);
+    o->half = half;
+    o->keys_limit = keys;
+    o->seconds = seconds;
+    struct timespec res;
+    o->coarse_res = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0
+        ? seconds_of(&res) : 0;
+    struct { attr_t *a; PyObject *obj, *name; } at[] = {
+        {&o->a_young, o->cache, S_young}, {&o->a_old, o->cache, S_old},
+        {&o->a_held_c, o->cache, S_held_c}, {&o->a_table, o->pendk, S_table},
+        {&o->a_held, o->pendk, S_held}, {&o->a_pending_n, o->seen, S_pending_n},
+        {&o->a_since, o->seen, S_since}, {&o->a_fps, o->seen, S_fps},
+        {&o->a_bloom, o->seen, S_bloom}};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+        if (attr_bind(at[i].a, at[i].obj, at[i].name) < 0) {
+            one_unbind(o);
+            return NULL;
+        }
+    Py_RETURN_NONE;
+}
+
 static PyObject *one_release_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
     one_release(o);
     Py_RETURN_NONE;
@@ -1487,6 +2076,16 @@ static PyMethodDef one_methods[] = {
      "(new_keys, held, hits, rejected, compiled, misses, maybe, found, rest, pended)"},
     {"release", (PyCFunction)one_release_py, METH_NOARGS,
      "release() -> None: let go of every kept buffer"},
+    {"bind", (PyCFunction)(void (*)(void))one_bind, METH_FASTCALL,
+     "bind(seen, cache, pending, canon, held_among, slow, counters) -> None: add() answers "
+     "for them"},
+    {"unbind", (PyCFunction)one_unbind_py, METH_NOARGS,
+     "unbind() -> None: fold the counts, let go of what bind() gave and of every buffer"},
+    {"fold", (PyCFunction)one_fold_py, METH_NOARGS,
+     "fold() -> None: add()'s counts since the last fold into the counters dict and the "
+     "canonicalizer's compiled count"},
+    {"add", (PyCFunction)(void (*)(void))one_add, METH_FASTCALL | METH_KEYWORDS,
+     "add(url, base_url=None, *, depth=0) -> bool: UrlSeen.add, compiled"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1495,7 +2094,10 @@ static PyTypeObject OneLinkType = {
     .tp_name = "dedup.native._canon.OneLink",
     .tp_basicsize = sizeof(OneLink),
     .tp_dealloc = (destructor)one_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)one_traverse,
+    .tp_clear = (inquiry)one_clear,
+    .tp_free = PyObject_GC_Del,
     .tp_doc = "OneLink(seed): the seen-test of one link at a time, its buffers kept "
               "between calls",
     .tp_methods = one_methods,
@@ -1524,6 +2126,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__canon(void) {
     init_classes();
+    if (intern_names() < 0) return NULL;
     if (PyType_Ready(&OneLinkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -270,8 +270,9 @@ class ConfirmCache:
         Given the Bloom filter's layers (``stack``) and a pending ``batch`` (with
         ``pending`` holding ``pending_held`` keys), a miss the filter has never seen is
         appended to both and answered :data:`PENDED`; a miss is then one the filter
-        may hold. The call keeps the tables' buffers between calls: this is the whole
-        compiled part of :meth:`dedup.store.seen.UrlSeen.add`."""
+        may hold. The call keeps the tables' buffers between calls: the compiled part
+        of the Python :meth:`dedup.store.seen.UrlSeen.add` (``OneLink.add`` is its whole
+        path compiled, and hands it only what it does not take)."""
         fast = self._fast if base is self._base else None  # one base a page: parsed once
         if fast is None:
             fast = self.page_of(base, canon)

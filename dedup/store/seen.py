@@ -31,10 +31,10 @@ the confirm cache and the pending keys in one pass that makes no Python object f
 repeat, its misses probed in the Bloom filter, the "maybe seen" ones asked of the
 index (one ``held_among`` call), and the new ones made pending; Python counts what it
 answers and takes only the rare steps (a full young generation, links the compiled
-canonicalizer leaves over, a flush). :meth:`UrlSeen.add` makes one compiled call
-(``OneLink``, which keeps the tables' buffers open between calls) that also probes
-the Bloom filter and makes a key it has never seen pending: only a "maybe seen" key
-comes back to Python.
+canonicalizer leaves over, a flush). :meth:`UrlSeen.add` is compiled whole
+(``OneLink.add``, bound on the instance): a repeat, a pending key and a key the
+Bloom filter never saw are answered with no Python at all; it calls Python for the
+index (a "maybe seen" key), a flush and a table to grow.
 Crash contract: a key answered "new"
 may be answered "new" again after a crash, never "seen" without being recorded.
 :meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
@@ -57,6 +57,7 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
+from dedup.native import compiled as _compiled
 from dedup.store.confirmed import PENDED, CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
@@ -140,6 +141,7 @@ class UrlSeen(CrawlRecords):
             raise ValueError(f"pending_keys must be an integer >= 1, not {pending_keys!r}")
         if not isinstance(pending_seconds, int | float) or not pending_seconds >= 0:
             raise ValueError(f"pending_seconds must be a number >= 0, not {pending_seconds!r}")
+        self._adder: Any = None  # the compiled add (_bind_add), None where it is not
         self._pending_keys = pending_keys
         self._pending_seconds = float(pending_seconds)
         self._pending = PendingKeys()  # fingerprints answered "new", not yet written
@@ -173,6 +175,7 @@ class UrlSeen(CrawlRecords):
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
+            self._bind_add()
         except BaseException:
             if hasattr(self, "ledger"):
                 self.ledger.close()
@@ -189,12 +192,39 @@ class UrlSeen(CrawlRecords):
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size,
                                           seed=self.seed)
         self._confirmed = ConfirmCache(confirm_cache_size, self.seed)
-        self.counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
+        self._counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
         self._covered_seq, self.damaged_shards = load_shards(
             self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
         self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
+
+    def _bind_add(self) -> None:
+        """Where the compiled modules are built, :meth:`add` is ``OneLink.add``
+        (``dedup/native/_canon.c``), bound on this instance: a call a URL then runs no
+        Python for a repeat, a pending key or a key the Bloom filter never saw (its
+        steps are this class's, in C, on this object's state); it calls back into
+        Python only for the rare steps and hands what it does not take to the
+        Python :meth:`add`. Its counts are folded into :attr:`counters` when read."""
+        canon = _compiled.canon
+        if self.readonly or type(self).add is not UrlSeen.add or canon is None \
+                or not hasattr(canon.OneLink, "bind") or self._confirmed.one is None \
+                or self._pending.table is None:
+            return
+        adder = canon.OneLink(self.seed)
+        adder.bind(self, self._confirmed, self._pending, self.canonicalizer,
+                   self.ledger.held_among, UrlSeen.add.__get__(self), self._counters)
+        self.canonicalizer.count_compiled_by(adder.fold)
+        self._adder = adder
+        self.__dict__["add"] = adder.add
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """This session's counts (links, new, repeats, ... as :meth:`stats` shows them),
+        exact at every read: the compiled :meth:`add`'s are folded in first."""
+        if self._adder is not None:
+            self._adder.fold()
+        return self._counters
 
     # -- opening -----------------------------------------------------------------
 
@@ -293,9 +323,13 @@ class UrlSeen(CrawlRecords):
         (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
         as :meth:`filter_new` skips it.
 
-        Where compiled, one call (``OneLink``, which keeps the tables' buffers between
-        calls) answers a repeat, a pending key and a key the Bloom filter has never
-        seen (pending from then on); only a "maybe seen" key comes back for the index."""
+        Where compiled, this is ``OneLink.add`` (:meth:`_bind_add`), which takes these
+        steps in C and hands this method what they do not take (a link or base the
+        compiled canonicalizer leaves to Python, an unusual argument); here one
+        compiled call (``ConfirmCache.count_link``) answers a repeat, a pending key and
+        a key the Bloom filter never saw, and only a "maybe seen" key comes back for
+        the index. Under ``BLOOMCRAWL_NO_KERNEL`` it is all Python, with the same
+        answers and counters."""
         pending = self._pending
         batch = None
         if not self.readonly:
@@ -790,8 +824,18 @@ class UrlSeen(CrawlRecords):
             if not self.readonly:
                 self._flush_pending()
         finally:
+            self._unbind_add()
             self.ledger.close()
             self._unlock()
+
+    def _unbind_add(self) -> None:
+        """Back to the Python :meth:`add` (which then finds the ledger closed); the
+        compiled one's counts folded, and the cycle through this instance broken."""
+        adder, self._adder = self._adder, None
+        if adder is not None:
+            self.__dict__.pop("add", None)
+            self.canonicalizer.count_compiled_by(None)
+            adder.unbind()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:

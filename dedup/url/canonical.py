@@ -27,7 +27,7 @@ that cached Python path.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
@@ -146,8 +146,8 @@ class Canonicalizer:
     slower). Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_base", "_compiled", "_half", "_hits", "_misses", "_native", "_old",
-                 "_page", "_rules", "_young", "rules", "seed")
+    __slots__ = ("_base", "_compiled", "_fold", "_half", "_hits", "_misses", "_native",
+                 "_old", "_page", "_rules", "_young", "rules", "seed")
 
     def __init__(self, rules: CanonRules = DEFAULT_RULES, cache_size: int = 100_000,
                  seed: int = 0) -> None:
@@ -167,6 +167,7 @@ class Canonicalizer:
         self._hits = 0
         self._misses = 0
         self._compiled = 0
+        self._fold: Callable[[], None] | None = None  # count_compiled_by's
         # the last base and its contexts: a caller adding a page's links one call
         # each (UrlSeen.add) passes the same base every time; parsing it cost more
         # than resolving the link
@@ -248,6 +249,13 @@ class Canonicalizer:
     def count_compiled(self, n: int) -> None:
         """``n`` links resolved by the compiled pass of :meth:`fast_page` (``cache_info``)."""
         self._compiled += n
+
+    def count_compiled_by(self, fold: Callable[[], None] | None) -> None:
+        """A compiled caller of :meth:`fast_page` that counts the links it resolves
+        itself (``UrlSeen.add``'s, a count a call would cost it more than the rest) and
+        adds them to this count when ``fold`` is called: :meth:`cache_info` calls it
+        first, so its count is exact. None: no such caller."""
+        self._fold = fold
 
     def _resolve_python(self, links: Iterable[object],
                         page: PageContexts | None) -> list[tuple[str, str] | None]:
@@ -360,6 +368,8 @@ class Canonicalizer:
     def cache_info(self) -> dict[str, int]:
         """Hits, misses and current size of the resolution cache, and how many links
         the compiled fast path resolved without it."""
+        if self._fold is not None:
+            self._fold()
         return {"hits": self._hits, "misses": self._misses,
                 "size": len(self._young) + len(self._old), "maxsize": 2 * self._half,
                 "compiled": self._compiled}

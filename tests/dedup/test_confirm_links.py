@@ -7,7 +7,11 @@ generations, pending keys, rejected links and links left to the Python path; and
 
 from __future__ import annotations
 
+import gc
+import os
 import random
+import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -307,3 +311,82 @@ def test_urlseen_page_and_url_calls_match_the_python_path(tmp_path: Path, feed: 
     assert fast == slow
     assert fast[1]["new"] and fast[1]["rejected"] and fast[1]["confirm_cache_hits"]
     assert fast[1]["bloom_maybe"] and bool(fast[1]["false_positives"]) == crowded
+
+
+def _state(seen: UrlSeen) -> tuple[object, ...]:
+    """What one call of ``add`` may change, as Python reads it: the counters (folded),
+    the canonicalizer's count of compiled links, the pending admissions and the
+    confirm cache."""
+    return (dict(seen.counters), seen.canonicalizer.cache_info()["compiled"],
+            seen._pending_n, len(seen._pending),
+            {d: bytes(b) for d, b in seen._pending_fps.items() if b},
+            len(seen._confirmed), len(seen.ledger))
+
+
+@pytest.mark.parametrize("crowded", [False, True])
+@pytest.mark.parametrize("seconds", [1.0, 0.0])
+def test_compiled_add_is_the_python_add(tmp_path: Path, crowded: bool, seconds: float):
+    """``UrlSeen.add`` is the compiled ``OneLink.add`` bound on the instance; call by
+    call, it answers as the Python ``UrlSeen.add`` (the same compiled modules, the
+    steps in Python) and leaves the same counters, compiled-link count, pending
+    admissions (batches by depth, keys, count), confirm cache and ledger: through
+    repeats in both generations (a small cache swaps), pending hits, flushes by count
+    (``pending_keys=40``) or by age (``seconds`` 0: at every call), rejected links,
+    links and bases it hands to the Python steps, keyword arguments, depths, a
+    filter that adds layers and answers "maybe seen" (``crowded``: false positives
+    too). Then by age: a key waits ``pending_seconds`` and no more; closing folds the
+    counts and unbinds (a kept ``add`` then refuses); an unclosed one is collected
+    (the instance and its compiled add refer to each other)."""
+    require_kernel()
+    kw: dict[str, object] = {"confirm_cache_size": 64, "pending_keys": 40,
+                             "capacity": 5000, "pending_seconds": seconds}
+    if crowded:
+        kw.update(capacity=300, error_rate=0.3)
+    pages = pages_with_repeats(8, 120, 30)
+    rng = random.Random(4)
+    c_dir, p_dir = tmp_path / "c", tmp_path / "p"
+    with UrlSeen(c_dir, **kw) as c, UrlSeen(p_dir, **kw) as p:
+        assert "add" in vars(c) and c.add.__self__ is c._adder  # the compiled one
+        kept_add = c.add
+        python_add = UrlSeen.add.__get__(p)
+        for n, (base, links) in enumerate(pages):
+            depth = n % 3
+            for link in links:
+                how = rng.randrange(4)
+                if how == 0:
+                    got, want = c.add(link, base), python_add(link, base)
+                elif how == 1:
+                    got = c.add(link, base_url=base, depth=depth)
+                    want = python_add(link, base_url=base, depth=depth)
+                else:
+                    got, want = c.add(link, base, depth=depth), python_add(link, base,
+                                                                             depth=depth)
+                assert got is want, (link, base)
+                assert _state(c) == _state(p), (link, base)
+        counters = dict(c.counters)
+        assert counters["new"] and counters["rejected"] and counters["bloom_maybe"]
+        assert counters["false_positives"] or not crowded
+        assert c.canonicalizer.cache_info()["compiled"] < counters["links"] + \
+            counters["rejected"]  # some links went to the Python steps
+    assert "add" not in vars(c) and c._adder is None and dict(c.counters) == counters
+    with pytest.raises(ValueError, match="closed"):
+        kept_add("https://a.test/late")  # a bound add kept past close() refuses
+
+    # by age: pending until pending_seconds have passed, written by the next call then
+    with UrlSeen(tmp_path / "age", pending_seconds=0.4) as seen:
+        assert seen.add("https://a.test/1") is True
+        assert seen.add("https://a.test/1") is False
+        assert seen._pending_n == 1 and len(seen.ledger) == 0
+        time.sleep(0.45)
+        assert seen.add("https://a.test/1") is False
+        assert seen._pending_n == 0 and len(seen.ledger) == 1
+        assert seen.counters["new"] == 1 and seen.counters["repeats"] == 2
+
+    seen = UrlSeen(tmp_path / "gc")
+    seen.add("https://a.test/1")
+    fd, ref = seen._lock_fd, weakref.ref(seen)
+    seen.ledger.close()
+    del seen
+    gc.collect()
+    assert ref() is None
+    os.close(fd)  # type: ignore[arg-type]

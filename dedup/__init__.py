@@ -47,7 +47,7 @@ from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.journal.format import PortableRow
 from dedup.store.ledger import Ledger, State
-from dedup.store.seen import NewUrl, UrlSeen
+from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
 from dedup.url.canonical import (
     DEFAULT_TRACKING_PARAMS,
@@ -61,6 +61,7 @@ from dedup.url.fingerprint import HASH_ALGO, fingerprint, fingerprint_many
 from dedup.url.host import host_of
 
 __all__ = [
+    "CONFIRM_CACHE_SIZE",
     "CRAWL_ID_BYTES",
     "DEFAULT_TRACKING_PARAMS",
     "HASH_ALGO",

@@ -21,7 +21,7 @@ from typing import Any, get_type_hints
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern
-from dedup import DEFAULT_TRACKING_PARAMS, CanonRules
+from dedup import CONFIRM_CACHE_SIZE, DEFAULT_TRACKING_PARAMS, CanonRules
 
 __all__ = [
     "CanonicalSettings",
@@ -93,7 +93,7 @@ class DedupSettings:
     shards: int = 64
     seed: int = 0
     growth: int = 2
-    confirm_cache_size: int = 500_000
+    confirm_cache_size: int = CONFIRM_CACHE_SIZE
     canon_cache_size: int = 100_000
 
 

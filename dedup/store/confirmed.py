@@ -13,7 +13,8 @@ the young table; when it holds ``size // 2`` keys it becomes the old one and the
 previous old one is dropped; a key found in the old table moves back to the
 young one, so keys in steady use survive every swap. A table is at most half
 full and starts small, doubling as the young generation fills, so a small
-crawl does not pay for the full size (16 MB at the default 500,000 keys).
+crawl does not pay for the full size (64 MB at the default 2**21 keys,
+``dedup.store.seen.CONFIRM_CACHE_SIZE``).
 Where the module is not built, sets of fingerprint bytes do the same, with the
 same answers.
 """

@@ -69,7 +69,7 @@ from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.url.fingerprint import fingerprint, halves
 from dedup.url.host import host_of
 
-__all__ = ["PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "UrlSeen"]
+__all__ = ["CONFIRM_CACHE_SIZE", "PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "UrlSeen"]
 
 # Pending admissions written together (see the module docstring): 4,096 keys are one
 # 64 KB journal row, ~300 pages of the scale stream; a second bounds how long a slow
@@ -77,6 +77,13 @@ __all__ = ["PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "UrlSeen"]
 PENDING_KEYS = 4096
 PENDING_SECONDS = 1.0
 _NO_KEY = bytes(16)  # the fingerprint (0, 0): no table holds it
+# Keys the confirm cache holds (dedup/store/confirmed.py): 2**21, two tables of 2**21
+# 16-byte slots, 64 MB once full. A "maybe seen" key the cache misses costs a Bloom
+# probe and an index read (a pread), ~10x a hit, and past a few million URLs such
+# keys are the seen-test's cost that grows: on the page feed at 3M URLs, 584k of them
+# a 500k-URL window at 500,000 keys, 264k at 2**21 (bench/README.md, "Where the time
+# goes"). A power of two: 2**20 + 1 would cost as much.
+CONFIRM_CACHE_SIZE = 1 << 21
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +129,7 @@ class UrlSeen(CrawlRecords):
     def __init__(self, state_dir: str | Path, *, capacity: int | None = None,
                  error_rate: float | None = None, shards: int | None = None,
                  seed: int | None = None, growth: int | None = None,
-                 rules: CanonRules | None = None, confirm_cache_size: int = 500_000,
+                 rules: CanonRules | None = None, confirm_cache_size: int = CONFIRM_CACHE_SIZE,
                  canon_cache_size: int = 100_000, crawl_id: str | None = None,
                  create: bool = True, readonly: bool = False,
                  autocommit: bool = True, index_buffer: int = INDEX_BUFFER,

@@ -11,6 +11,7 @@ import pytest
 from crawler.cli.args import crawl_settings
 from crawler.cli.main import build_parser
 from crawler.config.settings import ConfigError, Settings, load_settings, settings_from_dict
+from dedup import CONFIRM_CACHE_SIZE
 from tests.support.helpers import REPO
 
 DEFAULT_TOML = REPO / "config" / "default.toml"
@@ -26,6 +27,12 @@ def test_every_knob_is_in_default_toml_with_the_same_default_and_vice_versa():
             assert documented[section][key] == value, f"[{section}] {key}"
     # and loading the documented file changes nothing
     assert load_settings(DEFAULT_TOML) == Settings()
+
+
+def test_the_confirm_cache_default_is_the_librarys():
+    """A crawl sizes its confirm cache as a plain ``UrlSeen(dir)`` does (the size the
+    page-by-page benchmarks measure), not a second number that drifts from it."""
+    assert Settings().dedup.confirm_cache_size == CONFIRM_CACHE_SIZE
 
 
 def test_config_file_overlays_only_the_keys_it_sets(tmp_path):

@@ -3,12 +3,15 @@ compiled pass and the Python one answer alike, and like a key-by-key model."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup.store.confirmed import CacheMisses, ConfirmCache
+from dedup.store.seen import CONFIRM_CACHE_SIZE, UrlSeen
 from dedup.url.fingerprint import fingerprint_many, halves
 
 pytestmark = pytest.mark.usefixtures("lookup_impl")  # compiled pass and Python alike
@@ -170,3 +173,21 @@ def test_held_keys_survive_the_tables_growth():
     assert len(c) == 30_000 and held(c, keys) == keys
     if isinstance(c._young, np.ndarray):  # the compiled tables: grown from 4,096 slots
         assert len(c._young) == 2 * 65_536
+
+
+def test_the_default_size_keeps_a_key_through_two_million_others(lookup_impl):
+    """The default (UrlSeen's and the crawler's) holds the last 2**21 - 1 keys: a
+    repeat that far back is a hit, not a Bloom probe and an index read, the cost
+    that grew with the seen-set on the page feed (bench/README.md, "Where the time goes")."""
+    assert inspect.signature(UrlSeen).parameters["confirm_cache_size"].default \
+        == CONFIRM_CACHE_SIZE >= 1 << 21
+    if lookup_impl == "python":
+        pytest.skip("two million fingerprints as Python bytes: the tables are the same")
+    c = ConfirmCache(CONFIRM_CACHE_SIZE, SEED)
+    c.add(halves(fingerprint_many(["first"], SEED)))
+    rng = np.random.default_rng(1)
+    others = rng.integers(1, 1 << 63, size=(CONFIRM_CACHE_SIZE - 2, 2), dtype=np.uint64)
+    for at in range(0, len(others), 1 << 18):
+        c.add(others[at:at + (1 << 18)])
+    assert len(c) == CONFIRM_CACHE_SIZE - 1
+    assert held(c, ["first", "never"]) == ["first"]

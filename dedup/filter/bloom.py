@@ -68,8 +68,12 @@ class StackedFilter:
         raise NotImplementedError
 
     def add_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
-        """Insert a batch; True where a key was definitely new. A key repeated in the
-        batch is new only at its first occurrence."""
+        """Insert a batch; True where a key was definitely new: not in the filter as
+        it was before the call, at its first occurrence in the batch. The bits set are
+        those one :meth:`add` a key sets; the answers differ only where the batch's
+        earlier keys happen to set all of a later key's bits (a false positive of the
+        batch's own keys): one ``add`` at a time answers "maybe seen" there, the batch
+        "new", as it asks the filter once for all its keys."""
         parts = [self._add(halves(fingerprint_many(c, self.seed))) for c in _chunks(keys, CHUNK)]
         self._check_capacity()
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)

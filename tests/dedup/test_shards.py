@@ -99,8 +99,30 @@ def test_no_false_negatives_and_first_occurrence_is_new(keys):
 @given(keys_st)
 @fast
 def test_one_at_a_time_equals_batch(keys):
+    """The same bits either way, and the same answers but where a batch's earlier keys
+    happen to cover all of a later key's bits: one add at a time answers "maybe" there,
+    the batch "new" (it asks the filter as it was before the call; see add_many)."""
     a, b = ShardedBloom(16, 20_000), ShardedBloom(16, 20_000)
-    assert [a.add(k) for k in keys] == b.add_many(keys).tolist()
+    one = [a.add(k) for k in keys]
+    batch = b.add_many(keys).tolist()
+    assert a == b
+    first = [k not in keys[:i] for i, k in enumerate(keys)]
+    assert batch == first  # an empty filter: new exactly at a key's first occurrence
+    for i, (x, y) in enumerate(zip(one, batch, strict=True)):
+        if x != y:  # a false positive of the batch's own keys, met one at a time
+            assert y and not x
+            before = ShardedBloom(16, 20_000)
+            before.add_many(keys[:i])
+            assert keys[i] in before
+
+
+def test_a_key_covered_by_its_batch_is_new_in_the_batch_maybe_one_at_a_time():
+    """The empty string's fingerprint is (0, 0): its k probes are one bit, bit 0 of row
+    0, which this other key of row 0 sets; the case hypothesis found."""
+    keys = ["0", "\U000c5f3f\x10", "", "", ""]
+    a, b = ShardedBloom(16, 20_000), ShardedBloom(16, 20_000)
+    assert [a.add(k) for k in keys] == [True, True, False, False, False]
+    assert b.add_many(keys).tolist() == [True, True, True, False, False]
     assert a == b
 
 

@@ -1170,7 +1170,52 @@ struct page_state {
     page_miss *miss;
     Py_ssize_t nmiss, cap, hits, rejected, compiled;
     int busy;
+    char *ahead;  /* AHEAD_TEXT bytes: the keys of the links resolved ahead (page_ahead) */
 };
+
+/* The pass resolves and fingerprints up to AHEAD links before it looks the first of
+   them up, and asks for each one's slots in the young, old and pending tables (each
+   far larger than the CPU's caches) as it goes: their cache misses overlap instead of
+   being waited for one after the other. Resolving has no effect but its text, so
+   links resolved ahead of a stop are simply resolved again by the next call. */
+#define AHEAD 8
+#define AHEAD_TEXT (2 * RAW_CAP)
+typedef struct { uint64_t hi, lo; const char *k; Py_ssize_t kn; int how; } ahead_t;
+
+/* Resolve links[i..] (up to AHEAD, and up to the first one not handled here, included)
+   into `a`, their keys' text copied to ps->ahead: how many. */
+static Py_ssize_t page_ahead(const OneLink *o, struct page_state *ps, PyObject *links,
+                             Py_ssize_t i, Py_ssize_t n, int usable, const page_t *pg,
+                             const rules_t *r, ahead_t *a) {
+    Py_ssize_t got = 0, used = 0;
+    for (; i < n && got < AHEAD; i++) {
+        const char *f = NULL, *k = NULL;
+        Py_ssize_t fn = 0, kn = 0;
+        int how = usable ? resolve_text(PyTuple_GET_ITEM(links, i), pg, r, o->sc,
+                                        &f, &fn, &k, &kn) : NOT_HANDLED;
+        ahead_t *e = &a[got];
+        e->how = how;
+        if (how != HANDLED) {
+            got++;
+            if (how == NOT_HANDLED) break;
+            continue;
+        }
+        if (kn > AHEAD_TEXT - used) break;  /* resolved again at the next turn */
+        memcpy(ps->ahead + used, k, (size_t)kn);
+        e->k = ps->ahead + used;
+        e->kn = kn;
+        used += kn;
+        uint64_t fp[2];
+        murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
+        e->hi = fp[0];
+        e->lo = fp[1];
+        __builtin_prefetch(o->young.s + 2 * (fp[0] & o->young.mask));
+        __builtin_prefetch(o->old.s + 2 * (fp[0] & o->old.mask));
+        __builtin_prefetch(o->pend.s + 2 * (fp[0] & o->pend.mask));
+        got++;
+    }
+    return got;
+}
 
 static void page_clear(struct page_state *ps) {
     for (Py_ssize_t j = 0; j < ps->nmiss; j++) Py_CLEAR(ps->miss[j].key);
@@ -1182,6 +1227,7 @@ static void page_free(struct page_state *ps) {
     page_clear(ps);
     PyMem_Free(ps->slots);
     PyMem_Free(ps->miss);
+    PyMem_Free(ps->ahead);
     PyMem_Free(ps);
 }
 
@@ -1197,6 +1243,10 @@ static int page_start(struct page_state *ps, Py_ssize_t n) {
         ps->slots = s;
         ps->mask = want - 1;
         ps->pass = 0;
+    }
+    if (!ps->ahead && !(ps->ahead = PyMem_Malloc(AHEAD_TEXT))) {
+        PyErr_NoMemory();
+        return -1;
     }
     ps->pass++;
     return 0;
@@ -1375,11 +1425,13 @@ static PyObject *one_page(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
     ps->busy = 1;
     page_t pg;
     int usable = read_page(args[5], &pg), stop = 0;
-    Py_ssize_t i = start, todo = 0;
+    Py_ssize_t i = start, todo = 0, nahead = 0, at = 0;
+    ahead_t ahead[AHEAD];
     for (; i < n; i++) {
         const char *k = NULL;
         Py_ssize_t kn = 0;
         PyObject *given = NULL;
+        uint64_t hi, lo, *b = NULL;
         if (i - start < nres) {  /* resolved by the caller */
             PyObject *pair = PyList_GET_ITEM(resolved, i - start);
             if (pair == Py_None) { ps->rejected++; continue; }
@@ -1391,18 +1443,24 @@ static PyObject *one_page(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
             }
             given = PyTuple_GET_ITEM(pair, 1);
             if (!(k = PyUnicode_AsUTF8AndSize(given, &kn))) goto fail;
+            uint64_t fp[2];
+            murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
+            hi = fp[0];
+            lo = fp[1];
         } else {
-            const char *f = NULL;
-            Py_ssize_t fn = 0;
-            int how = usable ? resolve_text(PyTuple_GET_ITEM(links, i), &pg, r, o->sc,
-                                            &f, &fn, &k, &kn) : NOT_HANDLED;
-            if (how == NOT_HANDLED) { todo = usable ? 1 : n - i; stop = 1; break; }
+            if (at == nahead) {
+                nahead = page_ahead(o, ps, links, i, n, usable, &pg, r, ahead);
+                at = 0;
+            }
+            const ahead_t *e = &ahead[at++];
+            if (e->how == NOT_HANDLED) { todo = usable ? 1 : n - i; stop = 1; break; }
             ps->compiled++;
-            if (how == REJECTED) { ps->rejected++; continue; }
+            if (e->how == REJECTED) { ps->rejected++; continue; }
+            k = e->k;
+            kn = e->kn;
+            hi = e->hi;
+            lo = e->lo;
         }
-        uint64_t fp[2];
-        murmur3_x64_128((const uint8_t *)k, kn, o->seed, fp);
-        uint64_t hi = fp[0], lo = fp[1], *b = NULL;
         if (hi | lo) {  /* (0, 0) cannot be held: a miss each time */
             uint64_t *y = fpset_slot(&o->young, hi, lo);
             if (y && (y[0] | y[1])) { ps->hits++; continue; }
@@ -1427,7 +1485,7 @@ static PyObject *one_page(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
                 continue;
             }
         }
-        /* the key's str is made before any other allocation: the scratch holds its text */
+        /* the key's str is made before any other allocation: ps->ahead holds its text */
         PyObject *key = given ? (Py_INCREF(given), given) : ascii_str(k, kn);
         if (!key || page_keep(ps, hi, lo, key) < 0) goto fail;
         if (b) {

@@ -1038,6 +1038,38 @@ static int one_maybe(const OneLink *o, uint64_t hi, uint64_t lo, int *maybe) {
     return 0;
 }
 
+/* The confirm cache's `young` (holding `held` of at most `half` keys) and `old`
+   tables and the pending keys' `pend` (or None) kept open, as one_table, and
+   checked: no two share memory (asked again only when one changed) and
+   held <= half <= slots / 2. one() and page() both start with it. */
+static int one_tables(OneLink *o, PyObject *young, Py_ssize_t held, PyObject *old,
+                      Py_ssize_t half, PyObject *po) {
+    int changed = 0;
+    if (one_table(&o->young, young, "young", 1, &changed) < 0
+            || one_table(&o->old, old, "old", 0, &changed) < 0)
+        return -1;
+    if (po == Py_None) {
+        fpset_release(&o->pend);
+        o->pend.s = NULL;
+    } else if (one_table(&o->pend, po, "pending", 1, &changed) < 0) {
+        return -1;
+    }
+    if (changed && (fpset_overlap(&o->young, &o->old)
+                    || (o->pend.s && (fpset_overlap(&o->pend, &o->young)
+                                      || fpset_overlap(&o->pend, &o->old))))) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending tables "
+                        "must not share memory");
+        fpset_release(&o->young);  /* asked again next call: refused again */
+        o->young.s = NULL;
+        return -1;
+    }
+    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+        return -1;
+    }
+    return 0;
+}
+
 /* one(link, rules, page, young, held, old, half, pend, pend_held, batch, rows, layers,
        nlayers) -> result
 
@@ -1071,29 +1103,7 @@ static PyObject *one_call(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
         Py_XSETREF(o->page, args[2]);
         o->page_ok = read_page(args[2], &o->pg);
     }
-    int changed = 0;
-    if (one_table(&o->young, args[3], "young", 1, &changed) < 0
-            || one_table(&o->old, args[5], "old", 0, &changed) < 0)
-        return NULL;
-    if (po == Py_None) {
-        fpset_release(&o->pend);
-        o->pend.s = NULL;
-    } else if (one_table(&o->pend, po, "pending", 1, &changed) < 0) {
-        return NULL;
-    }
-    if (changed && (fpset_overlap(&o->young, &o->old)
-                    || (o->pend.s && (fpset_overlap(&o->pend, &o->young)
-                                      || fpset_overlap(&o->pend, &o->old))))) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending tables "
-                        "must not share memory");
-        fpset_release(&o->young);  /* asked again next call: refused again */
-        o->young.s = NULL;
-        return NULL;
-    }
-    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
-        return NULL;
-    }
+    if (one_tables(o, args[3], held, args[5], half, po) < 0) return NULL;
     int insert = batch != Py_None && layers != Py_None && o->pend.s;
     if (insert) {
         if (!PyByteArray_CheckExact(batch)) {
@@ -1387,24 +1397,12 @@ static PyObject *one_page(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_RuntimeError, "OneLink.page: called during a call");
         return NULL;
     }
-    int changed = 0;
-    if (one_table(&o->young, args[6], "young", 1, &changed) < 0
-            || one_table(&o->old, args[8], "old", 0, &changed) < 0
-            || one_table(&o->pend, po, "pending", 1, &changed) < 0)
-        return NULL;
-    if (changed && (fpset_overlap(&o->young, &o->old) || fpset_overlap(&o->pend, &o->young)
-                    || fpset_overlap(&o->pend, &o->old))) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: the young, old and pending tables "
-                        "must not share memory");
-        fpset_release(&o->young);  /* asked again next call: refused again */
-        o->young.s = NULL;
+    if (po == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.page: the pending table is required");
         return NULL;
     }
+    if (one_tables(o, args[6], held, args[8], half, po) < 0) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(links);
-    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
-        return NULL;
-    }
     if (pend_held < 0 || pend_held + n >= (Py_ssize_t)(o->pend.mask + 1) / 2) {
         PyErr_SetString(PyExc_ValueError, "OneLink.page: the pending table has no room "
                         "for a key a link");

@@ -59,15 +59,10 @@ class PendingKeys:
             self._grow()
 
     def held_more(self, n: int) -> None:
-        """``n`` more keys are held: the compiled call a page put them in the table."""
+        """``n`` more keys are held: a compiled call (``OneLink.page``, a page's, or
+        ``OneLink.one``, a URL's) put them in the table, which it takes at most half
+        full."""
         self.held += n
-        if self.held >= len(self.table) // 4:  # type: ignore[arg-type]
-            self._grow()
-
-    def held_one(self) -> None:
-        """One more key is held: the compiled call a URL (``OneLink.one``) put it in
-        the table, which it takes at most half full."""
-        self.held += 1
         if self.held >= len(self.table) // 4:  # type: ignore[arg-type]
             self._grow()
 

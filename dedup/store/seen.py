@@ -258,9 +258,7 @@ class UrlSeen(CrawlRecords):
                 raise TypeError("links must be an iterable of links, not one str")
             links = tuple(links)
         if not self.readonly:
-            batch = self._pending_fps.get(depth)
-            if batch is None:
-                batch = self._pending_fps[depth] = bytearray()
+            batch = self._batch(depth)
             got = self._confirmed.seen_page(links, base_url, self.canonicalizer, self._pending,
                                             batch, self.bloom.stack, self.ledger.held_among)
             if got is not None:
@@ -281,7 +279,7 @@ class UrlSeen(CrawlRecords):
             screened = False
         else:
             hits, rejected, screened = counted
-            self.counters["rejected"] += rejected
+            self._counters["rejected"] += rejected
             n_links = len(links) - rejected
         keys = misses.keys
         return [keys[i] for i in self._admit_pending(bytes(misses.fps), n_links, hits, depth,
@@ -299,7 +297,7 @@ class UrlSeen(CrawlRecords):
             self._pending_n += len(new)
         self._pending.held_more(pended)
         self._confirmed.learn(rest)
-        counters = self.counters
+        counters = self._counters
         n_links = n - rejected
         counters["links"] += n_links
         counters["rejected"] += rejected
@@ -333,17 +331,15 @@ class UrlSeen(CrawlRecords):
         pending = self._pending
         batch = None
         if not self.readonly:
-            batch = self._pending_fps.get(depth)
-            if batch is None:
-                batch = self._pending_fps[depth] = bytearray()
+            batch = self._batch(depth)
         got = self._confirmed.count_link(url, base_url, self.canonicalizer, pending.table,
                                          pending.held, batch, self.bloom.stack)
-        counters = self.counters
+        counters = self._counters
         if got is PENDED:  # new, and pending now: _admit_pending's steps for it, inline
             if not self._pending_n:
                 self._pending_since = time.monotonic()
             self._pending_n += 1  # first: whatever fails next, the flush writes its batch
-            pending.held_one()
+            pending.held_more(1)
             counters["links"] += 1
             counters["new"] += 1
             counters["bloom_definitely_new"] += 1
@@ -434,7 +430,7 @@ class UrlSeen(CrawlRecords):
         and the "maybe seen" ones looked up in the ledger's index in one batch.
         Keys stay in one ``bytes`` (16 each) throughout: a ``bytes`` object a key
         cost more than the rest of a page's call."""
-        counters = self.counters
+        counters = self._counters
         counters["links"] += n_links
         m = len(blob) // 16
         if not m:
@@ -482,14 +478,20 @@ class UrlSeen(CrawlRecords):
         if text is not None:  # admit_one: m == 1, and it is new
             self._pend_row(depth, blob, text[0])
         else:
-            batch = self._pending_fps.get(depth)
-            if batch is None:
-                batch = self._pending_fps[depth] = bytearray()
+            batch = self._batch(depth)
             batch += blob
         # the confirm cache learns them when they are written (one call a group): until
         # then a repeat is answered from the pending keys, as cheaply
         self._flush_if_due()
         return list(new)
+
+    def _batch(self, depth: int) -> bytearray:
+        """The pending fingerprints of ``depth``'s new keys (written at the flush),
+        made empty at its first key."""
+        batch = self._pending_fps.get(depth)
+        if batch is None:
+            batch = self._pending_fps[depth] = bytearray()
+        return batch
 
     def _pend_row(self, depth: int, fp: bytes, text: tuple[str, str]) -> None:
         """Queue one :meth:`admit_one` row; its seq is the next promised one."""
@@ -591,7 +593,7 @@ class UrlSeen(CrawlRecords):
         the confirm cache skips the Nones, so they need no pass of their own."""
         resolved = self.canonicalizer.resolve_many(links, base_url)
         rejected = resolved.count(None)
-        self.counters["rejected"] += rejected
+        self._counters["rejected"] += rejected
         return resolved, len(resolved) - rejected
 
     def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
@@ -656,7 +658,7 @@ class UrlSeen(CrawlRecords):
         empty) are computed here once, for the journal's frontier rows and the
         caller's ``NewUrl``. ``spans``: ``(end, depth)`` of consecutive runs
         of its keys; the new keys of a depth are one ledger append, shallowest first."""
-        counters = self.counters
+        counters = self._counters
         counters["links"] += n_links
         confirmed = self._confirmed
         counters["confirm_cache_hits"] += hits

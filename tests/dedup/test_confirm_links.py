@@ -205,7 +205,7 @@ def test_one_link_follows_replaced_tables_and_new_layers():
                     assert got is PENDED
                     assert bytes(batch) == b"x" * 16 + fp
                     assert fp not in pending_set and pending.absent(fp) == []
-                    pending.held_one()
+                    pending.held_more(1)
                     pending_set.add(fp)
                     if rng.random() < 0.5:  # written: its bits set, as a flush does
                         bloom.add_hashes(halves(fp))

@@ -54,6 +54,7 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <structmember.h>
 
 #include "_fpset.h"
+#include "_held.h"
 #include "_misses.h"
 #include "_murmur.h"
 #include "_probe.h"
@@ -883,6 +884,11 @@ typedef struct {
     page_t apg;
     int base_ok;                      /* add can resolve links against `base` */
     PyObject *bloom, *stack;          /* the filter last read and its layer stack */
+    PyObject *krules;                 /* the rules of the last base fast_page took */
+    /* the index's lookup asked directly (add_held): the ledger, the index class whose
+       kept probe answers as its held_among, the index last read (held), NULL if not */
+    PyObject *ledger, *index_type, *index;
+    const held_api *held;
     PyObject *zero;                   /* the default depth */
     Py_ssize_t half, keys_limit;      /* the cache's generation; UrlSeen's pending_keys */
     double seconds;                   /* UrlSeen's pending_seconds */
@@ -890,6 +896,8 @@ typedef struct {
     long long counts[10];             /* add's counts not yet folded (fold()) */
     int dirty;
     attr_t a_young, a_old, a_held_c, a_table, a_held, a_pending_n, a_since, a_fps, a_bloom;
+    attr_t a_rows, a_layers, a_nlayers;  /* of `stack` */
+    attr_t a_index, a_merge, a_probe;    /* of `ledger`, of `index` */
 } OneLink;
 
 static void page_free(struct page_state *ps);
@@ -941,6 +949,16 @@ static int one_traverse(OneLink *o, visitproc visit, void *arg) {
     Py_VISIT(o->a_since.dict);
     Py_VISIT(o->a_fps.dict);
     Py_VISIT(o->a_bloom.dict);
+    Py_VISIT(o->krules);
+    Py_VISIT(o->ledger);
+    Py_VISIT(o->index_type);
+    Py_VISIT(o->index);
+    Py_VISIT(o->a_rows.dict);
+    Py_VISIT(o->a_layers.dict);
+    Py_VISIT(o->a_nlayers.dict);
+    Py_VISIT(o->a_index.dict);
+    Py_VISIT(o->a_merge.dict);
+    Py_VISIT(o->a_probe.dict);
     return 0;
 }
 
@@ -1603,7 +1621,8 @@ static const char *const COUNT_NAMES[K_COMPILED] = {
 static PyObject *count_keys[K_COMPILED];
 static PyObject *S_young, *S_old, *S_held_c, *S_table, *S_held, *S_pending_n, *S_since,
     *S_fps, *S_bloom, *S_stack, *S_rows, *S_probe_layers, *S_nlayers, *S_flush, *S_full,
-    *S_grow, *S_fast_page, *S_compiled, *S_depth, *S_base_url, *S_half, *S_keys, *S_seconds;
+    *S_grow, *S_fast_page, *S_compiled, *S_depth, *S_base_url, *S_half, *S_keys, *S_seconds,
+    *S_index, *S_merge, *S_probe;
 
 static int intern_names(void) {
     struct { PyObject **at; const char *s; } names[] = {
@@ -1614,7 +1633,8 @@ static int intern_names(void) {
         {&S_flush, "_flush_pending"}, {&S_full, "_full"}, {&S_grow, "_grow"},
         {&S_fast_page, "fast_page"}, {&S_compiled, "_compiled"}, {&S_depth, "depth"},
         {&S_base_url, "base_url"}, {&S_half, "_half"}, {&S_keys, "_pending_keys"},
-        {&S_seconds, "_pending_seconds"}};
+        {&S_seconds, "_pending_seconds"}, {&S_index, "_index"}, {&S_merge, "_merge"},
+        {&S_probe, "_probe"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].at = PyUnicode_InternFromString(names[i].s))) return -1;
     for (int i = 0; i < K_COMPILED; i++)
@@ -1856,16 +1876,25 @@ static int add_bloom(OneLink *o) {
     PyObject *bloom = attr_get(o->seen, &o->a_bloom);
     if (!bloom) return -1;
     if (bloom != o->bloom) {
+        Py_CLEAR(o->bloom);  /* read again next call if what follows fails */
         PyObject *stack = PyObject_GetAttr(bloom, S_stack);
         if (!stack) { Py_DECREF(bloom); return -1; }
         Py_XSETREF(o->stack, stack);
-        Py_XSETREF(o->bloom, bloom);
+        if (attr_bind(&o->a_rows, stack, S_rows) < 0
+                || attr_bind(&o->a_layers, stack, S_probe_layers) < 0
+                || attr_bind(&o->a_nlayers, stack, S_nlayers) < 0) {
+            Py_DECREF(bloom);
+            return -1;
+        }
+        o->bloom = bloom;
     } else {
         Py_DECREF(bloom);
     }
-    PyObject *rows = PyObject_GetAttr(o->stack, S_rows);
-    PyObject *layers = rows ? PyObject_GetAttr(o->stack, S_probe_layers) : NULL;
-    PyObject *nl = layers ? PyObject_GetAttr(o->stack, S_nlayers) : NULL;
+    /* the stack's attributes as attr_get finds them (an instance dict's entry): a
+       getattr each was ~0.1 us of every call that reached the filter */
+    PyObject *rows = attr_get(o->stack, &o->a_rows);
+    PyObject *layers = rows ? attr_get(o->stack, &o->a_layers) : NULL;
+    PyObject *nl = layers ? attr_get(o->stack, &o->a_nlayers) : NULL;
     int r = nl ? one_bloom(o, rows, layers, nl) : -1;
     Py_XDECREF(rows);
     Py_XDECREF(layers);
@@ -1887,22 +1916,37 @@ static PyObject *add_repeat(OneLink *o) {
     Py_RETURN_FALSE;
 }
 
-/* The page of `base` as fast_page gives it, kept while the same object is passed. */
+/* The page of `base` as fast_page gives it, kept while the same object is passed.
+   Once fast_page has given its rules, an http(s) page URL that page_contexts cuts
+   here is its page (fast_page's own steps for it: the same cut, the same rules),
+   without fast_page's Python steps (~1.5 us a page); any other base is fast_page's. */
 static int add_page(OneLink *o, PyObject *base) {
-    PyObject *fast = PyObject_CallMethodOneArg(o->canon, S_fast_page, base);
-    if (!fast) return -1;
+    PyObject *rules = NULL, *page = NULL;
+    if (o->krules && PyUnicode_CheckExact(base)) {
+        page = page_contexts(NULL, base);
+        if (!page) return -1;
+        if (PyTuple_CheckExact(page) && PyTuple_GET_SIZE(page) == 6
+                && PyTuple_GET_ITEM(page, 1) != Py_None)
+            rules = Py_NewRef(o->krules);
+        else
+            Py_CLEAR(page);
+    }
+    if (!rules) {
+        PyObject *fast = PyObject_CallMethodOneArg(o->canon, S_fast_page, base);
+        if (!fast) return -1;
+        if (PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 2
+                && PyCapsule_IsValid(PyTuple_GET_ITEM(fast, 0), RULES_NAME)) {
+            rules = Py_NewRef(PyTuple_GET_ITEM(fast, 0));
+            page = Py_NewRef(PyTuple_GET_ITEM(fast, 1));
+            Py_XSETREF(o->krules, Py_NewRef(rules));
+        }
+        Py_DECREF(fast);
+    }
     Py_INCREF(base);
     Py_XSETREF(o->base, base);
-    Py_CLEAR(o->apage);
-    Py_CLEAR(o->arules);
-    o->base_ok = 0;
-    if (PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 2
-            && PyCapsule_IsValid(PyTuple_GET_ITEM(fast, 0), RULES_NAME)) {
-        o->arules = Py_NewRef(PyTuple_GET_ITEM(fast, 0));
-        o->apage = Py_NewRef(PyTuple_GET_ITEM(fast, 1));
-        o->base_ok = read_page(o->apage, &o->apg);
-    }
-    Py_DECREF(fast);
+    Py_XSETREF(o->apage, page);
+    Py_XSETREF(o->arules, rules);
+    o->base_ok = rules ? read_page(o->apage, &o->apg) : 0;
     return 0;
 }
 
@@ -1912,6 +1956,7 @@ static int add_page(OneLink *o, PyObject *base) {
    pass overlaps them across its keys). From the tables kept by the last call: they
    are alive (held), if perhaps no longer the ones asked. */
 static void add_prefetch(const OneLink *o, uint64_t hi) {
+    if (o->young.s) __builtin_prefetch(o->young.s + 2 * (hi & o->young.mask));
     if (o->old.s) __builtin_prefetch(o->old.s + 2 * (hi & o->old.mask));
     if (o->pend.s) __builtin_prefetch(o->pend.s + 2 * (hi & o->pend.mask));
     if (o->nlay && o->nl.obj) {
@@ -1919,6 +1964,49 @@ static void add_prefetch(const OneLink *o, uint64_t hi) {
         uint64_t row = probe_row(hi, (uint64_t)o->rows);
         __builtin_prefetch(y->words + row * y->row_words + ((hi + y->salt) % y->m) / 64);
     }
+}
+
+/* Does the ledger hold (hi, lo)? 1, 0, or -1 with an error: its held_among, or where
+   the ledger's index (`_index`) is of the class bound (whose held_among asks its kept
+   parts, `_probe`, when no merge waits to be installed, `_merge`) and has them, those
+   parts asked directly, as that method would ask them (~0.4 us less a call). */
+static int add_held(OneLink *o, const uint64_t fp[2]) {
+    if (o->held) {
+        PyObject *index = attr_get(o->ledger, &o->a_index);
+        if (!index) return -1;
+        if (index != o->index) {
+            Py_CLEAR(o->index);
+            if (Py_IS_TYPE(index, (PyTypeObject *)o->index_type)
+                    && (attr_bind(&o->a_merge, index, S_merge) < 0
+                        || attr_bind(&o->a_probe, index, S_probe) < 0)) {
+                Py_DECREF(index);
+                return -1;
+            }
+            o->index = Py_NewRef(index);
+        }
+        Py_DECREF(index);  /* o->index holds it */
+        if (Py_IS_TYPE(o->index, (PyTypeObject *)o->index_type)) {
+            PyObject *merge = attr_get(o->index, &o->a_merge);
+            if (!merge) return -1;
+            Py_DECREF(merge);
+            PyObject *probe = merge == Py_None ? attr_get(o->index, &o->a_probe) : NULL;
+            if (merge == Py_None && !probe) return -1;
+            if (probe && Py_IS_TYPE(probe, o->held->type)) {
+                int r = o->held->held_one(probe, fp[0], fp[1]);  /* probe held meanwhile */
+                Py_DECREF(probe);
+                return r;
+            }
+            Py_XDECREF(probe);
+        }
+    }
+    PyObject *key = PyBytes_FromStringAndSize((const char *)fp, 16);
+    if (!key) return -1;
+    PyObject *found = PyObject_CallOneArg(o->held_among, key);
+    Py_DECREF(key);
+    if (!found) return -1;
+    Py_ssize_t n = PyObject_Length(found);
+    Py_DECREF(found);
+    return n < 0 ? -1 : n > 0;
 }
 
 static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
@@ -1977,13 +2065,7 @@ static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
         Py_RETURN_TRUE;
     }
     add_count(o, K_LINKS, K_MAYBE, K_QUERIES);  /* asked, then looked up */
-    PyObject *key = PyBytes_FromStringAndSize((const char *)fp, 16);
-    if (!key) return NULL;
-    PyObject *found = PyObject_CallOneArg(o->held_among, key);
-    Py_DECREF(key);
-    if (!found) return NULL;
-    Py_ssize_t n = PyObject_Length(found);
-    Py_DECREF(found);
+    int n = add_held(o, fp);
     if (n < 0) return NULL;
     if (n) {
         if (add_confirm(o, hi, lo) < 0) return NULL;
@@ -2045,11 +2127,17 @@ static void one_unbind(OneLink *o) {
     Py_CLEAR(o->arules);
     Py_CLEAR(o->bloom);
     Py_CLEAR(o->stack);
+    Py_CLEAR(o->krules);
+    Py_CLEAR(o->ledger);
+    Py_CLEAR(o->index_type);
+    Py_CLEAR(o->index);
+    o->held = NULL;
     o->base_ok = 0;
     o->dirty = 0;
     memset(o->counts, 0, sizeof(o->counts));
     attr_t *at[] = {&o->a_young, &o->a_old, &o->a_held_c, &o->a_table, &o->a_held,
-                    &o->a_pending_n, &o->a_since, &o->a_fps, &o->a_bloom};
+                    &o->a_pending_n, &o->a_since, &o->a_fps, &o->a_bloom, &o->a_rows,
+                    &o->a_layers, &o->a_nlayers, &o->a_index, &o->a_merge, &o->a_probe};
     for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
         Py_CLEAR(at[i]->dict);
         at[i]->offset = -1;
@@ -2063,13 +2151,25 @@ static PyObject *one_unbind_py(OneLink *o, PyObject *Py_UNUSED(arg)) {
     Py_RETURN_NONE;
 }
 
-/* bind(seen, cache, pending, canon, held_among, slow, counters): add() answers for
-   `seen` (a UrlSeen, writable), whose confirm cache, pending keys and canonicalizer
-   these are; held_among is its ledger's, slow its Python add, counters its dict. */
+/* bind(seen, cache, pending, canon, held_among, slow, counters[, ledger, index_class]):
+   add() answers for `seen` (a UrlSeen, writable), whose confirm cache, pending keys
+   and canonicalizer these are; held_among is its ledger's, slow its Python add,
+   counters its dict. With `ledger` (whose held_among is its `_index`'s) and the
+   class `index_class` (whose held_among answers by its kept `_probe`), add_held asks
+   that probe itself. */
 static PyObject *one_bind(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "OneLink.bind takes 7 arguments");
+    if (nargs != 7 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "OneLink.bind takes 7 or 9 arguments");
         return NULL;
+    }
+    const held_api *held = NULL;
+    if (nargs == 9) {
+        if (!PyType_Check(args[8])) {
+            PyErr_SetString(PyExc_TypeError, "OneLink.bind: index_class must be a class");
+            return NULL;
+        }
+        held = PyCapsule_Import(HELD_API_NAME, 0);
+        if (!held) return NULL;
     }
     if (!PyDict_CheckExact(args[6]) || !PyCallable_Check(args[4])
             || !PyCallable_Check(args[5])) {
@@ -2096,6 +2196,11 @@ static PyObject *one_bind(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
     o->held_among = Py_NewRef(args[4]);
     o->slow = Py_NewRef(args[5]);
     o->counters = Py_NewRef(args[6]);
+    if (held) {
+        o->ledger = Py_NewRef(args[7]);
+        o->index_type = Py_NewRef(args[8]);
+        o->held = held;
+    }
     o->half = half;
     o->keys_limit = keys;
     o->seconds = seconds;
@@ -2113,6 +2218,10 @@ static PyObject *one_bind(OneLink *o, PyObject *const *args, Py_ssize_t nargs) {
             one_unbind(o);
             return NULL;
         }
+    if (held && attr_bind(&o->a_index, o->ledger, S_index) < 0) {
+        one_unbind(o);
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -2133,8 +2242,8 @@ static PyMethodDef one_methods[] = {
     {"release", (PyCFunction)one_release_py, METH_NOARGS,
      "release() -> None: let go of every kept buffer"},
     {"bind", (PyCFunction)(void (*)(void))one_bind, METH_FASTCALL,
-     "bind(seen, cache, pending, canon, held_among, slow, counters) -> None: add() answers "
-     "for them"},
+     "bind(seen, cache, pending, canon, held_among, slow, counters[, ledger, index_class]) "
+     "-> None: add() answers for them"},
     {"unbind", (PyCFunction)one_unbind_py, METH_NOARGS,
      "unbind() -> None: fold the counts, let go of what bind() gave and of every buffer"},
     {"fold", (PyCFunction)one_fold_py, METH_NOARGS,

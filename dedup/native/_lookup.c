@@ -24,6 +24,7 @@ compare the two.
 
 #include "_buffers.h"
 #include "_fpset.h"
+#include "_held.h"
 #include "_misses.h"
 #include "_murmur.h"
 
@@ -801,6 +802,32 @@ bad:
     return -1;
 }
 
+/* Ask the parts, newest first, about the n keys (hi, lo) with todo[i] set: a key
+   found has todo[i] cleared and its raw seq in raw[i]. 0, or -1 with an error set. */
+static int ip_ask(IndexParts *o, Py_ssize_t n, const uint64_t *hi, const uint64_t *lo,
+                  uint8_t *todo, uint64_t *raw, int64_t (*spans)[2]) {
+    Py_ssize_t left = n;
+    for (Py_ssize_t k = 0; k < o->n && left; k++) {
+        ip_part *q = &o->p[k];
+        if (q->is_table) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (!todo[i]) continue;
+                uint8_t tag;
+                uint64_t j = table_slot(&q->tb, hi[i], lo[i], &tag);
+                if (j != TABLE_FULL && q->tb.tag[j]) {
+                    raw[i] = q->tb.slot[3 * j + 2];
+                    todo[i] = 0;
+                }
+            }
+        } else if (ip_find_run(q, n, hi, lo, todo, raw, spans) < 0) {
+            return -1;
+        }
+        left = 0;
+        for (Py_ssize_t i = 0; i < n; i++) left += todo[i];
+    }
+    return 0;
+}
+
 /* held(fps) -> list of int: the indexes i, ascending, of the 16-byte fingerprints of
    `fps` (hi || lo, little-endian) that the index holds: a key's first record, in
    the parts newest first, exists and is no tombstone (the seq's top bit). */
@@ -840,25 +867,7 @@ static PyObject *ip_held(IndexParts *o, PyObject *arg) {
         todo[i] = 1;
         raw[i] = 0;
     }
-    Py_ssize_t left = n;
-    for (Py_ssize_t k = 0; k < o->n && left; k++) {
-        ip_part *q = &o->p[k];
-        if (q->is_table) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                if (!todo[i]) continue;
-                uint8_t tag;
-                uint64_t j = table_slot(&q->tb, hi[i], lo[i], &tag);
-                if (j != TABLE_FULL && q->tb.tag[j]) {
-                    raw[i] = q->tb.slot[3 * j + 2];
-                    todo[i] = 0;
-                }
-            }
-        } else if (ip_find_run(q, n, hi, lo, todo, raw, spans) < 0) {
-            goto done;
-        }
-        left = 0;
-        for (Py_ssize_t i = 0; i < n; i++) left += todo[i];
-    }
+    if (ip_ask(o, n, hi, lo, todo, raw, spans) < 0) goto done;
     out = PyList_New(0);
     if (!out) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -873,6 +882,17 @@ done:
     PyBuffer_Release(&f);
     return out;
 }
+
+/* held_api's held_one (dedup/native/_held.h): held() of one key, with no buffer or list. */
+static int ip_held_one(PyObject *parts, uint64_t hi, uint64_t lo) {
+    uint64_t raw = 0;
+    uint8_t todo = 1;
+    int64_t spans[1][2];
+    if (ip_ask((IndexParts *)parts, 1, &hi, &lo, &todo, &raw, spans) < 0) return -1;
+    return !todo && !(raw & ~SEQ_BITS);
+}
+
+static held_api HELD_API;
 
 static PyMethodDef ip_methods[] = {
     {"held", (PyCFunction)ip_held, METH_O,
@@ -925,6 +945,14 @@ PyMODINIT_FUNC PyInit__lookup(void) {
     Py_INCREF(&IndexPartsType);
     if (PyModule_AddObject(m, "IndexParts", (PyObject *)&IndexPartsType) < 0) {
         Py_DECREF(&IndexPartsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    HELD_API.type = &IndexPartsType;
+    HELD_API.held_one = ip_held_one;
+    PyObject *api = PyCapsule_New(&HELD_API, HELD_API_NAME, NULL);
+    if (!api || PyModule_AddObject(m, "held_api", api) < 0) {
+        Py_XDECREF(api);
         Py_DECREF(m);
         return NULL;
     }

@@ -57,6 +57,7 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
+from dedup.index.fpindex import FingerprintIndex
 from dedup.native import compiled as _compiled
 from dedup.store.confirmed import PENDED, CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
@@ -205,15 +206,22 @@ class UrlSeen(CrawlRecords):
         Python for a repeat, a pending key or a key the Bloom filter never saw (its
         steps are this class's, in C, on this object's state); it calls back into
         Python only for the rare steps and hands what it does not take to the
-        Python :meth:`add`. Its counts are folded into :attr:`counters` when read."""
+        Python :meth:`add`. Its counts are folded into :attr:`counters` when read.
+        A "maybe seen" key asks the ledger's index: where the ledger and its index are
+        these classes, whose ``held_among`` asks the index's kept compiled parts, the
+        compiled add asks those parts itself (as ``FingerprintIndex.held_among``
+        would, falling back to it whenever they are not kept)."""
         canon = _compiled.canon
         if self.readonly or type(self).add is not UrlSeen.add or canon is None \
                 or not hasattr(canon.OneLink, "bind") or self._confirmed.one is None \
                 or self._pending.table is None:
             return
         adder = canon.OneLink(self.seed)
+        direct: tuple[Any, ...] = ()
+        if type(self.ledger) is Ledger and hasattr(_compiled.lookup, "held_api"):
+            direct = (self.ledger, FingerprintIndex)
         adder.bind(self, self._confirmed, self._pending, self.canonicalizer,
-                   self.ledger.held_among, UrlSeen.add.__get__(self), self._counters)
+                   self.ledger.held_among, UrlSeen.add.__get__(self), self._counters, *direct)
         self.canonicalizer.count_compiled_by(adder.fold)
         self._adder = adder
         self.__dict__["add"] = adder.add

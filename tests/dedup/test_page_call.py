@@ -10,6 +10,7 @@ pages whose every link it leaves), rejected links, repeats within a page and two
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from dedup import UrlSeen
 from dedup.native import compiled
 from dedup.store.confirmed import ConfirmCache, _fingerprints_in
+from dedup.store.ledger import Ledger
 
 from . import linkgen
 from .conftest import require_kernel
@@ -169,3 +171,53 @@ def test_page_calls_and_adds_by_turns_match_the_python_path(
     counters = fast[1]
     assert counters["bloom_maybe"] > counters["false_positives"] > 0
     assert counters["new"] > 10 * 60
+
+
+def run_adds(d: Path, pages: list[tuple[str, list[str], int]]) -> tuple[Any, ...]:
+    """Every link a call of ``add``, with a small index buffer (the index's runs are read,
+    its kept parts dropped and made again) and some links forgotten midway (tombstones:
+    a "maybe seen" key the index holds only as forgotten is new again)."""
+    with UrlSeen(d, confirm_cache_size=150, pending_keys=60, capacity=400,
+                 error_rate=0.3, shards=2, index_buffer=1000) as seen:
+        answers: list[Any] = []
+        for i, (base, links, depth) in enumerate(pages):
+            answers.append([seen.add(link, base, depth=depth) for link in links])
+            if i % 15 == 14:
+                answers.append(seen.forget([link for link in links[::3]
+                                            if link.startswith("http")]))
+        counters = dict(seen.counters)
+        journal = [(seqs.tolist(), bytes(fps), kinds.tolist())
+                   for seqs, fps, kinds in seen.ledger.batches_after(0)]
+        runs = seen.ledger.index.stats()["runs"]
+    return answers, counters, journal, runs
+
+
+def test_add_asks_the_index_parts_itself_and_matches_the_python_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The compiled ``add`` asks the index's kept compiled parts for a "maybe seen" key
+    itself (the ledger's ``held_among`` only while they are not kept), with the Python
+    path's answers, counters and journal: keys found in the index's buffer and runs,
+    false positives, forgotten keys admitted again."""
+    require_kernel()
+    pages = stream(7, 90, 40)
+    asked = {"python": 0, "compiled": 0}
+    held_among = Ledger.held_among
+    python_steps = {UrlSeen.add.__code__, UrlSeen._admit_pending.__code__}
+
+    def counting(self: Ledger, fps: bytes) -> list[int]:
+        by = "python" if sys._getframe(1).f_code in python_steps else "compiled"
+        asked[by] += 1
+        return held_among(self, fps)
+
+    monkeypatch.setattr(Ledger, "held_among", counting)
+    fast = run_adds(tmp_path / "compiled", pages)
+    queries = fast[1]["ledger_queries"]
+    direct = queries - asked["python"] - asked["compiled"]
+    assert direct > 300 and asked["compiled"] < direct / 10
+    for name in ("kernel", "lookup", "canon", "rowcrc"):
+        monkeypatch.setattr(compiled, name, None)
+    slow = run_adds(tmp_path / "python", pages)
+    assert fast[:3] == slow[:3]
+    counters = fast[1]
+    found = counters["bloom_maybe"] - counters["false_positives"]
+    assert found > 100 and counters["false_positives"] > 20 and fast[3] >= 1

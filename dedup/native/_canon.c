@@ -881,6 +881,7 @@ typedef struct {
     /* add(): bound to a UrlSeen's parts by bind(), NULL before and after unbind() */
     PyObject *seen, *cache, *pendk, *canon, *held_among, *slow, *counters;
     PyObject *base, *apage, *arules;  /* add's last base, its page and rules (held) */
+    const rules_t *arp;               /* arules' pointer (a capsule's name is a strcmp) */
     page_t apg;
     int base_ok;                      /* add can resolve links against `base` */
     PyObject *bloom, *stack;          /* the filter last read and its layer stack */
@@ -1946,6 +1947,7 @@ static int add_page(OneLink *o, PyObject *base) {
     Py_XSETREF(o->base, base);
     Py_XSETREF(o->apage, page);
     Py_XSETREF(o->arules, rules);
+    o->arp = rules ? PyCapsule_GetPointer(rules, RULES_NAME) : NULL;  /* checked valid */
     o->base_ok = rules ? read_page(o->apage, &o->apg) : 0;
     return 0;
 }
@@ -2029,8 +2031,7 @@ static PyObject *one_add(OneLink *o, PyObject *const *args, Py_ssize_t nargs,
     if (!o->base_ok) goto slow;
     const char *f = NULL, *k = NULL;
     Py_ssize_t fn = 0, kn = 0;
-    int how = resolve_text(args[0], &o->apg, PyCapsule_GetPointer(o->arules, RULES_NAME),
-                           o->sc, &f, &fn, &k, &kn);
+    int how = resolve_text(args[0], &o->apg, o->arp, o->sc, &f, &fn, &k, &kn);
     if (how == NOT_HANDLED) goto slow;
     if (how == REJECTED) {
         add_count(o, K_COMPILED, K_REJECTED, -1);
@@ -2132,6 +2133,7 @@ static void one_unbind(OneLink *o) {
     Py_CLEAR(o->index_type);
     Py_CLEAR(o->index);
     o->held = NULL;
+    o->arp = NULL;
     o->base_ok = 0;
     o->dirty = 0;
     memset(o->counts, 0, sizeof(o->counts));

@@ -1060,7 +1060,7 @@ static int one_maybe(const OneLink *o, uint64_t hi, uint64_t lo, int *maybe) {
 /* The confirm cache's `young` (holding `held` of at most `half` keys) and `old`
    tables and the pending keys' `pend` (or None) kept open, as one_table, and
    checked: no two share memory (asked again only when one changed) and
-   held <= half <= slots / 2. one() and page() both start with it. */
+   held <= half <= 3/4 of the slots. one() and page() both start with it. */
 static int one_tables(OneLink *o, PyObject *young, Py_ssize_t held, PyObject *old,
                       Py_ssize_t half, PyObject *po) {
     int changed = 0;
@@ -1082,8 +1082,8 @@ static int one_tables(OneLink *o, PyObject *young, Py_ssize_t held, PyObject *ol
         o->young.s = NULL;
         return -1;
     }
-    if (half < 0 || held < 0 || held > half || 2 * (uint64_t)half > o->young.mask + 1) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= slots / 2");
+    if (half < 0 || held < 0 || held > half || 4 * (uint64_t)half > 3 * (o->young.mask + 1)) {
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held <= half <= 3/4 of the slots");
         return -1;
     }
     return 0;
@@ -1857,10 +1857,10 @@ static int add_confirm(OneLink *o, uint64_t hi, uint64_t lo) {
     if (add_table(o, &o->young, o->cache, &o->a_young, "young") < 0
             || get_n(o->cache, &o->a_held_c, &held) < 0)
         return -1;
-    Py_ssize_t limit = (Py_ssize_t)(o->young.mask + 1) / 2;
+    Py_ssize_t limit = (Py_ssize_t)(3 * (o->young.mask + 1) / 4);
     if (o->half < limit) limit = o->half;
     if (held < 0 || held >= limit) {
-        PyErr_SetString(PyExc_ValueError, "confirm cache: held < half <= slots / 2");
+        PyErr_SetString(PyExc_ValueError, "confirm cache: held < half <= 3/4 of the slots");
         return -1;
     }
     uint64_t *y = fpset_slot(&o->young, hi, lo);

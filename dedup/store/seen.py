@@ -78,13 +78,14 @@ __all__ = ["CONFIRM_CACHE_SIZE", "PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "U
 PENDING_KEYS = 4096
 PENDING_SECONDS = 1.0
 _NO_KEY = bytes(16)  # the fingerprint (0, 0): no table holds it
-# Keys the confirm cache holds (dedup/store/confirmed.py): 2**21, two tables of 2**21
-# 16-byte slots, 64 MB once full. A "maybe seen" key the cache misses costs a Bloom
-# probe and an index read (a pread), ~10x a hit, and past a few million URLs such
-# keys are the seen-test's cost that grows: on the page feed at 3M URLs, 584k of them
-# a 500k-URL window at 500,000 keys, 264k at 2**21 (bench/README.md, "Where the time
-# goes"). A power of two: 2**20 + 1 would cost as much.
-CONFIRM_CACHE_SIZE = 1 << 21
+# Keys the confirm cache holds (dedup/store/confirmed.py): 3 * 2**20, two tables of
+# 2**21 16-byte slots at most 3/4 full, 64 MB once full. A "maybe seen" key the cache
+# misses costs a Bloom probe and an index read (a pread), ~10x a hit, and past a few
+# million URLs such keys are the seen-test's cost that grows. On the page feed, per 1M
+# new URLs: 463k of them from 2M to 3M URLs with 2**21 keys (half-full tables), 167k
+# with 3 * 2**20; 1.02M and 0.90M from 9M to 10M (bench/README.md, "Where the time
+# goes"). 3 * 2**20 + 1 would need tables twice the size.
+CONFIRM_CACHE_SIZE = 3 << 20
 
 
 @dataclass(frozen=True, slots=True)

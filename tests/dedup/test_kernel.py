@@ -191,14 +191,14 @@ def test_confirm_cache_calls_check_their_arguments():
     with pytest.raises(ValueError, match="held <= half"):
         lk.confirm_add(t, 3, 2, h, 0)
     with pytest.raises(ValueError, match="held <= half"):
-        lk.confirm_add(t, 0, 5, h, 0)  # more than half the slots
+        lk.confirm_add(t, 0, 7, h, 0)  # more than three quarters of the slots
 
     def split(young, held, old, half, batch, bheld, seed=0):
         return lk.confirm_split([("u", "k")], 0, seed, young, held, old, half, batch, bheld,
                                 [], [], bytearray())
 
     with pytest.raises(ValueError, match="held <= half"):
-        split(t, 0, t.copy(), 5, t.copy(), 0)  # more than half the young table
+        split(t, 0, t.copy(), 7, t.copy(), 0)  # past 3/4 of the young table
     with pytest.raises(ValueError, match="half full"):
         split(t, 0, t.copy(), 2, t.copy(), 4)
     with pytest.raises(ValueError, match="seed"):

@@ -52,6 +52,9 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <string.h>
 #include <time.h>
 #include <structmember.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "_fpset.h"
 #include "_misses.h"
@@ -73,13 +76,16 @@ enum {
     C_HEX = 32,
     C_UNRESERVED = 64,
     C_ALPHA = 128,
+    C_STOP = 256,    /* where link_span looks closer: C_BAD, '#', '%' */
+    C_PCT = 512,     /* '%' */
+    C_SEG_END = 1024,/* '/' and '?': where a path segment ends */
 };
 
-static unsigned char cls[256];
+static uint16_t cls[256];
 
 static void init_classes(void) {
     for (int c = 0; c < 256; c++) {
-        unsigned char k = 0;
+        unsigned k = 0;
         int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         int num = c >= '0' && c <= '9';
         if (c < 0x20 || c >= 0x7F || c == '\\') k |= C_BAD;
@@ -92,7 +98,10 @@ static void init_classes(void) {
         if (c == ' ' || c == '"' || c == '\'' || c == '<' || c == '>') k |= C_QUERY_ENC;
         if (num || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= C_HEX;
         if (alpha || num || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
-        cls[c] = k;
+        if ((k & C_BAD) || c == '#' || c == '%') k |= C_STOP;
+        if (c == '%') k |= C_PCT;
+        if (c == '/' || c == '?') k |= C_SEG_END;
+        cls[c] = (uint16_t)k;
     }
 }
 
@@ -132,6 +141,10 @@ typedef struct {
     Py_ssize_t n_exact, n_prefix;
     name_t *exact, *prefix;   /* point into `store` */
     char *store;
+    /* what param_dropped asks first, so that most names meet no comparison: */
+    unsigned char first[256]; /* 1: some name (exact or prefix) begins with this character */
+    int empty;                /* an empty name (a "*" prefix) */
+    uint64_t exact_len;       /* bit n: an exact name of n characters (bit 63: 63 or more) */
 } rules_t;
 
 static const char RULES_NAME[] = "dedup.native._canon.rules";
@@ -206,6 +219,11 @@ static PyObject *compile_rules(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t at = 0;
     r->n_exact = copy_names(exact, r->exact, r->store, &at);
     r->n_prefix = copy_names(prefixes, r->prefix, r->store, &at);
+    for (Py_ssize_t i = 0; i < r->n_exact + r->n_prefix; i++) {
+        const name_t *e = i < r->n_exact ? &r->exact[i] : &r->prefix[i - r->n_exact];
+        if (e->n) r->first[(unsigned char)e->s[0]] = 1; else r->empty = 1;
+        if (i < r->n_exact) r->exact_len |= 1ULL << (e->n < 63 ? e->n : 63);
+    }
     PyObject *capsule = PyCapsule_New(r, RULES_NAME, rules_free);
     if (!capsule) {
         PyMem_Free(r->exact); PyMem_Free(r->prefix); PyMem_Free(r->store); PyMem_Free(r);
@@ -227,13 +245,14 @@ typedef struct {
 enum { NOT_HANDLED = 0, HANDLED = 1, REJECTED = 2 };
 
 /* Append the link's path t[p..m) (up to '?') as WHATWG path segments to `raw`,
-   whose path starts at `floor`. Returns where the query's '?' is (m if none), or
-   -1 if not handled. */
+   whose path starts at `floor`. Returns where the query's '?' is (m if none).
+   `any`: link_span's classes of the link (a segment is copied whole when no
+   character of the link is one to encode). */
 static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char *t,
-                              Py_ssize_t p, Py_ssize_t m) {
+                              Py_ssize_t p, Py_ssize_t m, unsigned any) {
     for (;;) {
         Py_ssize_t q = p;
-        while (q < m && t[q] != '/' && t[q] != '?') q++;
+        while (q < m && !(cls[t[q]] & C_SEG_END)) q++;
         int last = q == m || t[q] == '?';
         Py_ssize_t n = q - p;
         if (n == 2 && t[p] == '.' && t[p + 1] == '.') {
@@ -247,9 +266,13 @@ static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char 
             if (last) put(raw, '/');
         } else {
             put(raw, '/');
-            for (Py_ssize_t i = p; i < q; i++) {
-                unsigned char c = t[i];
-                if (cls[c] & C_PATH_ENC) put_escaped(raw, c); else put(raw, (char)c);
+            if (!(any & C_PATH_ENC)) {
+                put_n(raw, (const char *)t + p, n);
+            } else {
+                for (Py_ssize_t i = p; i < q; i++) {
+                    unsigned char c = t[i];
+                    if (cls[c] & C_PATH_ENC) put_escaped(raw, c); else put(raw, (char)c);
+                }
             }
         }
         if (last) return q;
@@ -257,7 +280,12 @@ static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char 
     }
 }
 
-static void append_query(buf_t *raw, const unsigned char *t, Py_ssize_t p, Py_ssize_t m) {
+static void append_query(buf_t *raw, const unsigned char *t, Py_ssize_t p, Py_ssize_t m,
+                         unsigned any) {
+    if (!(any & C_QUERY_ENC)) {
+        put_n(raw, (const char *)t + p, m - p);
+        return;
+    }
     for (Py_ssize_t i = p; i < m; i++) {
         unsigned char c = t[i];
         if (cls[c] & C_QUERY_ENC) put_escaped(raw, c); else put(raw, (char)c);
@@ -307,7 +335,10 @@ static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py
     if (h == label) return 0;                  /* empty host, trailing dot */
     if (t[label] >= '0' && t[label] <= '9' && !dotted_quad(t, a, h))
         return 0;                              /* ends in a number: IPv4, not "a.b.c.d" */
-    for (Py_ssize_t i = a; i < h; i++) put(raw, (char)lower(t[i]));
+    Py_ssize_t at = raw->n;
+    put_n(raw, (const char *)t + a, h - a);
+    if (!raw->over)
+        for (Py_ssize_t i = at; i < raw->n; i++) raw->p[i] = (char)lower((unsigned char)raw->p[i]);
     if (h < e) {                               /* ':' port */
         Py_ssize_t d = h + 1, n = e - d;
         if (n < 1 || n > 5 || (t[d] == '0' && n > 1)) return 0;
@@ -325,8 +356,9 @@ static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py
     return 1;
 }
 
-/* The WHATWG href (without fragment) of link t[0..m) into `raw`. */
-static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const page_t *pg) {
+/* The WHATWG href (without fragment) of link t[0..m) into `raw`; `any` as link_span's. */
+static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const page_t *pg,
+                       unsigned any) {
     Py_ssize_t floor, p, query;
     if (m == 0) {                               /* "" or "#..." : the page itself */
         if (!pg->present) return NOT_HANDLED;
@@ -387,28 +419,33 @@ static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const p
         }
     }
 path:
-    query = append_path(raw, floor, t, p, m);
+    query = append_path(raw, floor, t, p, m, any);
 query:
     if (query < m) {
         put(raw, '?');
-        append_query(raw, t, query + 1, m);
+        append_query(raw, t, query + 1, m, any);
     }
     return HANDLED;
 }
 
 /* `finish`'s escapes: hex uppercased, unreserved decoded, a stray '%' as "%25". */
 static void normalize_escapes(buf_t *out, const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c != '%') { put(out, (char)c); continue; }
+    Py_ssize_t i = 0;
+    for (;;) {  /* the text up to the next '%' as it is, then the escape */
+        const char *pct = memchr(s + i, '%', (size_t)(n - i));
+        Py_ssize_t j = pct ? pct - s : n;
+        put_n(out, s + i, j - i);
+        if (j == n) return;
+        i = j;
         if (i + 2 < n && (cls[(unsigned char)s[i + 1]] & C_HEX)
                 && (cls[(unsigned char)s[i + 2]] & C_HEX)) {
             unsigned char v = (unsigned char)(hexval((unsigned char)s[i + 1]) * 16
                                               + hexval((unsigned char)s[i + 2]));
             if (cls[v] & C_UNRESERVED) put(out, (char)v); else put_escaped(out, v);
-            i += 2;
+            i += 3;
         } else {
             put_n(out, "%25", 3);
+            i += 1;
         }
     }
 }
@@ -416,7 +453,8 @@ static void normalize_escapes(buf_t *out, const char *s, Py_ssize_t n) {
 typedef struct { Py_ssize_t at, n, name_n; } param_t;
 
 static int param_dropped(const rules_t *r, const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < r->n_exact; i++) {
+    if (!r->empty && (n == 0 || !r->first[lower((unsigned char)s[0])])) return 0;
+    for (Py_ssize_t i = 0; i < r->n_exact && (r->exact_len >> (n < 63 ? n : 63) & 1); i++) {
         const name_t *e = &r->exact[i];
         if (e->n != n) continue;
         Py_ssize_t j = 0;
@@ -451,8 +489,8 @@ static PyObject *ascii_str(const char *s, Py_ssize_t n) {
    0 when not handled (more than MAX_PARAMS parameters kept). */
 static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
                   const char **key, Py_ssize_t *key_n) {
-    Py_ssize_t q = 0;
-    while (q < n && s[q] != '?') q++;
+    const char *mark = memchr(s, '?', (size_t)n);
+    Py_ssize_t q = mark ? mark - s : n;
     *key = s;
     *key_n = q;
     if (q == n) return 1;
@@ -500,11 +538,36 @@ static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
 
 typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
 
+#define C_ENC (C_PATH_ENC | C_QUERY_ENC)
+
+#if defined(__SSE2__)
+static inline __m128i eq8(__m128i v, char c) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(c)); }
+
+/* Of the 16 characters at s: 0 if one is a C_STOP character (link_span looks at it
+   closer), else 1, *enc set to C_ENC if one is to be percent-encoded. */
+static inline int plain16(const unsigned char *s, unsigned *enc) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i stop = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),  /* and >= 0x80 */
+                                _mm_or_si128(eq8(v, 0x7F), eq8(v, '\\')));
+    stop = _mm_or_si128(stop, _mm_or_si128(eq8(v, '#'), eq8(v, '%')));
+    if (_mm_movemask_epi8(stop)) return 0;
+    __m128i e = _mm_or_si128(_mm_or_si128(eq8(v, ' '), eq8(v, '"')),
+                             _mm_or_si128(eq8(v, '\''), eq8(v, '<')));
+    e = _mm_or_si128(e, _mm_or_si128(_mm_or_si128(eq8(v, '>'), eq8(v, '^')),
+                                     _mm_or_si128(eq8(v, '`'), eq8(v, '{'))));
+    e = _mm_or_si128(e, eq8(v, '}'));
+    if (_mm_movemask_epi8(e)) *enc = C_ENC;
+    return 1;
+}
+#endif
+
 /* The part of the ASCII str `link` (not longer than MAX_TEXT) WHATWG parses, s[i..end):
    spaces around it and the fragment left out; 0 where this path does not handle it
-   (control characters, a backslash, "%2e": a dot in a path segment). */
+   (control characters, a backslash, "%2e": a dot in a path segment). *any has
+   C_PATH_ENC or C_QUERY_ENC where the link may hold a character of that set (a
+   space around it counts), so that whatwg_href copies its text whole when not. */
 static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *start,
-                     Py_ssize_t *stop) {
+                     Py_ssize_t *stop, unsigned *any) {
     if (!PyUnicode_IS_ASCII(link)) return 0;
     Py_ssize_t len = PyUnicode_GET_LENGTH(link);
     if (len > MAX_TEXT) return 0;
@@ -512,17 +575,31 @@ static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *sta
     Py_ssize_t i = 0;
     while (i < len && s[i] == ' ') i++;
     Py_ssize_t end = i;
-    for (; end < len && s[end] != '#'; end++) {
+    unsigned seen = 0;
+#if defined(__SSE2__)
+    /* 16 characters at a time, the last 16 of the link last (again in part), while none
+       is one to look at closer: from the first such block on, one at a time below */
+    while (end + 16 <= len && plain16(s + end, &seen)) end += 16;
+    if (end < len && end + 16 > len && len - i >= 16 && plain16(s + len - 16, &seen))
+        end = len;
+#endif
+    for (; end < len; end++) {
         unsigned char c = s[end];
-        if (cls[c] & C_BAD) return 0;
-        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
-            return 0;
+        unsigned k = cls[c];
+        if (k & C_STOP) {
+            if (c == '#') break;
+            if (k & C_BAD) return 0;
+            if (end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
+                return 0;                       /* '%' */
+        }
+        seen |= k;
     }
     if (end == len)
         while (end > i && s[end - 1] == ' ') end--;
     *text = s;
     *start = i;
     *stop = end;
+    *any = seen & C_ENC;
     return 1;
 }
 
@@ -538,14 +615,18 @@ static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scra
 #endif
     const unsigned char *s;
     Py_ssize_t i, end;
-    if (!link_span(link, &s, &i, &end)) return NOT_HANDLED;
+    unsigned any;
+    if (!link_span(link, &s, &i, &end, &any)) return NOT_HANDLED;
     buf_t raw = {sc->raw, 0, RAW_CAP, 0};
-    int how = whatwg_href(&raw, s + i, end - i, pg);
+    int how = whatwg_href(&raw, s + i, end - i, pg, any);
     if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
     if (how == REJECTED) return REJECTED;
-    buf_t fetch = {sc->fetch, 0, RAW_CAP, 0};
-    normalize_escapes(&fetch, raw.p, raw.n);
-    if (fetch.over) return NOT_HANDLED;
+    buf_t fetch = raw;  /* without a '%', `finish`'s escapes leave the href as it is */
+    if (memchr(raw.p, '%', (size_t)raw.n)) {
+        fetch = (buf_t){sc->fetch, 0, RAW_CAP, 0};
+        normalize_escapes(&fetch, raw.p, raw.n);
+        if (fetch.over) return NOT_HANDLED;
+    }
     if (fetch.n > r->max_length) return REJECTED;
     buf_t key = {sc->key, 0, RAW_CAP, 0};
     if (!key_of(fetch.p, fetch.n, r, &key, key_s, key_n)) return NOT_HANDLED;
@@ -638,14 +719,15 @@ static PyObject *page_contexts(PyObject *Py_UNUSED(self), PyObject *base) {
 #endif
     const unsigned char *s;
     Py_ssize_t i, end;
-    if (!link_span(base, &s, &i, &end) || end == i) Py_RETURN_NONE;
+    unsigned any;
+    if (!link_span(base, &s, &i, &end, &any) || end == i) Py_RETURN_NONE;
     char *store = PyMem_Malloc(RAW_CAP);
     if (!store) return PyErr_NoMemory();
     buf_t raw = {store, 0, RAW_CAP, 0};
     page_t none;
     memset(&none, 0, sizeof(none));
     PyObject *ret = NULL;
-    if (whatwg_href(&raw, s + i, end - i, &none) != HANDLED || raw.over) {
+    if (whatwg_href(&raw, s + i, end - i, &none, any) != HANDLED || raw.over) {
         ret = Py_None;
         Py_INCREF(ret);
         goto done;

@@ -90,6 +90,18 @@ def test_compiled_equals_python_under_other_rules(rules: CanonRules,
     assert_same(pages, rules, monkeypatch)
 
 
+@pytest.mark.parametrize("lengths", [(62, 63), (64, 65, 70)], ids=["below_64", "from_64"])
+def test_compiled_equals_python_with_long_parameter_names(lengths: tuple[int, ...],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled rules sort a name out by its length before comparing it (one bit a
+    length, the last bit for 63 and longer): names on either side of that last bit."""
+    rules = CanonRules(strip_params=tuple("n" * k for k in lengths))
+    links = [f"/?{c * k}=1&a=2" for k in range(60, 72) for c in "nN"]
+    pages = [("http://h.test/", links)]
+    fast = assert_same(pages, rules, monkeypatch)
+    assert fast.cache_info()["compiled"] == len(links)
+
+
 def _wpt_cases() -> list[dict]:
     return [c for c in json.loads(WPT_DATA.read_text(encoding="utf-8")) if isinstance(c, dict)]
 

@@ -77,8 +77,7 @@ enum {
     C_UNRESERVED = 64,
     C_ALPHA = 128,
     C_STOP = 256,    /* where link_span looks closer: C_BAD, '#', '%' */
-    C_PCT = 512,     /* '%' */
-    C_SEG_END = 1024,/* '/' and '?': where a path segment ends */
+    C_SEG_END = 512, /* '/' and '?': where a path segment ends */
 };
 
 static uint16_t cls[256];
@@ -99,7 +98,6 @@ static void init_classes(void) {
         if (num || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= C_HEX;
         if (alpha || num || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
         if ((k & C_BAD) || c == '#' || c == '%') k |= C_STOP;
-        if (c == '%') k |= C_PCT;
         if (c == '/' || c == '?') k |= C_SEG_END;
         cls[c] = (uint16_t)k;
     }
@@ -246,8 +244,8 @@ enum { NOT_HANDLED = 0, HANDLED = 1, REJECTED = 2 };
 
 /* Append the link's path t[p..m) (up to '?') as WHATWG path segments to `raw`,
    whose path starts at `floor`. Returns where the query's '?' is (m if none).
-   `any`: link_span's classes of the link (a segment is copied whole when no
-   character of the link is one to encode). */
+   `any`: link_span's (a segment is copied whole when the link has no character
+   to encode). */
 static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char *t,
                               Py_ssize_t p, Py_ssize_t m, unsigned any) {
     for (;;) {

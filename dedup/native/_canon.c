@@ -78,6 +78,9 @@ enum {
     C_ALPHA = 128,
     C_STOP = 256,    /* where link_span looks closer: C_BAD, '#', '%' */
     C_SEG_END = 512, /* '/' and '?': where a path segment ends */
+    C_HOST_PLAIN = 1024, /* C_HOST but 'x' and 'X' (the start of "xn-", IDNA) */
+    C_UPPER = 2048,
+    C_PCT = 4096,    /* '%' */
 };
 
 static uint16_t cls[256];
@@ -99,6 +102,9 @@ static void init_classes(void) {
         if (alpha || num || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
         if ((k & C_BAD) || c == '#' || c == '%') k |= C_STOP;
         if (c == '/' || c == '?') k |= C_SEG_END;
+        if ((k & C_HOST) && (c | 0x20) != 'x') k |= C_HOST_PLAIN;
+        if (c >= 'A' && c <= 'Z') k |= C_UPPER;
+        if (c == '%') k |= C_PCT;
         cls[c] = (uint16_t)k;
     }
 }
@@ -236,6 +242,7 @@ static PyObject *compile_rules(PyObject *Py_UNUSED(self), PyObject *args) {
 typedef struct {
     int present;
     int https;
+    int pct;  /* a '%' in a context */
     const char *origin, *dir, *path, *base;
     Py_ssize_t origin_n, dir_n, path_n, base_n;
 } page_t;
@@ -311,47 +318,51 @@ static int dotted_quad(const unsigned char *t, Py_ssize_t a, Py_ssize_t e) {
     return parts == 4;
 }
 
-/* "host[:port]" of t[a..e) appended lowercased, the default port of the scheme
-   dropped; 0 if not handled. */
-static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py_ssize_t e,
-                            int https) {
+/* "host[:port]" of the authority at t[a..m) (up to the first '/' or '?') appended
+   lowercased, the default port of the scheme dropped: where the authority ends, or
+   -1 if not handled. One pass over the host finds its end and checks it. */
+static Py_ssize_t append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a,
+                                   Py_ssize_t m, int https) {
     Py_ssize_t h = a;
     Py_ssize_t label = a;   /* start of the current label */
-    while (h < e && t[h] != ':') {
+    unsigned seen = 0;
+    for (; h < m; h++) {
         unsigned char c = t[h];
+        unsigned k = cls[c];
+        seen |= k;
+        if (k & C_HOST_PLAIN) continue;
         if (c == '.') {
-            if (h == label) return 0;          /* empty label */
+            if (h == label) return -1;         /* empty label */
             label = h + 1;
-        } else if (!(cls[c] & C_HOST)) {
-            return 0;
-        } else if ((c | 0x20) == 'x' && h + 2 < e && (t[h + 1] | 0x20) == 'n'
-                   && t[h + 2] == '-') {
-            return 0;                          /* IDNA */
+        } else if (k & C_HOST) {               /* 'x' */
+            if (h + 2 < m && (t[h + 1] | 0x20) == 'n' && t[h + 2] == '-') return -1;  /* IDNA */
+        } else if (c == ':' || (k & C_SEG_END)) {
+            break;
+        } else {
+            return -1;
         }
-        h++;
     }
-    if (h == label) return 0;                  /* empty host, trailing dot */
+    if (h == label) return -1;                 /* empty host, trailing dot */
     if (t[label] >= '0' && t[label] <= '9' && !dotted_quad(t, a, h))
-        return 0;                              /* ends in a number: IPv4, not "a.b.c.d" */
+        return -1;                             /* ends in a number: IPv4, not "a.b.c.d" */
     Py_ssize_t at = raw->n;
     put_n(raw, (const char *)t + a, h - a);
-    if (!raw->over)
+    if ((seen & C_UPPER) && !raw->over)
         for (Py_ssize_t i = at; i < raw->n; i++) raw->p[i] = (char)lower((unsigned char)raw->p[i]);
-    if (h < e) {                               /* ':' port */
-        Py_ssize_t d = h + 1, n = e - d;
-        if (n < 1 || n > 5 || (t[d] == '0' && n > 1)) return 0;
-        long port = 0;
-        for (Py_ssize_t i = d; i < e; i++) {
-            if (t[i] < '0' || t[i] > '9') return 0;
-            port = port * 10 + (t[i] - '0');
-        }
-        if (port > 65535) return 0;
-        if (port != (https ? 443 : 80)) {
-            put(raw, ':');
-            put_n(raw, (const char *)t + d, n);
-        }
+    if (h == m || t[h] != ':') return h;
+    Py_ssize_t d = h + 1, e = d;              /* ':' port: decimal digits only */
+    while (e < m && t[e] >= '0' && t[e] <= '9') e++;
+    Py_ssize_t n = e - d;
+    if ((e < m && !(cls[t[e]] & C_SEG_END)) || n < 1 || n > 5 || (t[d] == '0' && n > 1))
+        return -1;
+    long port = 0;
+    for (Py_ssize_t i = d; i < e; i++) port = port * 10 + (t[i] - '0');
+    if (port > 65535) return -1;
+    if (port != (https ? 443 : 80)) {
+        put(raw, ':');
+        put_n(raw, (const char *)t + d, n);
     }
-    return 1;
+    return e;
 }
 
 /* The WHATWG href (without fragment) of link t[0..m) into `raw`; `any` as link_span's. */
@@ -404,9 +415,8 @@ static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const p
     }
     /* an authority */
     {
-        Py_ssize_t e = a;
-        while (e < m && t[e] != '/' && t[e] != '?') e++;
-        if (e == a || !append_authority(raw, t, a, e, https)) return NOT_HANDLED;
+        Py_ssize_t e = append_authority(raw, t, a, m, https);
+        if (e < 0) return NOT_HANDLED;
         floor = raw->n;
         if (e < m && t[e] == '/') {
             p = e + 1;
@@ -563,7 +573,8 @@ static inline int plain16(const unsigned char *s, unsigned *enc) {
    spaces around it and the fragment left out; 0 where this path does not handle it
    (control characters, a backslash, "%2e": a dot in a path segment). *any has
    C_PATH_ENC or C_QUERY_ENC where the link may hold a character of that set (a
-   space around it counts), so that whatwg_href copies its text whole when not. */
+   space around it counts), so that whatwg_href copies its text whole when not,
+   and C_PCT where it holds a '%' (a C_STOP character: never in a plain16 block). */
 static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *start,
                      Py_ssize_t *stop, unsigned *any) {
     if (!PyUnicode_IS_ASCII(link)) return 0;
@@ -597,7 +608,7 @@ static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *sta
     *text = s;
     *start = i;
     *stop = end;
-    *any = seen & C_ENC;
+    *any = seen & (C_ENC | C_PCT);
     return 1;
 }
 
@@ -619,8 +630,10 @@ static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scra
     int how = whatwg_href(&raw, s + i, end - i, pg, any);
     if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
     if (how == REJECTED) return REJECTED;
-    buf_t fetch = raw;  /* without a '%', `finish`'s escapes leave the href as it is */
-    if (memchr(raw.p, '%', (size_t)raw.n)) {
+    /* `finish`'s escapes leave the href as it is unless the link or the page has a '%':
+       whatwg_href's own escapes are already as `finish` writes them */
+    buf_t fetch = raw;
+    if ((any & C_PCT) || pg->pct) {
         fetch = (buf_t){sc->fetch, 0, RAW_CAP, 0};
         normalize_escapes(&fetch, raw.p, raw.n);
         if (fetch.over) return NOT_HANDLED;
@@ -702,6 +715,9 @@ static int read_page(PyObject *page, page_t *pg) {
             || pg->dir[pg->origin_n] != '/')
         return 0;
     pg->present = 1;
+    pg->pct = memchr(pg->dir, '%', (size_t)pg->dir_n)  /* dir begins with origin */
+              || memchr(pg->path, '%', (size_t)pg->path_n)
+              || memchr(pg->base, '%', (size_t)pg->base_n);
     return 1;
 }
 

@@ -52,6 +52,9 @@ change the caller's list: not this tuple, nor the immutable strs in it).
 #include <string.h>
 #include <time.h>
 #include <structmember.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "_fpset.h"
 #include "_held.h"
@@ -74,13 +77,18 @@ enum {
     C_HEX = 32,
     C_UNRESERVED = 64,
     C_ALPHA = 128,
+    C_STOP = 256,    /* where link_span looks closer: C_BAD, '#', '%' */
+    C_SEG_END = 512, /* '/' and '?': where a path segment ends */
+    C_HOST_PLAIN = 1024, /* C_HOST but 'x' and 'X' (the start of "xn-", IDNA) */
+    C_UPPER = 2048,
+    C_PCT = 4096,    /* '%' */
 };
 
-static unsigned char cls[256];
+static uint16_t cls[256];
 
 static void init_classes(void) {
     for (int c = 0; c < 256; c++) {
-        unsigned char k = 0;
+        unsigned k = 0;
         int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         int num = c >= '0' && c <= '9';
         if (c < 0x20 || c >= 0x7F || c == '\\') k |= C_BAD;
@@ -93,7 +101,12 @@ static void init_classes(void) {
         if (c == ' ' || c == '"' || c == '\'' || c == '<' || c == '>') k |= C_QUERY_ENC;
         if (num || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) k |= C_HEX;
         if (alpha || num || c == '-' || c == '.' || c == '_' || c == '~') k |= C_UNRESERVED;
-        cls[c] = k;
+        if ((k & C_BAD) || c == '#' || c == '%') k |= C_STOP;
+        if (c == '/' || c == '?') k |= C_SEG_END;
+        if ((k & C_HOST) && (c | 0x20) != 'x') k |= C_HOST_PLAIN;
+        if (c >= 'A' && c <= 'Z') k |= C_UPPER;
+        if (c == '%') k |= C_PCT;
+        cls[c] = (uint16_t)k;
     }
 }
 
@@ -133,6 +146,10 @@ typedef struct {
     Py_ssize_t n_exact, n_prefix;
     name_t *exact, *prefix;   /* point into `store` */
     char *store;
+    /* what param_dropped asks first, so that most names meet no comparison: */
+    unsigned char first[256]; /* 1: some name (exact or prefix) begins with this character */
+    int empty;                /* an empty name (a "*" prefix) */
+    uint64_t exact_len;       /* bit n: an exact name of n characters (bit 63: 63 or more) */
 } rules_t;
 
 static const char RULES_NAME[] = "dedup.native._canon.rules";
@@ -207,6 +224,11 @@ static PyObject *compile_rules(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t at = 0;
     r->n_exact = copy_names(exact, r->exact, r->store, &at);
     r->n_prefix = copy_names(prefixes, r->prefix, r->store, &at);
+    for (Py_ssize_t i = 0; i < r->n_exact + r->n_prefix; i++) {
+        const name_t *e = i < r->n_exact ? &r->exact[i] : &r->prefix[i - r->n_exact];
+        if (e->n) r->first[(unsigned char)e->s[0]] = 1; else r->empty = 1;
+        if (i < r->n_exact) r->exact_len |= 1ULL << (e->n < 63 ? e->n : 63);
+    }
     PyObject *capsule = PyCapsule_New(r, RULES_NAME, rules_free);
     if (!capsule) {
         PyMem_Free(r->exact); PyMem_Free(r->prefix); PyMem_Free(r->store); PyMem_Free(r);
@@ -221,6 +243,7 @@ static PyObject *compile_rules(PyObject *Py_UNUSED(self), PyObject *args) {
 typedef struct {
     int present;
     int https;
+    int pct;  /* a '%' in a context */
     const char *origin, *dir, *path, *base;
     Py_ssize_t origin_n, dir_n, path_n, base_n;
 } page_t;
@@ -228,13 +251,14 @@ typedef struct {
 enum { NOT_HANDLED = 0, HANDLED = 1, REJECTED = 2 };
 
 /* Append the link's path t[p..m) (up to '?') as WHATWG path segments to `raw`,
-   whose path starts at `floor`. Returns where the query's '?' is (m if none), or
-   -1 if not handled. */
+   whose path starts at `floor`. Returns where the query's '?' is (m if none).
+   `any`: link_span's (a segment is copied whole when the link has no character
+   to encode). */
 static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char *t,
-                              Py_ssize_t p, Py_ssize_t m) {
+                              Py_ssize_t p, Py_ssize_t m, unsigned any) {
     for (;;) {
         Py_ssize_t q = p;
-        while (q < m && t[q] != '/' && t[q] != '?') q++;
+        while (q < m && !(cls[t[q]] & C_SEG_END)) q++;
         int last = q == m || t[q] == '?';
         Py_ssize_t n = q - p;
         if (n == 2 && t[p] == '.' && t[p + 1] == '.') {
@@ -248,9 +272,13 @@ static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char 
             if (last) put(raw, '/');
         } else {
             put(raw, '/');
-            for (Py_ssize_t i = p; i < q; i++) {
-                unsigned char c = t[i];
-                if (cls[c] & C_PATH_ENC) put_escaped(raw, c); else put(raw, (char)c);
+            if (!(any & C_PATH_ENC)) {
+                put_n(raw, (const char *)t + p, n);
+            } else {
+                for (Py_ssize_t i = p; i < q; i++) {
+                    unsigned char c = t[i];
+                    if (cls[c] & C_PATH_ENC) put_escaped(raw, c); else put(raw, (char)c);
+                }
             }
         }
         if (last) return q;
@@ -258,7 +286,12 @@ static Py_ssize_t append_path(buf_t *raw, Py_ssize_t floor, const unsigned char 
     }
 }
 
-static void append_query(buf_t *raw, const unsigned char *t, Py_ssize_t p, Py_ssize_t m) {
+static void append_query(buf_t *raw, const unsigned char *t, Py_ssize_t p, Py_ssize_t m,
+                         unsigned any) {
+    if (!(any & C_QUERY_ENC)) {
+        put_n(raw, (const char *)t + p, m - p);
+        return;
+    }
     for (Py_ssize_t i = p; i < m; i++) {
         unsigned char c = t[i];
         if (cls[c] & C_QUERY_ENC) put_escaped(raw, c); else put(raw, (char)c);
@@ -286,48 +319,56 @@ static int dotted_quad(const unsigned char *t, Py_ssize_t a, Py_ssize_t e) {
     return parts == 4;
 }
 
-/* "host[:port]" of t[a..e) appended lowercased, the default port of the scheme
-   dropped; 0 if not handled. */
-static int append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a, Py_ssize_t e,
-                            int https) {
+/* "host[:port]" of the authority at t[a..m) (up to the first '/' or '?') appended
+   lowercased, the default port of the scheme dropped: where the authority ends, or
+   -1 if not handled. One pass over the host finds its end and checks it. */
+static Py_ssize_t append_authority(buf_t *raw, const unsigned char *t, Py_ssize_t a,
+                                   Py_ssize_t m, int https) {
     Py_ssize_t h = a;
     Py_ssize_t label = a;   /* start of the current label */
-    while (h < e && t[h] != ':') {
+    unsigned seen = 0;
+    for (; h < m; h++) {
         unsigned char c = t[h];
+        unsigned k = cls[c];
+        seen |= k;
+        if (k & C_HOST_PLAIN) continue;
         if (c == '.') {
-            if (h == label) return 0;          /* empty label */
+            if (h == label) return -1;         /* empty label */
             label = h + 1;
-        } else if (!(cls[c] & C_HOST)) {
-            return 0;
-        } else if ((c | 0x20) == 'x' && h + 2 < e && (t[h + 1] | 0x20) == 'n'
-                   && t[h + 2] == '-') {
-            return 0;                          /* IDNA */
+        } else if (k & C_HOST) {               /* 'x' */
+            if (h + 2 < m && (t[h + 1] | 0x20) == 'n' && t[h + 2] == '-') return -1;  /* IDNA */
+        } else if (c == ':' || (k & C_SEG_END)) {
+            break;
+        } else {
+            return -1;
         }
-        h++;
     }
-    if (h == label) return 0;                  /* empty host, trailing dot */
+    if (h == label) return -1;                 /* empty host, trailing dot */
     if (t[label] >= '0' && t[label] <= '9' && !dotted_quad(t, a, h))
-        return 0;                              /* ends in a number: IPv4, not "a.b.c.d" */
-    for (Py_ssize_t i = a; i < h; i++) put(raw, (char)lower(t[i]));
-    if (h < e) {                               /* ':' port */
-        Py_ssize_t d = h + 1, n = e - d;
-        if (n < 1 || n > 5 || (t[d] == '0' && n > 1)) return 0;
-        long port = 0;
-        for (Py_ssize_t i = d; i < e; i++) {
-            if (t[i] < '0' || t[i] > '9') return 0;
-            port = port * 10 + (t[i] - '0');
-        }
-        if (port > 65535) return 0;
-        if (port != (https ? 443 : 80)) {
-            put(raw, ':');
-            put_n(raw, (const char *)t + d, n);
-        }
+        return -1;                             /* ends in a number: IPv4, not "a.b.c.d" */
+    Py_ssize_t at = raw->n;
+    put_n(raw, (const char *)t + a, h - a);
+    if ((seen & C_UPPER) && !raw->over)
+        for (Py_ssize_t i = at; i < raw->n; i++) raw->p[i] = (char)lower((unsigned char)raw->p[i]);
+    if (h == m || t[h] != ':') return h;
+    Py_ssize_t d = h + 1, e = d;              /* ':' port: decimal digits only */
+    while (e < m && t[e] >= '0' && t[e] <= '9') e++;
+    Py_ssize_t n = e - d;
+    if ((e < m && !(cls[t[e]] & C_SEG_END)) || n < 1 || n > 5 || (t[d] == '0' && n > 1))
+        return -1;
+    long port = 0;
+    for (Py_ssize_t i = d; i < e; i++) port = port * 10 + (t[i] - '0');
+    if (port > 65535) return -1;
+    if (port != (https ? 443 : 80)) {
+        put(raw, ':');
+        put_n(raw, (const char *)t + d, n);
     }
-    return 1;
+    return e;
 }
 
-/* The WHATWG href (without fragment) of link t[0..m) into `raw`. */
-static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const page_t *pg) {
+/* The WHATWG href (without fragment) of link t[0..m) into `raw`; `any` as link_span's. */
+static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const page_t *pg,
+                       unsigned any) {
     Py_ssize_t floor, p, query;
     if (m == 0) {                               /* "" or "#..." : the page itself */
         if (!pg->present) return NOT_HANDLED;
@@ -375,9 +416,8 @@ static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const p
     }
     /* an authority */
     {
-        Py_ssize_t e = a;
-        while (e < m && t[e] != '/' && t[e] != '?') e++;
-        if (e == a || !append_authority(raw, t, a, e, https)) return NOT_HANDLED;
+        Py_ssize_t e = append_authority(raw, t, a, m, https);
+        if (e < 0) return NOT_HANDLED;
         floor = raw->n;
         if (e < m && t[e] == '/') {
             p = e + 1;
@@ -388,28 +428,33 @@ static int whatwg_href(buf_t *raw, const unsigned char *t, Py_ssize_t m, const p
         }
     }
 path:
-    query = append_path(raw, floor, t, p, m);
+    query = append_path(raw, floor, t, p, m, any);
 query:
     if (query < m) {
         put(raw, '?');
-        append_query(raw, t, query + 1, m);
+        append_query(raw, t, query + 1, m, any);
     }
     return HANDLED;
 }
 
 /* `finish`'s escapes: hex uppercased, unreserved decoded, a stray '%' as "%25". */
 static void normalize_escapes(buf_t *out, const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c != '%') { put(out, (char)c); continue; }
+    Py_ssize_t i = 0;
+    for (;;) {  /* the text up to the next '%' as it is, then the escape */
+        const char *pct = memchr(s + i, '%', (size_t)(n - i));
+        Py_ssize_t j = pct ? pct - s : n;
+        put_n(out, s + i, j - i);
+        if (j == n) return;
+        i = j;
         if (i + 2 < n && (cls[(unsigned char)s[i + 1]] & C_HEX)
                 && (cls[(unsigned char)s[i + 2]] & C_HEX)) {
             unsigned char v = (unsigned char)(hexval((unsigned char)s[i + 1]) * 16
                                               + hexval((unsigned char)s[i + 2]));
             if (cls[v] & C_UNRESERVED) put(out, (char)v); else put_escaped(out, v);
-            i += 2;
+            i += 3;
         } else {
             put_n(out, "%25", 3);
+            i += 1;
         }
     }
 }
@@ -417,7 +462,8 @@ static void normalize_escapes(buf_t *out, const char *s, Py_ssize_t n) {
 typedef struct { Py_ssize_t at, n, name_n; } param_t;
 
 static int param_dropped(const rules_t *r, const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < r->n_exact; i++) {
+    if (!r->empty && (n == 0 || !r->first[lower((unsigned char)s[0])])) return 0;
+    for (Py_ssize_t i = 0; i < r->n_exact && (r->exact_len >> (n < 63 ? n : 63) & 1); i++) {
         const name_t *e = &r->exact[i];
         if (e->n != n) continue;
         Py_ssize_t j = 0;
@@ -452,8 +498,8 @@ static PyObject *ascii_str(const char *s, Py_ssize_t n) {
    0 when not handled (more than MAX_PARAMS parameters kept). */
 static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
                   const char **key, Py_ssize_t *key_n) {
-    Py_ssize_t q = 0;
-    while (q < n && s[q] != '?') q++;
+    const char *mark = memchr(s, '?', (size_t)n);
+    Py_ssize_t q = mark ? mark - s : n;
     *key = s;
     *key_n = q;
     if (q == n) return 1;
@@ -501,11 +547,37 @@ static int key_of(const char *s, Py_ssize_t n, const rules_t *r, buf_t *tmp,
 
 typedef struct { char raw[RAW_CAP], fetch[RAW_CAP], key[RAW_CAP]; } scratch_t;
 
+#define C_ENC (C_PATH_ENC | C_QUERY_ENC)
+
+#if defined(__SSE2__)
+static inline __m128i eq8(__m128i v, char c) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(c)); }
+
+/* Of the 16 characters at s: 0 if one is a C_STOP character (link_span looks at it
+   closer), else 1, *enc set to C_ENC if one is to be percent-encoded. */
+static inline int plain16(const unsigned char *s, unsigned *enc) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i stop = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),  /* and >= 0x80 */
+                                _mm_or_si128(eq8(v, 0x7F), eq8(v, '\\')));
+    stop = _mm_or_si128(stop, _mm_or_si128(eq8(v, '#'), eq8(v, '%')));
+    if (_mm_movemask_epi8(stop)) return 0;
+    __m128i e = _mm_or_si128(_mm_or_si128(eq8(v, ' '), eq8(v, '"')),
+                             _mm_or_si128(eq8(v, '\''), eq8(v, '<')));
+    e = _mm_or_si128(e, _mm_or_si128(_mm_or_si128(eq8(v, '>'), eq8(v, '^')),
+                                     _mm_or_si128(eq8(v, '`'), eq8(v, '{'))));
+    e = _mm_or_si128(e, eq8(v, '}'));
+    if (_mm_movemask_epi8(e)) *enc = C_ENC;
+    return 1;
+}
+#endif
+
 /* The part of the ASCII str `link` (not longer than MAX_TEXT) WHATWG parses, s[i..end):
    spaces around it and the fragment left out; 0 where this path does not handle it
-   (control characters, a backslash, "%2e": a dot in a path segment). */
+   (control characters, a backslash, "%2e": a dot in a path segment). *any has
+   C_PATH_ENC or C_QUERY_ENC where the link may hold a character of that set (a
+   space around it counts), so that whatwg_href copies its text whole when not,
+   and C_PCT where it holds a '%' (a C_STOP character: never in a plain16 block). */
 static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *start,
-                     Py_ssize_t *stop) {
+                     Py_ssize_t *stop, unsigned *any) {
     if (!PyUnicode_IS_ASCII(link)) return 0;
     Py_ssize_t len = PyUnicode_GET_LENGTH(link);
     if (len > MAX_TEXT) return 0;
@@ -513,17 +585,31 @@ static int link_span(PyObject *link, const unsigned char **text, Py_ssize_t *sta
     Py_ssize_t i = 0;
     while (i < len && s[i] == ' ') i++;
     Py_ssize_t end = i;
-    for (; end < len && s[end] != '#'; end++) {
+    unsigned seen = 0;
+#if defined(__SSE2__)
+    /* 16 characters at a time, the last 16 of the link last (again in part), while none
+       is one to look at closer: from the first such block on, one at a time below */
+    while (end + 16 <= len && plain16(s + end, &seen)) end += 16;
+    if (end < len && end + 16 > len && len - i >= 16 && plain16(s + len - 16, &seen))
+        end = len;
+#endif
+    for (; end < len; end++) {
         unsigned char c = s[end];
-        if (cls[c] & C_BAD) return 0;
-        if (c == '%' && end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
-            return 0;
+        unsigned k = cls[c];
+        if (k & C_STOP) {
+            if (c == '#') break;
+            if (k & C_BAD) return 0;
+            if (end + 2 < len && s[end + 1] == '2' && (s[end + 2] | 0x20) == 'e')
+                return 0;                       /* '%' */
+        }
+        seen |= k;
     }
     if (end == len)
         while (end > i && s[end - 1] == ' ') end--;
     *text = s;
     *start = i;
     *stop = end;
+    *any = seen & (C_ENC | C_PCT);
     return 1;
 }
 
@@ -539,14 +625,20 @@ static int resolve_text(PyObject *link, const page_t *pg, const rules_t *r, scra
 #endif
     const unsigned char *s;
     Py_ssize_t i, end;
-    if (!link_span(link, &s, &i, &end)) return NOT_HANDLED;
+    unsigned any;
+    if (!link_span(link, &s, &i, &end, &any)) return NOT_HANDLED;
     buf_t raw = {sc->raw, 0, RAW_CAP, 0};
-    int how = whatwg_href(&raw, s + i, end - i, pg);
+    int how = whatwg_href(&raw, s + i, end - i, pg, any);
     if (how == NOT_HANDLED || raw.over) return NOT_HANDLED;
     if (how == REJECTED) return REJECTED;
-    buf_t fetch = {sc->fetch, 0, RAW_CAP, 0};
-    normalize_escapes(&fetch, raw.p, raw.n);
-    if (fetch.over) return NOT_HANDLED;
+    /* `finish`'s escapes leave the href as it is unless the link or the page has a '%':
+       whatwg_href's own escapes are already as `finish` writes them */
+    buf_t fetch = raw;
+    if ((any & C_PCT) || pg->pct) {
+        fetch = (buf_t){sc->fetch, 0, RAW_CAP, 0};
+        normalize_escapes(&fetch, raw.p, raw.n);
+        if (fetch.over) return NOT_HANDLED;
+    }
     if (fetch.n > r->max_length) return REJECTED;
     buf_t key = {sc->key, 0, RAW_CAP, 0};
     if (!key_of(fetch.p, fetch.n, r, &key, key_s, key_n)) return NOT_HANDLED;
@@ -624,6 +716,9 @@ static int read_page(PyObject *page, page_t *pg) {
             || pg->dir[pg->origin_n] != '/')
         return 0;
     pg->present = 1;
+    pg->pct = memchr(pg->dir, '%', (size_t)pg->dir_n)  /* dir begins with origin */
+              || memchr(pg->path, '%', (size_t)pg->path_n)
+              || memchr(pg->base, '%', (size_t)pg->base_n);
     return 1;
 }
 
@@ -639,14 +734,15 @@ static PyObject *page_contexts(PyObject *Py_UNUSED(self), PyObject *base) {
 #endif
     const unsigned char *s;
     Py_ssize_t i, end;
-    if (!link_span(base, &s, &i, &end) || end == i) Py_RETURN_NONE;
+    unsigned any;
+    if (!link_span(base, &s, &i, &end, &any) || end == i) Py_RETURN_NONE;
     char *store = PyMem_Malloc(RAW_CAP);
     if (!store) return PyErr_NoMemory();
     buf_t raw = {store, 0, RAW_CAP, 0};
     page_t none;
     memset(&none, 0, sizeof(none));
     PyObject *ret = NULL;
-    if (whatwg_href(&raw, s + i, end - i, &none) != HANDLED || raw.over) {
+    if (whatwg_href(&raw, s + i, end - i, &none, any) != HANDLED || raw.over) {
         ret = Py_None;
         Py_INCREF(ret);
         goto done;

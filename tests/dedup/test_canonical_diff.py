@@ -90,6 +90,18 @@ def test_compiled_equals_python_under_other_rules(rules: CanonRules,
     assert_same(pages, rules, monkeypatch)
 
 
+@pytest.mark.parametrize("lengths", [(62, 63), (64, 65, 70)], ids=["below_64", "from_64"])
+def test_compiled_equals_python_with_long_parameter_names(lengths: tuple[int, ...],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled rules sort a name out by its length before comparing it (one bit a
+    length, the last bit for 63 and longer): names on either side of that last bit."""
+    rules = CanonRules(strip_params=tuple("n" * k for k in lengths))
+    links = [f"/?{c * k}=1&a=2" for k in range(60, 72) for c in "nN"]
+    pages = [("http://h.test/", links)]
+    fast = assert_same(pages, rules, monkeypatch)
+    assert fast.cache_info()["compiled"] == len(links)
+
+
 def _wpt_cases() -> list[dict]:
     return [c for c in json.loads(WPT_DATA.read_text(encoding="utf-8")) if isinstance(c, dict)]
 
@@ -192,6 +204,20 @@ def test_dotted_decimal_ipv4_hosts_are_compiled(monkeypatch: pytest.MonkeyPatch)
     assert fast.cache_info()["compiled"] == 2 * len(quads)
 
 
+def test_idna_hosts_and_empty_labels_go_to_the_python_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host with "xn-" anywhere (IDNA: ada may check or decode it) or an empty label is
+    the Python path's, whatever the case of its letters; the same hosts without it are
+    compiled."""
+    plain = ["http://x.test/", "//xx.test/a", "https://X-N.test:8080/", "http://ax.test",
+             "http://wxn.test/", "http://x.xn/", "http://a.test.x/?q"]
+    others = ["http://xn--a.test/", "//XN--zz.test/", "http://a.xN--9/x", "http://wxn--q.test/",
+              "http://xn-.test/", "https://a.Xn-/", "http://a..b/x", "http://.a/", "//a.b../"]
+    pages = [("http://h.test/a/b", plain + others)]
+    fast = assert_same(pages, CanonRules(), monkeypatch)
+    assert fast.cache_info()["compiled"] == len(plain)
+
+
 def test_the_compiled_path_counts_what_it_resolved() -> None:
     fast = Canonicalizer()
     fast.resolve_many(["/a", "b?utm_source=x", "mailto:x", "/é", "\\x", "#t"], "http://h.test/")
@@ -222,6 +248,21 @@ def test_native_arguments_are_checked(native: object) -> None:
         native.compile_rules(2083, True, (b"gclid",), ())
     with pytest.raises(ValueError):
         native.compile_rules(0, True, (), ())
+
+
+def test_escapes_of_each_page_context_are_normalized(native: object) -> None:
+    """The compiled path skips `finish`'s escape pass for a link without a '%' only where
+    no context of the page has one: each context alone with an escape, in a page made
+    by hand (page_contexts cuts them from one href, so one holds the others' text)."""
+    rules = native.compile_rules(2083, True, (), ())  # type: ignore[attr-defined]
+    page = ("https", "https:", "https://h", "https://h/d/", "https://h/d/p?q", "https://h/d/p")
+    for at, text, link, want in [(3, "https://h/d%7e/", "x", "https://h/d~/x"),
+                                 (4, "https://h/d/p?q=%7e", "", "https://h/d/p?q=~"),
+                                 (5, "https://h/d/p%7e", "?y", "https://h/d/p~?y"),
+                                 (5, "https://h/d/p", "?y%7e", "https://h/d/p?y~")]:
+        made = (*page[:at], text, *page[at + 1:])
+        out, pending = native.resolve_links([link], rules, made)  # type: ignore[attr-defined]
+        assert (out, pending) == ([(want, want)], []), (at, text, link)
 
 
 def python_contexts(bases: list[str], monkeypatch: pytest.MonkeyPatch) -> list[object]:

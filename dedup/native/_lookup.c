@@ -636,7 +636,9 @@ done:
    so a closed run's number taken by another file is never read; the index drops
    this object whenever its parts change (a flush, a merge, a grown table). */
 typedef struct {
-    int is_table, shift, fd, wide, readahead;
+    int is_table, shift, fd, wide;
+    int waiting;     /* its reads were seen waiting on the disk (see ip_find_run) */
+    unsigned calls;  /* its calls that read: one in WAIT_SAMPLE is timed */
     table tb;
     Py_buffer st, bl;
     Py_ssize_t nb;
@@ -686,7 +688,7 @@ static int ip_open_run(ip_part *q, PyObject *spec) {
         return -1;
     }
     q->off = off;
-    q->readahead = 1;
+    q->waiting = 1;  /* until its reads are seen to come from the page cache */
     q->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (q->fd < 0) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
     return 0;
@@ -738,8 +740,18 @@ static double ip_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* While a run's reads come from the page cache, one call in WAIT_SAMPLE is timed
+   (the clock pair cost ~3% of a cached read's CPU); while they wait, every call. */
+#define WAIT_SAMPLE 16
+
 /* One run asked about the keys still todo, as sorted_find from a file: filter,
-   directory, one pread of the key's bucket. 0, or -1 with an error set. */
+   directory, one pread of the key's bucket. The GIL is released around the reads
+   (and they are read ahead) only while they are seen waiting on the disk (more
+   than sortedkeys._WAITING_READ a read): a read from the page cache takes ~0.5 us
+   of CPU, and releasing the GIL and taking it back cost ~0.1 us of it, for
+   nothing another thread could do meanwhile. A run gone cold holds the GIL
+   through at most WAIT_SAMPLE calls' reads before it is seen. 0, or -1 with an
+   error set. */
 static int ip_find_run(ip_part *q, Py_ssize_t n, const uint64_t *hi, const uint64_t *lo,
                        uint8_t *todo, uint64_t *raw, int64_t (*spans)[2]) {
     const uint8_t *bloom = q->bl.obj ? q->bl.buf : NULL;
@@ -767,11 +779,11 @@ static int ip_find_run(ip_part *q, Py_ssize_t n, const uint64_t *hi, const uint6
         return -1;
     }
     Py_ssize_t failed = -1;
-    int err = 0;
-    double began = ip_now();
-    Py_BEGIN_ALLOW_THREADS
+    int err = 0, timed = q->waiting || q->calls++ % WAIT_SAMPLE == 0;
+    double began = timed ? ip_now() : 0;
+    PyThreadState *released = q->waiting ? PyEval_SaveThread() : NULL;
 #ifdef POSIX_FADV_WILLNEED
-    if (q->readahead && reads > 1)
+    if (q->waiting && reads > 1)
         for (Py_ssize_t i = 0; i < n; i++)
             if (spans[i][1] > spans[i][0])
                 posix_fadvise(q->fd, q->off + spans[i][0] * RECORD,
@@ -784,18 +796,15 @@ static int ip_find_run(ip_part *q, Py_ssize_t n, const uint64_t *hi, const uint6
         if (read_whole(q->fd, buf, size, at, &err) < 0) { failed = i; break; }
         if (bucket_find(buf, size, hi[i], lo[i], &raw[i])) todo[i] = 0;
     }
-    Py_END_ALLOW_THREADS
+    if (released) PyEval_RestoreThread(released);
     if (buf != stack) free(buf);
     if (failed >= 0) {
         if (err) { errno = err; PyErr_SetFromErrno(PyExc_OSError); }
         else PyErr_Format(PyExc_ValueError, "run file (fd %d): short read: changed under us", q->fd);
         return -1;
     }
-#ifdef POSIX_FADV_WILLNEED
-    q->readahead = ip_now() - began > (double)reads * 5e-6;  /* as sortedkeys._WAITING_READ */
-#else
-    (void)began;
-#endif
+    if (timed)
+        q->waiting = ip_now() - began > (double)reads * 5e-6;  /* as sortedkeys._WAITING_READ */
     return 0;
 bad:
     PyErr_SetString(PyExc_ValueError, "IndexParts: directory out of range");
@@ -894,9 +903,21 @@ static int ip_held_one(PyObject *parts, uint64_t hi, uint64_t lo) {
 
 static held_api HELD_API;
 
+/* waiting() -> list of bool: for each run part, newest first, whether its reads were
+   last seen waiting on the disk (so read ahead, with the GIL released; see ip_find_run). */
+static PyObject *ip_waiting(IndexParts *o, PyObject *Py_UNUSED(arg)) {
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t k = 0; out && k < o->n; k++)
+        if (!o->p[k].is_table && PyList_Append(out, o->p[k].waiting ? Py_True : Py_False) < 0)
+            Py_CLEAR(out);
+    return out;
+}
+
 static PyMethodDef ip_methods[] = {
     {"held", (PyCFunction)ip_held, METH_O,
      "held(fps) -> indexes of the 16-byte fingerprints the parts hold (not forgotten)"},
+    {"waiting", (PyCFunction)ip_waiting, METH_NOARGS,
+     "waiting() -> per run, newest first: its reads were last seen waiting on the disk"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -200,3 +200,53 @@ def _open_files() -> list[str]:
         with contextlib.suppress(FileNotFoundError):  # the listing's own, closed since
             out.append(os.readlink(f"/proc/self/fd/{fd}"))
     return out
+
+
+def test_runs_read_from_the_page_cache_keep_the_gil_and_answer_alike(tmp_path: Path) -> None:
+    """A fresh probe reads each run as waiting on the disk (the GIL released, read
+    ahead) until a call's reads are seen to come from the page cache (the run files
+    were just written: cached), then keeps the GIL; both ways answer exactly."""
+    require_kernel()
+    ops, keys = _ledger(3)
+    model = model_of(r for op, rows in ops if op != "flush" for r in rows)
+    index = _build(tmp_path, ops)
+    try:
+        probe = index._parts_probe(compiled.lookup)
+        assert probe.waiting() == [True] * 6
+        first = keys[::5]  # from every run: the first call reads each one
+        assert probe.held(_fps(first)) == [j for j, k in enumerate(first) if k in model]
+        assert probe.waiting() == [False] * 6
+        for p in _pages(keys, 3):
+            assert probe.held(_fps(p)) == [j for j, k in enumerate(p) if k in model]
+        assert probe.waiting() == [False] * 6
+    finally:
+        index.close()
+
+
+def test_a_run_gone_cold_is_seen_within_a_sample_of_calls(tmp_path: Path) -> None:
+    """A run whose reads came from the page cache is still timed one call in 16: its
+    pages dropped (reads then wait ~30 us on the disk), it is seen waiting again (the
+    GIL released around its reads, read ahead) within 16 calls."""
+    require_kernel()
+    rng = np.random.default_rng(11)
+    keys = rng.integers(0, 2**64, (200_000, 2), dtype=np.uint64)  # 4.8 MB: ~1200 pages
+    with FingerprintIndex(tmp_path, buffer_records=1 << 18, background=False) as index:
+        index.add_consecutive(keys[:, 0].copy(), keys[:, 1].copy(), 1)
+        index.flush(len(keys))
+        probe = index._parts_probe(compiled.lookup)
+        asked = [(int(h), int(lo)) for h, lo in keys[rng.permutation(len(keys))[:40]]]
+        run = next(tmp_path.glob("run-*"))
+        run.read_bytes()  # cached
+        assert probe.held(_fps(asked[:1])) == [0]
+        assert probe.waiting() == [False]
+        fd = os.open(run, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        seen = []
+        for key in asked[1:18]:  # one read a call, each of a page not read since
+            assert probe.held(_fps([key])) == [0]
+            seen.append(probe.waiting()[0])
+        assert any(seen)

@@ -390,3 +390,19 @@ def test_compiled_add_is_the_python_add(tmp_path: Path, crowded: bool, seconds: 
     gc.collect()
     assert ref() is None
     os.close(fd)  # type: ignore[arg-type]
+
+
+def test_pending_keys_clear_keeps_a_grown_table_empty():
+    """A write's clear() keeps the table the keys grew (a call a URL would regrow it
+    each time), holding nothing: every key is absent and can be pended again."""
+    require_kernel()
+    pk = PendingKeys()
+    blob = os.urandom(16 * 5000)
+    pk.add(blob)
+    grown = pk.table
+    assert grown is not None and len(grown) > 2 * 2048  # grown past its first table
+    pk.clear()
+    assert pk.table is grown and not grown.any() and len(pk) == 0
+    assert pk.absent(blob[:160]) == list(range(10))
+    pk.add(blob[:160])
+    assert pk.absent(blob[:160]) == [] and len(pk) == 10

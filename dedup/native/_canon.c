@@ -1029,6 +1029,13 @@ static void one_dealloc(OneLink *o) {
     Py_TYPE(o)->tp_free((PyObject *)o);
 }
 
+/* Every attribute slot add() keeps (each may hold a dict): one list for one_unbind,
+   which clears them, and one_traverse, which visits them. */
+#define ONE_ATTRS(o) {&(o)->a_young, &(o)->a_old, &(o)->a_held_c, &(o)->a_table, \
+                      &(o)->a_held, &(o)->a_pending_n, &(o)->a_since, &(o)->a_fps, \
+                      &(o)->a_bloom, &(o)->a_rows, &(o)->a_layers, &(o)->a_nlayers, \
+                      &(o)->a_index, &(o)->a_merge, &(o)->a_probe}
+
 /* A bound object and its UrlSeen refer to each other (seen.add is its bound method). */
 static int one_traverse(OneLink *o, visitproc visit, void *arg) {
     Py_VISIT(o->seen);
@@ -1042,20 +1049,12 @@ static int one_traverse(OneLink *o, visitproc visit, void *arg) {
     Py_VISIT(o->apage);
     Py_VISIT(o->bloom);
     Py_VISIT(o->stack);
-    Py_VISIT(o->a_pending_n.dict);
-    Py_VISIT(o->a_since.dict);
-    Py_VISIT(o->a_fps.dict);
-    Py_VISIT(o->a_bloom.dict);
     Py_VISIT(o->krules);
     Py_VISIT(o->ledger);
     Py_VISIT(o->index_type);
     Py_VISIT(o->index);
-    Py_VISIT(o->a_rows.dict);
-    Py_VISIT(o->a_layers.dict);
-    Py_VISIT(o->a_nlayers.dict);
-    Py_VISIT(o->a_index.dict);
-    Py_VISIT(o->a_merge.dict);
-    Py_VISIT(o->a_probe.dict);
+    attr_t *at[] = ONE_ATTRS(o);
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) Py_VISIT(at[i]->dict);
     return 0;
 }
 
@@ -2233,9 +2232,7 @@ static void one_unbind(OneLink *o) {
     o->base_ok = 0;
     o->dirty = 0;
     memset(o->counts, 0, sizeof(o->counts));
-    attr_t *at[] = {&o->a_young, &o->a_old, &o->a_held_c, &o->a_table, &o->a_held,
-                    &o->a_pending_n, &o->a_since, &o->a_fps, &o->a_bloom, &o->a_rows,
-                    &o->a_layers, &o->a_nlayers, &o->a_index, &o->a_merge, &o->a_probe};
+    attr_t *at[] = ONE_ATTRS(o);
     for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
         Py_CLEAR(at[i]->dict);
         at[i]->offset = -1;

@@ -35,8 +35,9 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from crawler.config.scope import Scope
 from crawler.config.settings import settings_from_dict
-from crawler.core.outputs.output import PAGES_FILE, complete_lines, repair_tail
+from crawler.core.outputs.output import PAGES_FILE, complete_lines, read_json, repair_tail
 from crawler.core.outputs.warc import serials, warc_path, warc_prefix
+from crawler.core.schedule.sitemaps import SITEMAPS_FILE
 from crawler.core.state.pagecounts import recount
 from crawler.core.state.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
 from crawler.net.headers import parse_content_type
@@ -218,6 +219,8 @@ def _row_test(meta: dict[str, Any], pages: Path) -> Callable[[PortableRow], str 
             return None
 
     recorded = {fp_of(r["url"]) for r in _records(pages)}
+    # sitemap files are marked done with no record (crawler.core.schedule.sitemaps)
+    recorded |= {fp_of(url) for url in _sitemap_files(pages.parent)}
 
     def test(row: PortableRow) -> str | None:
         if row.state is None:
@@ -229,6 +232,15 @@ def _row_test(meta: dict[str, Any], pages: Path) -> Callable[[PortableRow], str 
         return None
 
     return test
+
+
+def _sitemap_files(state_dir: Path) -> list[str]:
+    """The sitemap files ``DIR/sitemaps.json`` names (none if it is unreadable)."""
+    try:
+        levels = read_json(state_dir / SITEMAPS_FILE, {})
+    except (OSError, ValueError):
+        return []
+    return [u for u in levels if isinstance(u, str)] if isinstance(levels, dict) else []
 
 
 def _records(pages: Path) -> Iterator[dict[str, Any]]:

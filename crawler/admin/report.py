@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crawler.core.schedule.sitemaps import SitemapCounts, without_sitemaps
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
@@ -24,17 +25,21 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
         hosts = len(seen.queued_hosts()) if st.get("queued") else 0
         config = seen.meta_get(CONFIG_KEY)
         pages = PageCounts(seen).counts  # O(1): kept in the ledger's meta
+        sitemaps = SitemapCounts(seen).counts
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
-    out.update(st)
+    # the ledger's done rows without the sitemap files among them (no pages)
+    out.update(without_sitemaps(st, sitemaps))
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})
     # pages: fetched = responses received (any status), failed = none (by cause and
     # host); given_up = the ledger's failed state (no usable answer after every retry)
-    out["given_up"] = int(st.get("failed", 0))
+    out["given_up"] = int(out.get("failed", 0))
     out["fetched"] = int(pages.get("fetched", 0))
     out["fetched_with_errors"] = int(pages.get("fetched_with_errors", 0))
     out["failed"] = int(pages.get("failed", 0))
     out["failed_causes"] = dict(pages.get("causes", {}))
     out["failed_hosts"] = dict(pages.get("hosts", {}))
+    if any(sitemaps.values()):
+        out["sitemaps"] = sitemaps
     # the figures come from the journal, but a crawl could not resume on a damaged
     # index: the manifest and each run's header and size (O(runs)); a run's records
     # are checked by the writer's open, `rebuild` and `repair`

@@ -163,9 +163,13 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--exclude", dict(type=pattern, action="append", default=[], metavar="REGEX",
                        help="never crawl URLs whose canonical form contains a match of REGEX "
                        "(repeatable; beats --include; default: none)")),
+    ("--sitemaps", dict(action="store_true",
+                        help="also queue the URLs the seed hosts' sitemaps list (robots.txt "
+                        "Sitemap: lines, else /sitemap.xml); a sitemap fetch goes to the WARC "
+                        "and the stats, not to pages.jsonl (default: off, [crawl] sitemaps)")),
     ("--no-sitemaps", dict(action="store_true",
-                           help="do not read the seed hosts' sitemaps (robots.txt Sitemap: "
-                           "lines, else /sitemap.xml) for URLs (default: read them)")),
+                           help="do not read sitemaps, even if --config turns them on "
+                           "(default: off)")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
                            help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
@@ -217,7 +221,7 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
                 "--parse-limit": ("fetch", "parse_limit")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps",
+FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--sitemaps", "--no-sitemaps",
                 "--allow-private", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
@@ -309,7 +313,7 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in _LIST_FLAGS:
         for value in getattr(args, _dest(flag)):
             out += [flag, value]
-    for flag in ("--allow-private", "--cookies", "--no-sitemaps"):
+    for flag in ("--allow-private", "--cookies", "--sitemaps", "--no-sitemaps"):
         if getattr(args, _dest(flag)):
             out.append(flag)
     for flag in ("--handler", "--follow", "--on-error"):  # each worker runs the same code

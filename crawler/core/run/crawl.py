@@ -53,7 +53,8 @@ __all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "Crawler", "HandlerError", "Page",
 
 # The crawl options: the command line's long options, with underscores.
 CRAWL_OPTIONS = (
-    "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "no_sitemaps",
+    "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "sitemaps",
+    "no_sitemaps",
     "concurrency", "per_host", "delay", "allow_private", "user_agent", "header", "cookies",
     "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
 )
@@ -122,8 +123,10 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
     for key in ("include", "exclude"):
         if key in lists:
             crawl[key] = list(dict.fromkeys([*getattr(settings.crawl, key), *lists[key]]))
-    if o.get("no_sitemaps"):
-        crawl["sitemaps"] = False
+    if o.get("sitemaps") and o.get("no_sitemaps"):
+        raise ConfigError("sitemaps and no_sitemaps (--sitemaps, --no-sitemaps): give one")
+    if o.get("sitemaps") or o.get("no_sitemaps"):
+        crawl["sitemaps"] = bool(o.get("sitemaps"))
     politeness = {k: o[k] for k in ("per_host", "delay") if k in o}
     fetch: dict[str, Any] = {"allow_private": True} if o.get("allow_private") else {}
     if "user_agent" in o:

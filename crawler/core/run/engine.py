@@ -51,7 +51,7 @@ from crawler.core.schedule.admission import Admission, Remote
 from crawler.core.schedule.frontier import Frontier, Item
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
-from crawler.core.schedule.sitemaps import SitemapFiles
+from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
@@ -93,7 +93,9 @@ class Engine:
                                      delay=settings.politeness.delay,
                                      max_crawl_delay=settings.politeness.max_crawl_delay,
                                      max_backoff=settings.fetch.max_retry_after)
-        self._base = seen.counts()
+        self.sitemap_counts = SitemapCounts(seen)
+        # the pages' counts: sitemap files are marked in the ledger too, but are no pages
+        self._base = without_sitemaps(seen.counts(), self.sitemap_counts.counts)
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
         self.frontier = Frontier(seen, self.politeness, memory=c.frontier_memory,
@@ -130,7 +132,9 @@ class Engine:
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
                                      also_sync=[outbox] if outbox is not None else [],
-                                     counts=self.pages, items=self.items)
+                                     counts=self.pages, items=self.items,
+                                     sitemaps=self.sitemaps,
+                                     sitemap_counts=self.sitemap_counts)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -308,6 +312,7 @@ class Engine:
             check_literal_host(hostname_of(item.host)) is not None
         if refused:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
+        sitemap_level = self.sitemaps.level(url) if self.sitemaps is not None else None
         if robots is not None:
             try:
                 answer = await robots.check(url)
@@ -318,22 +323,19 @@ class Engine:
             if not answer.allowed:
                 await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
-        sitemap_level = None
-        if self.sitemaps is not None:
-            sitemap_level = self.sitemaps.level(url)
-            if sitemap_level is None and item.depth == 0 and not refused and \
-                    item.host not in self._sitemap_hosts:
-                self._sitemap_hosts.add(item.host)
-                try:
-                    await self._queue_sitemaps(url)
-                except BaseException:
-                    frontier.done(item, requested=False, counted=False)
-                    raise
+        if self.sitemaps is not None and sitemap_level is None and item.depth == 0 and \
+                not refused and item.host not in self._sitemap_hosts:
+            self._sitemap_hosts.add(item.host)
+            try:
+                await self._queue_sitemaps(url)
+            except BaseException:
+                frontier.done(item, requested=False, counted=False)
+                raise
         retries = self.retries
         seq = item.seq
         allowed = retries.allowance(seq)
         if allowed == 0:  # spent before a restart (its last round counted in advance)
-            frontier.done(item, requested=False)
+            frontier.done(item, requested=False, counted=sitemap_level is None)
             await self._give_up(item, retries.tried(seq).error or "retries exhausted")
             return
         reserved = allowed if retries.reserve(seq, allowed) else 0
@@ -367,11 +369,11 @@ class Engine:
         try:
             status = res.status
             if sitemap_level is not None:
-                links_found, links, remote, final_url, sm_error = self._sitemap_links(
-                    item, res, sitemap_level)
-                if sm_error is not None:
+                links_found, links, remote, final_url, sm_error, outcome = \
+                    await self._sitemap_links(item, res, sitemap_level)
+                if sm_error is not None:  # an answer, unreadable: counted with errors
                     error = f"sitemap: {sm_error}"
-                    failed = failed or not sm_error.startswith(("over ", "an index"))
+                    log.warning("sitemap %s: %s", url, sm_error)  # no pages.jsonl line says it
             elif self.hooks is not None and status is not None:
                 links_found, final_url, page, outcome, links, remote = await self._hooked(
                     item, res)
@@ -393,7 +395,7 @@ class Engine:
                         self._canon.resolve_many(hrefs, base), item.depth + 1, self._local)
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
-                          else None)
+                          else None, counted=sitemap_level is None)
         if outcome is not None and outcome.error is not None and self.hooks is not None \
                 and self.hooks.stops:
             # not committed: the URL stays queued, and a resume handles it again
@@ -403,9 +405,7 @@ class Engine:
         if remote:  # with their owners before this page counts as done
             assert self.relay is not None  # only a fleet worker has remote links
             await self.relay.forward(remote)
-        self.session.pages += 1
-        if failed:
-            self.session.failed += 1
+        self._count_done(item, State.FAILED if failed else State.FETCHED)
         retries.forget(seq)
         hooks = self.hooks
         extra = ({"items": outcome.count, "handler_error": outcome.error}
@@ -441,16 +441,8 @@ class Engine:
             if hrefs:
                 pairs = self._canon.resolve_many(hrefs, base)
             text = decode_text(res.body, res.charset)
-        allows = self.scope.allows_host
-        url_ok = self.scope.url_filter()
-        in_scope = dict.fromkeys(
-            p[0] for p in pairs
-            if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1])))
-        page = Page(url=url, final_url=final_url, status=status, headers=res.headers or {},
-                    depth=item.depth,
-                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
-                    content_type=res.content_type, body=res.body or b"", text=text,
-                    links=list(in_scope), error=res.error)
+        page = self._page(item, res, final_url, self._in_scope(pairs), body=res.body or b"",
+                          text=text)
         assert self.hooks is not None
         deeper = item.depth < self.settings.crawl.max_depth
         outcome = await self.hooks.run(page, follow=deeper)
@@ -463,6 +455,25 @@ class Engine:
             if pairs:
                 links, remote = self.admission.route(pairs, item.depth + 1, self._local)
         return found, final_url, page, outcome, links, remote
+
+    def _page(self, item: Item, res: FetchResult, final_url: str | None, links: list[str],
+              *, body: bytes, text: str | None, sitemap: bool = False) -> Page:
+        assert res.status is not None
+        return Page(url=item.url, final_url=final_url, status=res.status,
+                    headers=res.headers or {}, depth=item.depth,
+                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
+                    content_type=res.content_type, body=body, text=text, links=links,
+                    error=res.error, sitemap=sitemap)
+
+    def _in_scope(self, pairs: Sequence[tuple[str, str] | None], *,
+                  patterns: bool = True) -> list[str]:
+        """The URLs of resolved ``pairs`` in the crawl's scope (hosts, and include/exclude
+        with ``patterns``), each once, in order: a ``Page``'s ``links``."""
+        allows = self.scope.allows_host
+        url_ok = self.scope.url_filter() if patterns else None
+        return list(dict.fromkeys(
+            p[0] for p in pairs
+            if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1]))))
 
     async def _queue_sitemaps(self, url: str) -> None:
         """Queue the sitemaps of a seed's host (its robots.txt's ``Sitemap:`` lines,
@@ -485,47 +496,63 @@ class Engine:
         if links is not None:
             await self.committer.commit(None, None, [links])
 
-    def _sitemap_links(self, item: Item, res: FetchResult, level: int
-                       ) -> tuple[int, Links | None, list[Remote], str | None, str | None]:
+    async def _sitemap_links(self, item: Item, res: FetchResult, level: int
+                             ) -> tuple[int, Links | None, list[Remote], str | None,
+                                        str | None, Outcome | None]:
         """A fetched sitemap's URLs, routed at the sitemap's own depth: ``(found,
-        links, remote, final url, what was wrong with it or None)``. An index's
-        sitemaps are queued (level 1) only from a level-0 sitemap; a redirect's
-        target is a sitemap of the same level."""
+        links, remote, final url, what was wrong with it or None, what ``follow`` made
+        of it)``. An index's sitemaps are queued (level 1) only from a level-0
+        sitemap; a redirect's target is a sitemap of the same level. With a
+        ``follow`` hook, it decides which of them are queued, as for a page's links
+        (it sees the sitemap as a ``Page`` with ``sitemap=True``; no handler runs)."""
         assert self.sitemaps is not None
         c = self.settings.crawl
         url = item.url
         status = res.status
         if item.depth > c.max_depth:
-            return 0, None, [], url, None
+            return 0, None, [], url, None, None
+        note = None
+        child: int | None = level  # what the URLs are: sitemaps of this level, or pages
         if status is not None and 300 <= status < 400 and res.location is not None:
-            target = self._canon.resolve_many((res.location,), url)
-            final = target[0][0] if target[0] is not None else None
-            pairs = self.sitemaps.register(target, level)
-            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
-            return 1, links, [], final, None
-        if res.body is None or status is None or not 200 <= status < 300:
-            return 0, None, [], url, None  # the fetch's own error says why
-        if res.nbytes > c.sitemap_max_bytes:
-            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)"
-        parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
-        if parsed.error is not None:
-            return 0, None, [], url, parsed.error
-        resolved = self._canon.resolve_many(parsed.locs, url)
-        if parsed.index:
-            if level >= 1:
-                return len(parsed.locs), None, [], url, "an index listed by an index (not read)"
-            pairs = self.sitemaps.register(resolved, level + 1)
-            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
-            return len(parsed.locs), links, [], url, parsed.note
-        links, remote = self.admission.route(resolved, item.depth, self._local)
-        return len(parsed.locs), links, remote, url, parsed.note
+            pairs = self._canon.resolve_many((res.location,), url)
+            found, final = 1, pairs[0][0] if pairs[0] is not None else None
+        elif res.body is None or status is None or not 200 <= status < 300:
+            return 0, None, [], url, None, None  # the fetch's own error says why
+        elif res.nbytes > c.sitemap_max_bytes:
+            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)", None
+        else:
+            parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
+            if parsed.error is not None:
+                return 0, None, [], url, parsed.error, None
+            found, final, note = len(parsed.locs), url, parsed.note
+            if parsed.index and level >= 1:
+                return found, None, [], url, "an index listed by an index (not read)", None
+            child = level + 1 if parsed.index else None
+            pairs = self._canon.resolve_many(parsed.locs, url)
+        outcome = None
+        hooks = self.hooks
+        if hooks is not None and hooks.follow is not None:
+            page = self._page(item, res, final, self._in_scope(pairs, patterns=child is None),
+                              body=res.body or b"", text=None, sitemap=True)
+            outcome = await hooks.run(page, follow=True, handle=False)
+            if outcome.error is not None:
+                log.warning("follow raised on the sitemap %s%s", url,
+                            "" if hooks.stops else " (its URLs are all queued)")
+            elif outcome.follow is not None:
+                pairs = self._canon.resolve_many(outcome.follow, url) if outcome.follow else []
+        if child is not None:
+            links, _ = self.admission.route(self.sitemaps.register(pairs, child), item.depth,
+                                            self._local, patterns=False)
+            return found, links, [], final, note, outcome
+        links, remote = self.admission.route(pairs, item.depth, self._local)
+        return found, links, remote, final, note, outcome
 
     async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
         """robots.txt says no: skipped for good, retried later, or given up (failed)."""
         frontier = self.frontier
         if unavailable is None:  # a real Disallow
             frontier.done(item, requested=False, counted=False)
-            self.session.skipped += 1
+            self._count_done(item, State.SKIPPED)
             tried = self.retries.tried(item.seq)
             self.retries.forget(item.seq)
             await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
@@ -539,17 +566,31 @@ class Engine:
                 return
         else:  # refused for good (an SSRF refusal names itself, not robots.txt:
             error = unavailable  # the page would be refused just the same)
-        frontier.done(item, requested=False)
+        frontier.done(item, requested=False, counted=not self._is_sitemap(item))
         await self._give_up(item, error)
 
     async def _give_up(self, item: Item, error: str) -> None:
         """Record ``item`` failed without a fetch this round (its frontier slot released)."""
         tried = self.retries.tried(item.seq)
         self.retries.forget(item.seq)
-        self.session.pages += 1
-        self.session.failed += 1
+        self._count_done(item, State.FAILED)
         await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
+
+    def _is_sitemap(self, item: Item) -> bool:
+        return self.sitemaps is not None and self.sitemaps.level(item.url) is not None
+
+    def _count_done(self, item: Item, state: State) -> None:
+        """This run's figures, for a URL about to be marked ``state``: a page, or a
+        sitemap file (no page: ``crawler.core.schedule.sitemaps``)."""
+        s = self.session
+        if self._is_sitemap(item):
+            s.sitemaps += 1
+        elif state == State.SKIPPED:
+            s.skipped += 1
+        else:
+            s.pages += 1
+            s.failed += int(state == State.FAILED)
 
     async def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
                            at_least: float = 0.0) -> bool:
@@ -617,6 +658,8 @@ class Engine:
         if self.hooks is not None and self.hooks.records:
             out["items"] = self.hooks.items
             out["handler_errors"] = self.hooks.errors
+        if self.sitemaps is not None or any(self.sitemap_counts.counts.values()):
+            out["sitemaps"] = dict(self.sitemap_counts.counts)
         if final:
             out["totals"] = self.checkpoint.totals()
         return out

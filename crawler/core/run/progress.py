@@ -71,6 +71,16 @@ def _pages_line(s: dict[str, Any]) -> str:
             + (f", {given_up} given up after retries" if given_up else ""))
 
 
+def _sitemap_lines(s: dict[str, Any]) -> list[str]:
+    """What the sitemap files came to (they are no pages), when the crawl reads them."""
+    c = s.get("sitemaps")
+    if not c:
+        return []
+    return [f"  sitemaps: {c['fetched']} fetched ({c['with_errors']} with errors), "
+            f"{c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
+            f"{c['urls']} URLs listed, {c['new']} of them new"]
+
+
 def _host_lines(s: dict[str, Any]) -> list[str]:
     """The hosts with the most failures, each with its causes."""
     hosts = s.get("failed_hosts") or {}
@@ -90,6 +100,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f" pages/s)",
         f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
         *_host_lines(s),
+        *_sitemap_lines(s),
         *([f"  items:  {s['items']} written to items.jsonl this run, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
@@ -113,6 +124,7 @@ def format_stats(s: dict[str, Any]) -> str:
         f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
+        *_sitemap_lines(s),
         f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
         f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
@@ -204,6 +216,7 @@ class SessionCounts:
     pages: int = 0  # taken and settled this run (fetched and failed)
     failed: int = 0  # given up this run (the ledger's failed state)
     skipped: int = 0
+    sitemaps: int = 0  # sitemap files marked this run (no pages)
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
@@ -219,7 +232,7 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
     (``crawler.core.state.pagecounts.PageCounts``). ``given_up`` is the URLs with no
     usable answer after every retry (the ledger's failed state: exit status 3).
     """
-    marked = session.pages + session.skipped
+    marked = session.pages + session.skipped + session.sitemaps
     pages = pages or {}
     out: dict[str, Any] = {
         "outcome": outcome,

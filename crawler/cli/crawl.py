@@ -32,7 +32,7 @@ from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.core.run.crawl import RESUME_OPTIONS, Crawler
 from crawler.core.run.page import HandlerError
-from crawler.core.state.state import CrawlError, fleet_identity
+from crawler.core.state.state import CrawlError, check_new_state_dir, fleet_identity
 from crawler.fleet.identity import (
     REDIS_ENV,
     derive_crawl_id,
@@ -111,6 +111,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         url, workers, worker_id = fleet
         identity = worker_meta(args.crawl_id or derive_crawl_id(args.seeds, workers),
                                workers, worker_id, url)
+    if fleet is None:  # `crawl` starts a crawl; `resume` continues one (Crawler does both)
+        check_new_state_dir(args.state)
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
                     follow=args.follow, on_error=args.on_error,
                     progress=not args.quiet, handle_signals=True, watch=watch,

@@ -75,6 +75,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w,
                            retry_for=settings.distributed.retry_for)
     await monitor.connect()
+    await monitor.clear_stats()  # the last run's figures are not this run's
     dashboard = contextlib.AsyncExitStack()
     env = dict(os.environ)
     env[REDIS_ENV] = redis_url  # never on a command line (ps would show a password)

@@ -38,9 +38,14 @@ log = logging.getLogger("crawler.fleet")
 _WAIT_NOTICE = 5.0  # seconds idle here, the fleet not done, before saying so
 _WAIT_REPEAT = 60.0
 
-_PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "errors", "skipped", "queued",
-              "in_flight", "hosts", "new", "forwarded", "received", "redis_calls",
-              "session_pages", "worker_id")
+# what a worker publishes for its fleet's progress line, summary and dashboard: the
+# figures a single process's dashboard shows (crawler.ui.doc), this worker's
+_PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "fetched_with_errors", "failed",
+              "errors", "failed_causes", "given_up", "skipped", "queued", "in_flight", "hosts",
+              "session_pages", "fill", "expected_fpr", "estimated_count", "capacity", "layers",
+              "shards", "links", "new", "repeats", "rejected", "bloom_definitely_new",
+              "bloom_maybe", "confirm_cache_hits", "ledger_queries", "false_positives",
+              "forwarded", "received", "redis_calls", "worker_id")
 
 
 class Crawl(Protocol):

@@ -647,12 +647,15 @@ class Engine:
         if final or info is None:
             info = self._info = self.seen.bloom.info()
         out = crawl_status(
-            outcome=self.outcome,
+            # the outcome is decided when the crawl ends; a reader before that (the
+            # dashboard, a fleet's supervisor) sees it running
+            outcome=self.outcome if self.frontier.closed else "running",
             elapsed=time.monotonic() - self._started if self._started else 0.0,
             base=self._base, session=self.session, queued_new=self.admission.queued,
             in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
             shards=self.seen.nshards, state_dir=str(self.state_dir), pages=self.pages.counts)
+        out["capacity"] = self.seen.geometry.capacity
         if self.relay is not None:
             out.update(self.relay.status())
         if self.hooks is not None and self.hooks.records:

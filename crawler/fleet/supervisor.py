@@ -66,6 +66,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     for the previous run of a resumed fleet).
     """
     from crawler.wire.monitor import FleetMonitor
+    from crawler.wire.relay import SUPERVISED_ENV
 
     w = len(children)
     line = Progress(interval=settings.output.progress_interval,
@@ -79,6 +80,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     dashboard = contextlib.AsyncExitStack()
     env = dict(os.environ)
     env[REDIS_ENV] = redis_url  # never on a command line (ps would show a password)
+    env[SUPERVISED_ENV] = str(os.getpid())  # a worker waiting for the fleet says so plainly
     procs: list[asyncio.subprocess.Process] = []
     relays: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()

@@ -29,6 +29,7 @@ __all__ = [
     "describe",
     "err",
     "int_at_least",
+    "resume_flags",
     "warn",
     "worker_flags",
 ]
@@ -316,8 +317,24 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in ("--allow-private", "--cookies", "--sitemaps", "--no-sitemaps"):
         if getattr(args, _dest(flag)):
             out.append(flag)
+    return out + _hook_flags(args)
+
+
+def _hook_flags(args: argparse.Namespace) -> list[str]:
+    out: list[str] = []
     for flag in ("--handler", "--follow", "--on-error"):  # each worker runs the same code
         value = getattr(args, _dest(flag), None)
         if value is not None:
             out += [flag, value]
     return out
+
+
+def resume_flags(args: argparse.Namespace) -> list[str]:
+    """The limits and hooks ``resume FLEETDIR`` was given, as each worker's ``resume``
+    flags (a fleet's limits are per worker, as ``fleet``'s)."""
+    out: list[str] = []
+    for flag in RESUME_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            out += [flag, str(value)]
+    return out + _hook_flags(args)

@@ -45,7 +45,7 @@ from crawler.core.durability.commit import GroupCommit, Links, items_file, outpu
 from crawler.core.outputs.output import read_json
 from crawler.core.run.page import HandlerError, Hooks, Outcome, Page
 from crawler.core.run.pending import Pending
-from crawler.core.run.progress import Progress, SessionCounts, crawl_status
+from crawler.core.run.progress import LIMIT_REACHED, Progress, SessionCounts, crawl_status
 from crawler.core.run.signals import stop_on_signals
 from crawler.core.schedule.admission import Admission, Remote
 from crawler.core.schedule.frontier import Frontier, Item
@@ -162,7 +162,7 @@ class Engine:
         if not self.stopping:
             f = self.frontier
             if f.max_take is not None and f.taken >= f.max_take:
-                self.outcome = "max pages reached"
+                self.outcome = LIMIT_REACHED
         self.frontier.close()
         self._ended.set()
 

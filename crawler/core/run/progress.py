@@ -16,6 +16,7 @@ from crawler.core.state.pagecounts import format_host_failures, top_failed_hosts
 from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
+    "LIMIT_REACHED",
     "Progress",
     "SessionCounts",
     "crawl_status",
@@ -25,6 +26,8 @@ __all__ = [
     "format_summary",
     "si",
 ]
+
+LIMIT_REACHED = "max pages reached"  # the outcome of a crawl stopped by --max-pages
 
 
 def si(n: float) -> str:
@@ -111,10 +114,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
     ]
     if s.get("state_dir"):
-        lines.append(f"  state:  {s['state_dir']}"
-                     + (f"  (continue with: bloomcrawl resume {s['state_dir']})"
-                        if s["queued"] else ""))
+        lines.append(f"  state:  {s['state_dir']}" + _continue_with(s))
     return "\n".join(lines)
+
+
+def _continue_with(s: dict[str, Any]) -> str:
+    """How to go on: a crawl stopped by its page limit goes on only with a higher one."""
+    if s.get("outcome") == LIMIT_REACHED and s["queued"]:
+        return (f"  (its page limit is reached; continue with a higher one: bloomcrawl "
+                f"resume {s['state_dir']} --max-pages N)")
+    return f"  (continue with: bloomcrawl resume {s['state_dir']})" if s["queued"] else ""
 
 
 def format_stats(s: dict[str, Any]) -> str:

@@ -3,15 +3,17 @@ files alone, for ``bloomcrawl stats``: read-only, so safe next to a running craw
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from crawler.core.schedule.sitemaps import SitemapCounts, without_sitemaps
-from crawler.core.state.pagecounts import PageCounts
+from crawler.core.state.pagecounts import MAX_HOSTS, OTHER_HOSTS, PageCounts
 from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
+from crawler.ui.doc import totals_of_workers
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
 
-__all__ = ["is_shard_dir", "shard_dir_stats", "state_stats"]
+__all__ = ["fleet_stats", "is_shard_dir", "shard_dir_stats", "state_stats"]
 
 
 def state_stats(state_dir: str | Path) -> dict[str, Any]:
@@ -63,3 +65,33 @@ def shard_dir_stats(directory: str | Path) -> dict[str, Any]:
     bloom = ShardedBloom.load(d)
     head = read_header(ShardedBloom.shard_path(d, 0))
     return {"shard_dir": str(d), "crawl_id": head.crawl_id, "hwm": head.hwm, **bloom.info()}
+
+
+def fleet_stats(root: str | Path, crawl_id: str, worker_dirs: Sequence[Path]
+                ) -> dict[str, Any]:
+    """Figures of a fleet directory: each worker's (``state_stats``, read-only) and the
+    fleet's totals. Each worker owns its hosts, so counts add up exactly; the
+    filters' fill and expected false-positive rate are the workers' mean (a URL is
+    tested against its owner's filter alone)."""
+    workers = [state_stats(d) for d in worker_dirs]
+    totals = totals_of_workers(workers)
+    totals["fetched_with_errors"] = sum(int(w.get("fetched_with_errors") or 0)
+                                        for w in workers)
+    hosts: dict[str, dict[str, int]] = {}
+    for w in workers:
+        for host, by in (w.get("failed_hosts") or {}).items():
+            if host not in hosts and len(hosts) >= MAX_HOSTS:
+                host = OTHER_HOSTS
+            into = hosts.setdefault(host, {})
+            for cause, n in by.items():
+                into[cause] = into.get(cause, 0) + int(n)
+    totals["failed_hosts"] = hosts
+    totals["shards"] = workers[0].get("shards") if workers else 0  # each worker's
+    totals["error_rate"] = workers[0].get("error_rate") if workers else None
+    damage = [f"worker {i}: {w['index_damage']}" for i, w in enumerate(workers)
+              if w.get("index_damage")]
+    for key in ("outcome", "elapsed", "session_pages", "rate", "in_flight"):
+        totals.pop(key, None)  # a running crawl's figures: stats reads the state
+    return {"fleet_dir": str(root), "crawl_id": crawl_id, "workers": len(workers),
+            "totals": totals, "per_worker": workers,
+            "index_damage": "; ".join(damage) or None}

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crawler.admin.report import is_shard_dir, shard_dir_stats, state_stats
+from crawler.admin.report import fleet_stats, is_shard_dir, shard_dir_stats, state_stats
 from crawler.cli.args import describe, warn
-from crawler.core.run.progress import format_filter_stats, format_stats
-from crawler.core.state.state import CrawlError, require_state_dir
-from crawler.fleet.identity import is_fleet_dir
+from crawler.core.run.progress import format_filter_stats, format_fleet_stats, format_stats
+from crawler.core.state.state import require_state_dir
+from crawler.fleet.identity import is_fleet_dir, read_fleet_dir
 from dedup import Diagnosis, IndexDamaged, StateLocked, UrlRejected, UrlSeen, diagnose, in_use
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
@@ -22,25 +22,24 @@ def add_stats(sub: Any) -> None:
     p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)",
                        description=describe(cmd_stats))
     p.add_argument("dir", metavar="DIR",
-                   help="a crawl's state directory or a directory of shard files")
+                   help="a crawl's state directory, a fleet directory or a directory of "
+                   "shard files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_stats)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Figures of a state directory (also while its crawl runs), or of a directory of shard
-    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger).
+    """Figures of a state directory (also while its crawl runs), of a fleet directory (the
+    fleet's totals and a line per worker), or of a directory of shard files such as
+    `merge -o OUT` writes (the filter's figures only: there is no ledger).
     Every file of the fingerprint index is checked: a damaged one is an error (exit
     status 1) after the figures."""
     d = Path(args.dir)
     if is_fleet_dir(d):
-        workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
-        first = workers[0] if workers else d / "worker-0"
-        raise CrawlError(
-            f"{d} is a fleet directory of {len(workers)} workers, each with its own state: "
-            f"see one with 'bloomcrawl stats {first}', or the fleet's seen-set with "
-            f"'bloomcrawl merge -o OUT {d}/worker-*' then 'bloomcrawl stats OUT'")
-    if is_shard_dir(args.dir):
+        fd = read_fleet_dir(d)
+        stats = fleet_stats(d, fd.crawl_id, [fd.worker(i) for i in range(fd.workers)])
+        text = format_fleet_stats(stats)
+    elif is_shard_dir(args.dir):
         stats = shard_dir_stats(args.dir)
         text = format_filter_stats(stats)
     else:

@@ -1,11 +1,12 @@
 """A fleet stopped by its page limit (issue 37): its summary splits the pages by worker,
-``resume FLEETDIR`` says how to go on, and ``resume FLEETDIR --max-pages N`` does (a
-limit per worker, as ``fleet``'s).
+``stats FLEETDIR`` shows the fleet and each worker, ``resume FLEETDIR`` says how to go
+on, and ``resume FLEETDIR --max-pages N`` does (a limit per worker, as ``fleet``'s).
 Real worker processes, the fleet's own redis-server, a generated site."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ class Limited:
     running: RunningSite
     started: str  # the fleet's stderr, stopped by the limit
     at_limit: list[dict]  # each worker's state_stats then
+    stats: CliResult  # stats FLEETDIR then
+    stats_json: CliResult
     same: CliResult  # resume FLEETDIR
     more: CliResult  # resume FLEETDIR --max-pages 1000
 
@@ -54,9 +57,11 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Limited:
                 seeds, root, 2, config, "--max-pages", str(LIMIT), "--crawl-id", "limits")])
             assert rc == 0, err
             at_limit = [state_stats(d) for d in fleet_worker_dirs(root)]
+            stats = await run_cli("stats", str(root))
+            stats_json = await run_cli("stats", "--json", str(root))
             same = await run_cli("resume", str(root), timeout=120)
             more = await run_cli("resume", str(root), "--max-pages", "1000", timeout=180)
-            return Limited(root, running, err, at_limit, same, more)
+            return Limited(root, running, err, at_limit, stats, stats_json, same, more)
 
     return asyncio.run(run())
 
@@ -75,6 +80,29 @@ def test_the_fleet_summary_shows_each_workers_pages(limited):
     assert f"{2 * LIMIT} pages this run by 2 workers" in limited.started
     assert (f"continue with a higher one: bloomcrawl resume {limited.root} --max-pages N, "
             "N per worker") in limited.started
+
+
+def test_stats_of_a_fleet_dir_shows_its_totals_and_each_worker(limited):
+    assert limited.stats.rc == 0, limited.stats.stderr
+    text = limited.stats.stdout
+    assert text.startswith(f"fleet limits of 2 workers in {limited.root}\n")
+    per = limited.at_limit
+    queued = sum(w["queued"] for w in per)
+    assert f"  pages:  {2 * LIMIT} fetched (" in text and f", {queued} queued, " in text
+    links = sum(w["links"] for w in per)
+    assert f"  dedup (all runs): {links} links checked: {sum(w['new'] for w in per)} new" \
+        in text
+    lines = worker_lines(text)
+    assert len(lines) == 2
+    for i, (line, w) in enumerate(zip(lines, per, strict=True)):
+        assert line.startswith(f"  worker {i}: {w['fetched']} fetched, {w['failed']} failed, "
+                               f"{w['skipped']} skipped, {w['queued']} queued"), line
+        assert f"page limit {LIMIT} reached" in line
+    assert limited.stats_json.rc == 0, limited.stats_json.stderr
+    doc = json.loads(limited.stats_json.stdout)
+    assert doc["workers"] == 2 and len(doc["per_worker"]) == 2
+    for key in ("fetched", "failed", "queued", "links", "new", "repeats"):
+        assert doc["totals"][key] == sum(w[key] for w in per), key
 
 
 def test_resume_of_a_fleet_at_its_limit_says_how_to_go_on(limited):

@@ -21,6 +21,7 @@ __all__ = [
     "SessionCounts",
     "crawl_status",
     "format_filter_stats",
+    "format_fleet_stats",
     "format_stats",
     "format_status",
     "format_summary",
@@ -134,8 +135,7 @@ def format_stats(s: dict[str, Any]) -> str:
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
         *_sitemap_lines(s),
-        f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
-        f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        _dedup_stats_line(s),
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
         f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",
@@ -143,6 +143,39 @@ def format_stats(s: dict[str, Any]) -> str:
     if s.get("damaged_shards"):
         lines.append(f"  damaged shard files (rebuilt from the ledger in memory): "
                      f"{s['damaged_shards']}")
+    return "\n".join(lines)
+
+
+def _dedup_stats_line(s: dict[str, Any]) -> str:
+    return (f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
+            f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected")
+
+
+def format_fleet_stats(f: dict[str, Any]) -> str:
+    """``bloomcrawl stats FLEETDIR``: the fleet's totals, then a line per worker
+    (``crawler.admin.report.fleet_stats``)."""
+    t = f["totals"]
+    fills = [w["fill"] for w in f["per_worker"]]
+    lines = [
+        f"fleet {f['crawl_id']} of {f['workers']} workers in {f['fleet_dir']}",
+        f"  pages:  {_pages_line(t)}, {t['skipped']} skipped, {t['queued']} queued, "
+        f"{t['hosts']} host(s) with queued URLs",
+        *_host_lines(t),
+        _dedup_stats_line(t),
+        f"  filter: {f['workers']} filters, one per worker: fill {_pct(min(fills))} to "
+        f"{_pct(max(fills))}, ~{t['estimated_count']} URLs in all (capacity "
+        f"{t['capacity']} in all), expected FPR {t['expected_fpr']:.2e} (mean), "
+        f"{t['shards']} shards each",
+    ]
+    for i, w in enumerate(f["per_worker"]):
+        limit = int((w.get("config") or {}).get("crawl", {}).get("max_pages") or 0)
+        reached = limit and w["fetched"] + w["failed"] >= limit
+        lines.append(
+            f"  worker {i}: {w['fetched']} fetched, {w['failed']} failed, {w['skipped']} "
+            f"skipped, {w['queued']} queued ({w['hosts']} host(s)), {w['links']} links "
+            f"checked, {w['new']} new, fill {_pct(w['fill'])}"
+            + (f", page limit {limit} reached" if reached else "")
+            + ("" if w["links"] or w["queued"] else "  (no work: it owns no host reached)"))
     return "\n".join(lines)
 
 

@@ -170,6 +170,40 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
     assert len(read_pages(full / "pages.jsonl")) == len(keys)
 
 
+@pytest.mark.slow
+def test_merge_state_and_the_reports_count_the_fleets_links_pages_and_hosts(crawled3, tmp_path,
+                                                                            capsys):
+    """Issue 37: the union of a fleet's workers carries their dedup counters, page counts
+    and per-host counts (each from its own worker), and the union's report and the
+    fleet's count every host crawled."""
+    dirs = crawled3.fleet.dirs
+    per = [state_stats(d) for d in dirs]
+    records = [r for d in dirs for r in read_pages(d / "pages.jsonl")]
+    full = tmp_path / "union"
+    assert main(["merge", "--state", "-o", str(full), *map(str, dirs)]) == 0
+    links, new, repeats = (sum(w[k] for w in per) for k in ("links", "new", "repeats"))
+    assert capsys.readouterr().out.strip().endswith(
+        f"0 present in several inputs), {len(records)} pages.jsonl records on {SPEC.hosts} "
+        f"host(s); dedup (all runs): {links} links checked: {new} new, {repeats} repeats")
+    union = state_stats(full)
+    for key in ("links", "new", "repeats", "confirm_cache_hits", "fetched",
+                "fetched_with_errors", "failed", "skipped"):
+        assert union[key] == sum(w[key] for w in per), key
+    counts: Counter[str] = Counter()
+    for d in dirs:
+        counts.update(json.loads((d / "host_counts.json").read_text()))
+    assert json.loads((full / "host_counts.json").read_text()) == dict(counts)
+    for what in (full, crawled3.fleet.root / "fleet"):
+        out = tmp_path / f"{what.name}.html"
+        assert main(["report", str(what), "-o", str(out)]) == 0
+        html = out.read_text()
+        tag = '<script type="application/json" id="data">'
+        start = html.index(tag) + len(tag)
+        doc = json.loads(html[start:html.index("</script>", start)])
+        assert doc["totals"]["hosts_crawled"] == SPEC.hosts, what
+        assert doc["dedup"]["links"] == links, what
+
+
 def test_merge_brings_shards_that_lag_their_ledger_up_to_date_first(tmp_path, capsys):
     """A worker killed between snapshots: its ledger has URLs its shard files lack."""
     for name in ("a", "b"):

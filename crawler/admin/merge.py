@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
-from crawler.core.schedule.sitemaps import SITEMAPS_FILE
+from crawler.core.schedule.sitemaps import SITEMAP_COUNTS_KEY, SITEMAPS_FILE
 from crawler.core.state.pagecounts import recount, rows_of_records
 from crawler.core.state.state import (
     FLEET_KEY,
@@ -154,8 +154,9 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
 
     What the ledgers' union does not carry is made whole here: the dedup counters
     (links checked, new, repeats: the inputs' sums), the page counts (``stats``,
-    counted anew from the merged pages.jsonl), the per-host admission counts (the
-    ``max_pages_per_host`` cap's) and the queued sitemaps."""
+    counted anew from the merged pages.jsonl), the sitemap fetches' counts (sums),
+    the per-host admission counts (the ``max_pages_per_host`` cap's) and the queued
+    sitemaps."""
     from dedup import merge_states
 
     ins = [require_state_dir(raw) for raw in inputs]
@@ -164,13 +165,17 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
     lines = [ln for d in ins for ln in committed_pages(d)]
     records = [json.loads(ln) for ln in lines]
     totals: dict[str, int] = {}
+    sitemap_counts: dict[str, int] = {}
     for d in ins:
         with Ledger.in_dir(d, readonly=True) as src:
-            for k, v in (src.meta_get(TOTALS_KEY) or {}).items():
-                totals[k] = totals.get(k, 0) + int(v)
+            for sums, key in ((totals, TOTALS_KEY), (sitemap_counts, SITEMAP_COUNTS_KEY)):
+                for k, v in (src.meta_get(key) or {}).items():
+                    sums[k] = sums.get(k, 0) + int(v)
     with Ledger.in_dir(out) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
         ledger.meta_set(TOTALS_KEY, totals)
+        # the sitemap files among the ledger's done rows (stats counts pages without them)
+        ledger.meta_set(SITEMAP_COUNTS_KEY, sitemap_counts or None)
         recount(ledger, rows_of_records(records))
     atomic_write_bytes(out / PAGES_FILE, b"".join(lines))
     items = b"".join(b"".join(committed_items(d)) for d in ins)

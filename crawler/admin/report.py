@@ -86,6 +86,12 @@ def fleet_stats(root: str | Path, crawl_id: str, worker_dirs: Sequence[Path]
             for cause, n in by.items():
                 into[cause] = into.get(cause, 0) + int(n)
     totals["failed_hosts"] = hosts
+    sitemaps: dict[str, int] = {}
+    for w in workers:
+        for k, n in (w.get("sitemaps") or {}).items():
+            sitemaps[k] = sitemaps.get(k, 0) + int(n)
+    if sitemaps:
+        totals["sitemaps"] = sitemaps
     totals["shards"] = workers[0].get("shards") if workers else 0  # each worker's
     totals["error_rate"] = workers[0].get("error_rate") if workers else None
     damage = [f"worker {i}: {w['index_damage']}" for i, w in enumerate(workers)

@@ -22,6 +22,7 @@ from crawler.admin.report import state_stats
 from crawler.cli.main import main
 from crawler.config.scope import Scope
 from crawler.core.outputs.output import read_pages
+from crawler.core.schedule.sitemaps import SITEMAPS_FILE, SitemapCounts
 from crawler.core.state.state import FLEET_KEY, create_crawl
 from crawler.demo.serve import RunningSite
 from crawler.demo.site import SiteSpec
@@ -29,7 +30,7 @@ from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geo
 from crawler.wire.outbox import Outbox
 from crawler.wire.owner import owner_of
 from crawler.wire.transport import RedisTransport
-from dedup import Ledger, UrlSeen
+from dedup import Ledger, State, UrlSeen
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import read_header
@@ -202,6 +203,34 @@ def test_merge_state_and_the_reports_count_the_fleets_links_pages_and_hosts(craw
         doc = json.loads(html[start:html.index("</script>", start)])
         assert doc["totals"]["hosts_crawled"] == SPEC.hosts, what
         assert doc["dedup"]["links"] == links, what
+
+
+def test_merge_state_sums_the_workers_sitemap_counts_and_unites_their_queued_sitemaps(
+        tmp_path, capsys):
+    """What each worker's sitemap fetches came to (kept in its ledger's meta, as its
+    group commits count them) adds up in the union and in `stats FLEETDIR`, and a
+    sitemap a worker had queued is still known as one in the union (sitemaps.json)."""
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/", "http://127.0.0.2:9/"])
+    dirs = [tmp_path / f"worker-{i}" for i in range(2)]
+    queued = [{"http://127.0.0.1:9/sitemap.xml": 0}, {"http://127.0.0.2:9/s.xml.gz": 1}]
+    for i, d in enumerate(dirs):
+        seen, _, _ = create_crawl(d, worker_settings(), seeds, crawl_id="c3",
+                                  meta=worker_meta("c3", 2, i, "redis://127.0.0.1:9/0"))
+        SitemapCounts(seen).add([(State.FETCHED, None, 40 + i, 30 + i),
+                                 (State.FETCHED, "http 404", 0, 0)] * (i + 1))
+        seen.commit()
+        seen.close()
+        (d / SITEMAPS_FILE).write_text(json.dumps(queued[i]))
+    full = tmp_path / "union"
+    assert main(["merge", "--state", "-o", str(full), *map(str, dirs)]) == 0
+    capsys.readouterr()
+    assert state_stats(full)["sitemaps"] == {"fetched": 6, "with_errors": 3, "failed": 0,
+                                             "skipped": 0, "urls": 40 + 2 * 41,
+                                             "new": 30 + 2 * 31}
+    assert json.loads((full / SITEMAPS_FILE).read_text()) == queued[0] | queued[1]
+    assert main(["stats", str(tmp_path)]) == 0  # the fleet dir: its workers' sums too
+    assert "  sitemaps: 6 fetched (3 with errors), 0 failed, 0 disallowed by robots.txt: " \
+        "122 URLs listed, 92 of them new\n" in capsys.readouterr().out
 
 
 def test_merge_brings_shards_that_lag_their_ledger_up_to_date_first(tmp_path, capsys):

@@ -161,6 +161,7 @@ def format_fleet_stats(f: dict[str, Any]) -> str:
         f"  pages:  {_pages_line(t)}, {t['skipped']} skipped, {t['queued']} queued, "
         f"{t['hosts']} host(s) with queued URLs",
         *_host_lines(t),
+        *_sitemap_lines(t),
         _dedup_stats_line(t),
         f"  filter: {f['workers']} filters, one per worker: fill {_pct(min(fills))} to "
         f"{_pct(max(fills))}, ~{t['estimated_count']} URLs in all (capacity "

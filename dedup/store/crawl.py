@@ -110,8 +110,9 @@ class CrawlRecords:
     # -- checks and figures ------------------------------------------------------------
 
     def verify(self) -> int:
-        """Read every journal row once and check its checksum; raises
-        :class:`~dedup.base.errors.LedgerDamaged` naming the first damaged row.
+        """Check the journal's structure (SQLite's quick_check), then read every row
+        once and check its checksum; raises :class:`~dedup.base.errors.LedgerDamaged`
+        naming the first damage.
         O(ledger): a resume runs it before its first fetch. Returns the rows read."""
         return self.ledger.journal.verify()
 

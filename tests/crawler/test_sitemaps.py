@@ -481,7 +481,8 @@ async def test_repair_keeps_the_sitemap_rows_that_have_no_record(tmp_path):
         files["/maps/s.xml"] = (urlset([f"{base}/a", f"{base}/b"]), "application/xml")
         await crawl(tmp_path, base, on())
     damage_tables(tmp_path / "s" / "ledger.sqlite", ("queue", "queue_host"))
-    report, restored = repair_state_dir(tmp_path / "s")
+    done = repair_state_dir(tmp_path / "s")
+    report, restored = done.report, done.restored
     assert report.damage.journal
     assert (report.unaccounted, restored) == (0, 0)
     with UrlSeen(tmp_path / "s", readonly=True) as seen:

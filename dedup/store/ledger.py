@@ -325,10 +325,22 @@ class Ledger:
         self.journal.commit()
         self._flush_if_full()
 
+    def sync(self) -> None:
+        """Make every committed row durable across a power cut (``Journal.sync``)."""
+        self.journal.sync()
+
     def _flush_if_full(self) -> None:
         index = self._index
         if index is not None and index.needs_flush and not self.readonly:
-            index.flush(self.journal.last_seq())
+            self._flush_index()
+
+    def _flush_index(self) -> None:
+        """Write the buffer as a run covering the journal's last seq, synced first: a
+        run is fsynced, and a mark past what the journal made durable would have the
+        whole index rebuilt after a power cut (O(ledger))."""
+        assert self._index is not None
+        self.journal.sync()
+        self._index.flush(self.journal.last_seq())
 
     @property
     def pending(self) -> bool:
@@ -345,7 +357,7 @@ class Ledger:
             if not self.readonly:
                 self.journal.commit()
                 if self._index is not None and self._index.stats()["buffer"]:
-                    self._index.flush(self.journal.last_seq())
+                    self._flush_index()
         finally:
             if self._index is not None:
                 self._index.close()

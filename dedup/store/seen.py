@@ -9,13 +9,18 @@
 (file names and the lock: :mod:`dedup.store.statedir`).
 
 Order of writes: a batch of new URLs is appended to the ledger and its bits are
-set in the same call (its last seq is ``_appended_seq``); the seq a snapshot
-records as covered (its header's ``hwm``, ``_covered_seq`` here) moves up to it
-only once the ledger has made those rows durable: in that call with
+set in the same call (its last seq is ``_appended_seq``); ``_covered_seq`` moves
+up to it only once the ledger has committed those rows: in that call with
 ``autocommit``, at :meth:`UrlSeen.commit` in a group commit (so there the bits are
-set first). A snapshot records the seq it read *before* copying bits, and
-loading replays ledger rows past each shard's, so a crash at any point leaves
-no false negative (the bits of rows a crash lost are only extra bits).
+set first). A commit survives a kill -9 but not a power cut (the WAL is synced
+at checkpoints), so the seq a snapshot records as covered (its header's ``hwm``,
+``_durable_seq`` here) is the one :meth:`UrlSeen.sync` read before it synced the
+ledger: a snapshot's mark never names a row the disk may not keep (a row lost
+in a cut gives its seq to the next admission, which a mark above it would keep
+from ever being replayed). A snapshot records the mark it read *before* copying
+bits, and loading replays ledger rows past each shard's (a mark past the
+ledger's end is cut back to it: ``dedup.store.restore``), so a crash at any point
+leaves no false negative (the bits of rows a crash lost are only extra bits).
 
 Pending admissions: the keys :meth:`UrlSeen.filter_new` and :meth:`UrlSeen.add`
 answer "new" are held in RAM (:class:`~dedup.store.pending.PendingKeys`, consulted
@@ -198,8 +203,10 @@ class UrlSeen(CrawlRecords):
                          "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
                          "ledger_queries": 0, "false_positives": 0}
         self._covered_seq, self.damaged_shards = load_shards(
-            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
+            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id,
+            writable=not self.readonly)
         self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
+        self._durable_seq = 0  # what a snapshot may record: set by sync()
 
     def _bind_add(self) -> None:
         """Where the compiled modules are built, :meth:`add` is ``OneLink.add``
@@ -792,17 +799,31 @@ class UrlSeen(CrawlRecords):
         self.ledger.commit()
         self._covered_seq = self._appended_seq
 
-    def snapshot_shard(self, i: int) -> None:
-        """Write shard ``i`` atomically. Safe to run in a thread while one other
-        thread admits URLs: the mark is read before the bits are copied, and
-        every row at or below it already has its bits set."""
+    def sync(self) -> int:
+        """Make the ledger durable up to the rows committed so far, and let snapshots
+        record them as covered; returns that mark. Safe to run in a thread while one
+        other thread admits and commits: the mark is read before the sync."""
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        hwm = self._covered_seq
+        mark = self._covered_seq
+        self.ledger.sync()
+        self._durable_seq = max(self._durable_seq, mark)
+        return mark
+
+    def snapshot_shard(self, i: int) -> None:
+        """Write shard ``i`` atomically, marked with what the last :meth:`sync` made
+        durable. Safe to run in a thread while one other thread admits URLs: the
+        mark is read before the bits are copied, and every row at or below it
+        already has its bits set."""
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        hwm = self._durable_seq
         write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
                        shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
 
     def snapshot(self) -> None:
+        """Sync the ledger, then write every shard."""
+        self.sync()
         for i in range(self.nshards):
             self.snapshot_shard(i)
 

@@ -46,8 +46,6 @@ One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
 import os
 import sqlite3
@@ -56,7 +54,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -70,7 +67,6 @@ from dedup.journal.format import (
     FP,
     NOTES_SCHEMA,
     NOTES_TABLES,
-    ROW_COLUMNS,
     SCHEMA,
     Batch,
     JournalRow,
@@ -82,8 +78,8 @@ from dedup.journal.format import (
     with_crc,
 )
 from dedup.journal.queue import QueueTable, select_in
+from dedup.journal.verify import verify_ledger
 from dedup.journal.walcheck import check_wal
-from dedup.native import compiled
 
 # Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
 # pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
@@ -96,15 +92,6 @@ JOURNAL_SIZE_LIMIT = 8 << 20
 
 _NOTES_KEPT = 32_768  # runs note_of answers from RAM (~4 MB)
 _DONE = tuple(s for s in State if s is not State.QUEUED)
-
-
-@functools.cache
-def _same_sqlite(rowcrc: ModuleType) -> bool:
-    """Whether the compiled checksum pass links the SQLite library the sqlite3 module
-    uses: it opens its own connection, and two copies of SQLite in one process do
-    not see each other's locks."""
-    module = getattr(importlib.import_module("_sqlite3"), "__file__", None)
-    return module is not None and rowcrc.same_sqlite(os.fsencode(module))
 
 
 def utf8_text(raw: bytes) -> str:
@@ -222,68 +209,13 @@ class Journal:
         return row[:-1]
 
     def verify(self) -> int:
-        """Read every row of every table once and check its checksum (and that SQLite
-        can read it at all); raise LedgerDamaged naming the first damaged row.
-        Returns the rows read. One sequential scan, O(ledger): a resume runs it
-        before its first fetch, so damage is reported before it costs anything.
-
-        A table goes through the compiled pass first (~7x faster, no Python object
-        a row: bench/README.md, "Ledger verify"); a table it does not confirm row by
-        row, and every table where it did not build, through the Python loop, which
-        names the damaged row or raises what SQLite or the sqlite3 module raised.
-
-        First SQLite's own structure check (``PRAGMA quick_check``, one sequential
-        pass, under a third of the rows' time): the pages no row scan reads, the
-        ``(host, id)`` index the frontier pages in by and the free-page list the next
-        insert takes from, which would otherwise fail only in the middle of a crawl."""
-        self._check_structure()
-        n = 0
-        for table in self._checked_tables:
-            sql = f"SELECT {', '.join(ROW_COLUMNS[table])}, {self._crc[table]} FROM {table}"
-            rows = self._scan_compiled(sql)
-            n += rows if rows is not None else self._verify_rows(table, sql)
-        return n + self._verify_rows("meta", "SELECT key, value FROM meta")
-
-    def _check_structure(self) -> None:
-        """Raise LedgerDamaged with SQLite's first complaint unless quick_check says ok."""
-        try:
-            found = self._db.execute("PRAGMA quick_check(1)").fetchone()
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError):
-                raise
-            raise LedgerDamaged(f"{self.path}: {exc}") from exc
-        if found is None or found[0] != "ok":
-            what = " ".join(str(found[0] if found else "no answer").split())
-            raise LedgerDamaged(f"{self.path}: SQLite's structure check: {what}")
-
-    def _scan_compiled(self, sql: str) -> int | None:
-        """The compiled pass's row count, None where it did not confirm every row or
-        cannot run: it opens the ledger on its own connection, which sees only what
-        is committed, so not while this one holds an open transaction."""
-        rowcrc = compiled.rowcrc  # looked up at each call, as the store's kernels are
-        if rowcrc is None or self._db.in_transaction or not _same_sqlite(rowcrc):
-            return None
-        # the file this connection has open (a relative path would follow the cwd)
-        file = next(r[2] for r in self._db.execute("PRAGMA database_list") if r[1] == "main")
-        return rowcrc.scan(os.fsencode(file), sql) if file else None
-
-    def _verify_rows(self, table: str, sql: str) -> int:
-        """The Python loop of ``verify`` over one table (``meta``: its JSON values)."""
-        n = 0
-        try:
-            cur = self._db.execute(sql)
-            while rows := cur.fetchmany(4096):
-                n += len(rows)
-                for row in rows:
-                    if table == "meta":
-                        self._json(*row)
-                    elif not crc_ok(row):
-                        raise self._damaged(table, row[0])
-        except (sqlite3.DatabaseError, ValueError) as exc:
-            if isinstance(exc, LedgerDamaged | sqlite3.OperationalError):
-                raise
-            raise LedgerDamaged(f"{self.path}: {exc}") from exc
-        return n
+        """Check the whole ledger once: SQLite's structure, then every row of every table
+        against its checksum (``dedup.journal.verify``); raise LedgerDamaged naming the
+        first damage. Returns the rows read. O(ledger): a resume runs it before its
+        first fetch, so damage is reported before it costs anything."""
+        return verify_ledger(self._db, self.path,
+                             {t: self._crc[t] for t in self._checked_tables},
+                             self._damaged, self._json)
 
     def _load_counters(self) -> None:
         stored = self.meta_get("counters") or {}

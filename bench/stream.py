@@ -49,10 +49,10 @@ from urllib.parse import urljoin
 from w3lib.url import canonicalize_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dedup.store.confirmed import ConfirmCache
 from run import emit
 
 from dedup import Canonicalizer, UrlSeen
-from dedup.store.confirmed import ConfirmCache
 
 HOSTS = 10
 SECTIONS = 8

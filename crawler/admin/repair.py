@@ -142,7 +142,7 @@ def _recover_frontier(seen: UrlSeen, pages: Path) -> int:
             return
         pairs = [p for p in canon.resolve_many(hrefs, base)
                  if p is not None and allows(host_of(p[0]))]
-        admitted += len(seen.admit_resolved(pairs, depth=depth + 1))
+        admitted += len(seen.admit_pages([(pairs, depth + 1)])[0])
 
     for url, target, depth in redirects:
         admit([target], url, depth)

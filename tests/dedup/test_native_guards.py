@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from dedup.native import compiled
-from dedup.store import confirmed
 from dedup.url.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
 
@@ -189,26 +188,6 @@ def test_table_put_raises_on_a_full_table_and_table_find_misses() -> None:
                                 "not 0", "returned 0", "[1] False"]
 
 
-def test_pages_that_fail_one_after_another_never_fill_the_batch_table() -> None:
-    """A caller that survives a failing page (the item list holds something that
-    is not a pair) goes on with its counts: each failure used to leave a
-    fingerprint in the batch table that the count did not hold, until the table
-    was full and the next pass spun."""
-    out = in_child("""
-        from dedup.store.confirmed import ConfirmCache, CacheMisses
-        cache, out = ConfirmCache(1000, 3), CacheMisses()
-        errors = 0
-        for p in range(5000):  # the batch table starts at 4,096 slots
-            try:
-                cache.count_hits([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
-            except TypeError:
-                errors += 1
-        rows = out.table.reshape(-1, 2)
-        print(errors, out.held, int(((rows[:, 0] | rows[:, 1]) != 0).sum()), len(out.keys))
-        """)
-    assert out == "5000 5000 5000 5000"
-
-
 # -- counts consistent after an error exit --------------------------------------------
 
 
@@ -250,22 +229,6 @@ def test_an_append_that_fails_adds_nothing() -> None:
               keys, values, out)
     assert not batch.any() and keys == values == [] and not out
     view.release()
-
-
-def test_the_python_side_checks_what_it_used_to_assert(monkeypatch: pytest.MonkeyPatch) -> None:
-    """confirmed._doubled and ConfirmCache._full check the compiled call's counts
-    with a raise, not an ``assert`` that ``python -O`` removes."""
-    class Short:
-        @staticmethod
-        def confirm_add(table, held, half, h, start):  # type: ignore[no-untyped-def]
-            return 0, 0
-
-        confirm_split = None
-
-    table = holding(["k"], 8)
-    monkeypatch.setattr(compiled, "lookup", Short)
-    with pytest.raises(RuntimeError, match="kept 0 of 1"):
-        confirmed._doubled(table)
 
 
 # -- buffers: dtype, layout, writability ----------------------------------------------

@@ -41,7 +41,7 @@ def test_frontier_outcomes_and_counts(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("store_impl")
 def test_meta_referrers_and_captures_survive_reopening(tmp_path: Path) -> None:
     with _open(tmp_path, autocommit=False) as seen:
-        new = seen.admit_resolved_pages([([("http://a.test/x", "http://a.test/x"),
+        new = seen.admit_pages([([("http://a.test/x", "http://a.test/x"),
                                            ("http://a.test/y", "http://a.test/y")], 1)])[0]
         seen.note_referrers([(new[0].seq, new[-1].seq, "http://a.test/")])
         seen.note_captures([("sha1:AB", "http://a.test/x", "2026-01-01T00:00:00Z")])

@@ -242,7 +242,7 @@ def test_admit_one_promises_seqs_and_keeps_urls(tmp_path):
         first = promised["http://h0.test/p/0?utm_source=x"]
         seen.record_outcomes([(first, State.FETCHED, 200, None)])
         # an admission that writes at once comes after the promised rows
-        (later,) = seen.admit_resolved([("http://z.test/", "http://z.test/")])
+        (later,) = seen.admit_pages([([("http://z.test/", "http://z.test/")], 0)])[0]
         assert later.seq > max(promised.values())
         assert seen.admit_one("http://z.test/", "http://z.test/") is None
         after = seen.admit_one("http://y.test/", "http://y.test/")

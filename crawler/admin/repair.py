@@ -86,7 +86,7 @@ def repair_state_dir(state_dir: Path) -> tuple[RepairReport, int]:
                               for r in _records(pages)))
         seen.commit()
         if len(before):
-            report.unaccounted = int((~seen.contains_hashes(before)).sum())
+            report.unaccounted = len(before) - len(seen.held_among(before.tobytes()))
         seen.snapshot()
     set_committed_pages(state_dir)
     return report, restored

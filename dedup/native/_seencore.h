@@ -19,6 +19,7 @@ collector's finalizer included): the state a pass keeps across one is its own,
 and a call into the core during one (other than view()) is refused. */
 #ifndef BLOOMCRAWL_SEENCORE_H
 #define BLOOMCRAWL_SEENCORE_H
+#include <sys/mman.h>
 
 #define CORE_WAYS 4
 #define CORE_FIRST_BUCKETS 1024
@@ -46,6 +47,8 @@ typedef struct {
     PyObject_HEAD
     uint32_t seed;
     uint64_t *cache;                  /* nb buckets of CORE_WAYS (hi, lo) slots */
+    void *cache_map;                  /* its mapping (core_table_alloc), or NULL */
+    size_t cache_len;
     Py_ssize_t nb, nb_max, cached;
     uint64_t *ptab, pmask;            /* the pending keys' table, at most half full */
     Py_ssize_t pheld, pn;             /* keys in it; pending keys to write */
@@ -116,11 +119,45 @@ static inline int core_hit(SeenCore *o, uint64_t hi, uint64_t lo) {
     return 0;
 }
 
+/* A zeroed table of `size` bytes. From 4 MB on it is its own mapping, aligned to
+   2 MB and asked for transparent huge pages: a lookup is a random line of a table
+   far larger than the TLB covers in 4 KB pages, and a page walk for each one cost
+   about as much as the line itself. *map and *len: what core_table_free unmaps
+   (NULL: the table is PyMem's). */
+#define CORE_HUGE ((size_t)2 << 20)
+static void *core_table_alloc(size_t size, void **map, size_t *len) {
+    *map = NULL;
+    *len = 0;
+#if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+    if (size >= 2 * CORE_HUGE) {
+        size_t want = size + CORE_HUGE;
+        char *m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED) {
+            char *at = (char *)(((uintptr_t)m + CORE_HUGE - 1) & ~(uintptr_t)(CORE_HUGE - 1));
+            madvise(at, size, MADV_HUGEPAGE);  /* a hint: without it, small pages */
+            *map = m;
+            *len = want;
+            return at;
+        }
+    }
+#endif
+    return PyMem_Calloc(size, 1);
+}
+
+static void core_table_free(void *t, void *map, size_t len) {
+    if (map) munmap(map, len);
+    else PyMem_Free(t);
+}
+
 static int core_cache_alloc(SeenCore *o, Py_ssize_t nb) {
-    uint64_t *t = nb ? PyMem_Calloc((size_t)nb * CORE_WAYS, 16) : NULL;
+    void *map = NULL;
+    size_t len = 0;
+    uint64_t *t = nb ? core_table_alloc((size_t)nb * CORE_WAYS * 16, &map, &len) : NULL;
     if (nb && !t) { PyErr_NoMemory(); return -1; }
-    PyMem_Free(o->cache);
+    core_table_free(o->cache, o->cache_map, o->cache_len);
     o->cache = t;
+    o->cache_map = map;
+    o->cache_len = len;
     o->nb = nb;
     o->cached = 0;
     return 0;
@@ -130,10 +167,15 @@ static int core_cache_alloc(SeenCore *o, Py_ssize_t nb) {
 static int core_grow(SeenCore *o) {
     Py_ssize_t nb = o->nb, nn = 2 * nb < o->nb_max ? 2 * nb : o->nb_max;
     uint64_t *old = o->cache;
+    void *old_map = o->cache_map;
+    size_t old_len = o->cache_len;
     o->cache = NULL;
+    o->cache_map = NULL;
     o->nb = 0;
     if (core_cache_alloc(o, nn) < 0) {
         o->cache = old;
+        o->cache_map = old_map;
+        o->cache_len = old_len;
         o->nb = nb;
         return -1;
     }
@@ -151,7 +193,7 @@ static int core_grow(SeenCore *o) {
             }
     }
     o->cached = held;
-    PyMem_Free(old);
+    core_table_free(old, old_map, old_len);
     return 0;
 }
 
@@ -996,7 +1038,7 @@ static void core_dealloc(SeenCore *o) {
     for (Py_ssize_t i = 0; i < o->nbatch; i++) PyMem_Free(o->batches[i].buf);
     PyMem_Free(o->batches);
     PyMem_Free(o->hbuf);
-    PyMem_Free(o->cache);
+    core_table_free(o->cache, o->cache_map, o->cache_len);
     PyMem_Free(o->ptab);
     PyMem_Free(o->met);
     PyMem_Free(o->miss);

@@ -169,6 +169,38 @@ def test_a_call_from_a_callback_is_refused() -> None:
         core.add("http://a.test/")
 
 
+@needs_compiled
+def test_the_compiled_core_checks_its_arguments() -> None:
+    store = Store()
+    cls = compiled.canon.SeenCore  # type: ignore[union-attr]
+    kw = {"cache_bytes": 0, "pending_keys": 1, "pending_seconds": 0.0,
+          "fast_page": store.canon.fast_page, "resolve": store.canon.resolve_many,
+          "probe": store.probe, "lookup": store.lookup, "write": store.write}
+    for bad in ({"cache_bytes": -1}, {"pending_keys": 0}, {"pending_seconds": -1.0},
+                {"pending_seconds": float("nan")}):
+        with pytest.raises(ValueError):
+            cls(SEED, **{**kw, **bad})
+    with pytest.raises(ValueError, match="seed"):
+        cls(-1, **kw)
+    with pytest.raises(TypeError, match="write must be given"):
+        cls(SEED, **{**kw, "write": None})
+    core = cls(SEED, **kw)
+    with pytest.raises(TypeError, match="tuple"):
+        core.page(["http://a.test/"], None, 0)
+    with pytest.raises(TypeError, match="depth"):
+        core.page(("http://a.test/",), None, 1.5)
+    with pytest.raises(ValueError, match="mode"):
+        core.pairs([("u", "k")], 0, 7)
+    with pytest.raises(TypeError, match="str key"):
+        core.pairs([("u", 7)], 0, KEEP)
+    words = np.zeros(4, np.uint64)
+    with pytest.raises(ValueError, match="geometry"):
+        core.view(1, ((words, 4, 10**6, 3, 0),), np.ones(1, np.intp))  # m past the words
+    with pytest.raises(TypeError, match="uint64"):
+        core.view(1, ((words.astype(np.float64), 4, 256, 3, 0),), np.ones(1, np.intp))
+    assert core.counts()["links"] == 0 and core.pending == 0
+
+
 # -- two UrlSeen, one on each core ----------------------------------------------------
 
 

@@ -187,6 +187,8 @@ class UrlSeen(CrawlRecords):
             resolve=canon.resolve_many, probe=self._probe, lookup=self._lookup,
             write=self._write_pending)
         canon.count_compiled_by(self._fold_compiled)
+        if not self.readonly:  # a call a URL with no Python frame of ours (add's docstring)
+            self.__dict__["add"] = self._core.add
         self._covered_seq, self.damaged_shards = load_shards(
             self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
         self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
@@ -250,7 +252,11 @@ class UrlSeen(CrawlRecords):
         record it, as a set's add that says whether it added: :meth:`filter_new` of
         one link, for a caller that meets URLs one at a time (a dupefilter's
         request), with the same crash contract. A link the canonicalizer rejects
-        (``mailto:``, an unparsable URL) is never new: False, counted as rejected."""
+        (``mailto:``, an unparsable URL) is never new: False, counted as rejected.
+
+        On a writable store this is the core's ``add`` itself, set on the instance
+        when it opens: a call a URL then runs no Python of this class (this method
+        remains for a read-only store, which refuses a new URL)."""
         new = self._core.add(url, base_url, depth=depth)
         if new and self.readonly:
             self._refuse()

@@ -21,8 +21,11 @@ each: a lookup reads one line, and a hit moves its key to the front of its bucke
 so the bucket's last key is the least recently used and the one replaced. Its
 memory is a budget (``cache_bytes``): it starts at 1,024 buckets and doubles as it
 fills (past 3/4 of its slots) up to the budget, so a small crawl does not pay for
-the full size. Bucket of a key: ``((lo >> 32) * buckets) >> 32`` (a doubling splits
-each bucket in two).
+the full size. (Growing past half its slots lost fewer keys to full buckets on the
+way, but the old and new tables side by side then met an index merge and the peak
+RSS at 10M's scale rose by 12 MB: bench/README.md, "Where the time goes".)
+Bucket of a key: ``((lo >> 32) * buckets) >> 32`` (a doubling splits each bucket
+in two).
 
 The flush rule: the pending keys are written (``write``) when there are
 ``pending_keys`` of them or the oldest has waited ``pending_seconds``, checked at

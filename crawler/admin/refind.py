@@ -113,7 +113,7 @@ class _Admitter:
         pairs = [p for p in self.seen.canonicalizer.resolve_many(hrefs, base)
                  if p is not None and self.allows(host_of(p[0]))
                  and (self.url_ok is None or self.url_ok(p[1]))]
-        new = self.seen.admit_resolved(self.lost.wanted(pairs), depth=depth + 1)
+        (new,) = self.seen.admit_pages([(self.lost.wanted(pairs), depth + 1)])
         if new:
             self.seen.note_referrers([(new[0].seq, new[-1].seq, source)])
         return len(new)

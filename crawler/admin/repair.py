@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from crawler.admin.refind import Refound, records, refind
 from crawler.config.scope import Scope
 from crawler.config.settings import settings_from_dict
@@ -85,7 +87,11 @@ def repair_state_dir(state_dir: Path, *, refetch: int | None = None) -> Repaired
         for url, depth in report.orphans:  # queued, their admission unreadable
             seen.admit([url], depth=depth)
         if report.damage.journal:
-            lost = before[~seen.contains_hashes(before)] if len(before) else None
+            lost = None
+            if len(before):
+                unheld = np.ones(len(before), dtype=bool)
+                unheld[seen.held_among(before.tobytes())] = False
+                lost = before[unheld]
             frozen, scope = seen.meta_get(CONFIG_KEY), seen.meta_get(SCOPE_KEY)
             if frozen is None or scope is None:
                 done.config_lost = True
@@ -98,7 +104,7 @@ def repair_state_dir(state_dir: Path, *, refetch: int | None = None) -> Repaired
                               for r in records(pages)))
         seen.commit()
         if len(before):
-            report.unaccounted = int((~seen.contains_hashes(before)).sum())
+            report.unaccounted = len(before) - len(seen.held_among(before.tobytes()))
         seen.snapshot()
     set_committed_pages(state_dir)
     return done

@@ -382,7 +382,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                 meta[SEQS_META] = (*meta.get(SEQS_META, ()), seq)
             self._tick(seq is not None)
             return seq is not None
-        got = bool(seen.admit_resolved([(request.url, key)], state=State.FETCHED))
+        got = bool(seen.admit_pages([([(request.url, key)], 0)], state=State.FETCHED)[0])
         self._tick(got)
         return got
 

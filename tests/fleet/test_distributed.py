@@ -142,7 +142,7 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
     with UrlSeen(tmp_path / "reference", crawl_id=CRAWL_ID, capacity=g.capacity,
                  error_rate=g.error_rate, shards=g.shards, seed=g.seed, growth=g.growth) as ref:
         keys = sorted(want.fetched | want.robots_blocked)
-        assert len(ref.admit_resolved([(k, k) for k in keys])) == len(keys)
+        assert len(ref.admit_pages([([(k, k) for k in keys], 0)])[0]) == len(keys)
         ref.snapshot()
     for i in range(g.shards):
         merged, header = read_snapshot(ShardedBloom.shard_path(out, i))

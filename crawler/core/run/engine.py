@@ -3,7 +3,7 @@
 Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
 HTML page's links, resolved in one batch, filtered by scope, depth and the
 per-host cap -> the group commit, where the pages of a group go through
-``UrlSeen.admit_resolved_pages`` together (one call per group) -> frontier.
+``UrlSeen.admit_pages`` together (one call per group) -> frontier.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
 holds for each URL are ``crawler.core.durability.commit``'s; snapshots

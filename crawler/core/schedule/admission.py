@@ -96,7 +96,7 @@ class Admission:
         links past its cap on two pages of one group are both recorded (skipped)
         where page by page the second would not be asked about: neither is fetched.
         """
-        per_page = self.seen.admit_resolved_pages(pages)
+        per_page = self.seen.admit_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
             self.seen.note_referrers(

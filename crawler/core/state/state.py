@@ -141,7 +141,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
                 seen.meta_set(FLEET_KEY, meta)
             if hooks:
                 seen.meta_set(HOOKS_KEY, hooks)
-            admitted = seen.admit_resolved(seeds, depth=0)
+            admitted = seen.admit_pages([(seeds, 0)])[0]
             if settings.crawl.max_pages_per_host:
                 write_json_atomic(tmp / HOST_COUNTS_FILE,
                                   dict(Counter(n.host for n in admitted)))
@@ -152,8 +152,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
         finally:
             seen.close()
     seen = _open_seen(state_dir, settings, create=False)
-    for k, v in counters.items():  # one session: the seeds count in this run's figures
-        seen.counters[k] = seen.counters.get(k, 0) + v
+    seen.carry_counts(counters)  # one session: the seeds count in this run's figures
     return seen, scope, problems
 
 
@@ -172,7 +171,7 @@ def readmit_seeds(seen: UrlSeen, settings: Settings, scope: Scope, seeds_file: S
             problems.append(f"seed {url!r}: out of the crawl's scope (its hosts were frozen "
                             "when it started)")
     before = {k: seen.counters.get(k, 0) for k in COUNTER_KEYS}
-    admitted = seen.admit_resolved(keep, depth=0)
+    admitted = seen.admit_pages([(keep, 0)])[0]
     totals = seen.meta_get(TOTALS_KEY) or {}
     seen.meta_set(TOTALS_KEY, {k: int(totals.get(k, 0)) + seen.counters.get(k, 0) - before[k]
                                for k in COUNTER_KEYS})

@@ -39,6 +39,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from crawler.config.ipliteral import ip_literal
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.settings import FetchSettings
 from crawler.net.body import Body
@@ -522,7 +523,7 @@ class Fetcher:
         literal IP was checked before; a name found public is trusted for
         ``dns_cache_ttl``, like a direct connection's DNS answer."""
         host = url.raw_host or ""
-        if _is_literal(host):  # refused before the request if not public
+        if ip_literal(host) is not None:  # refused before the request if not public
             return
         loop = asyncio.get_running_loop()
         if self._checked.get(host, 0.0) > loop.time():
@@ -663,14 +664,6 @@ def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None, *,
         response_headers=[(k.decode("latin-1"), v.decode("latin-1"))
                           for k, v in resp.raw_headers],
         ip=None if proxied else peer)
-
-
-def _is_literal(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.strip("[]"))
-    except OSError:
-        return False
-    return True
 
 
 def decode_text(body: bytes, charset: str | None) -> str:

@@ -41,6 +41,8 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from crawler.config.ipliteral import ip_literal
+
 __all__ = ["ACCEPT_ENCODING", "Pool", "Response"]
 
 # What aiohttp sends unless told otherwise: the encodings its installed decoders handle.
@@ -603,8 +605,9 @@ class Pool:
 
     async def _resolve(self, key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> list[Any]:
         host, port = key
-        if _is_ip(host):
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        ip = ip_literal(host)
+        if ip is not None:
+            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
             return [{"host": host, "port": port, "family": family, "proto": 0, "flags": 0}]
         hit = self._dns.get(key)
         now = loop.time()
@@ -628,11 +631,3 @@ class Pool:
 
 def _conn_key(key: tuple[str, int]) -> ConnectionKey:
     return ConnectionKey(key[0], key[1], False, True, None, None, None, None)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
-    except OSError:
-        return False
-    return True

@@ -165,6 +165,10 @@ def _env_proxies() -> dict[str, str]:
     return {k: v for k, v in env.items() if k in ("http", "https", "no") and v}
 
 
+# A host whose last label is a number is an IPv4 address to the WHATWG URL standard
+_NUMBER_END = re.compile(r"(?:^|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?$")
+
+
 def _request_url(url: str) -> URL | str:
     """A yarl URL that aiohttp sends byte-for-byte, or a refusal reason string.
 
@@ -174,9 +178,15 @@ def _request_url(url: str) -> URL | str:
     """
     try:
         parsed = URL(url, encoded=url.isascii())
+        # yarl parses the authority lazily: a port past 65535 raises here
+        host = parsed.raw_host
+        if parsed.scheme not in ("http", "https") or not host:
+            return "invalid url"
+        if _NUMBER_END.search(host) and ip_literal(host) is None:
+            # an IPv4 address in another spelling (2130706433, 0x7f.1, 127.1) means
+            # what a browser makes of it; aiohttp would refuse it, a resolver take it
+            parsed = parsed.with_host(ada_url.URL(f"http://{host}/").hostname)
     except (ValueError, TypeError):
-        return "invalid url"
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
         return "invalid url"
     return parsed
 
@@ -610,12 +620,15 @@ class Fetcher:
 async def _stream(resp: aiohttp.ClientResponse | Response, body: Body, hop: _Hop,
                   limit: int) -> bool:
     """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
-    (the connection dropped instead of draining the rest, however much more comes)."""
+    (the connection dropped instead of draining the rest, however much more comes).
+
+    A cut body has ``nbytes`` = ``limit + 1`` whichever client read it and however
+    the bytes arrived: the last read asks for one byte past the limit, no more."""
     read = resp.content.read  # not iter_chunked: one coroutine less a chunk
-    while chunk := await read(_CHUNK):
+    while chunk := await read(min(_CHUNK, limit + 1 - hop.nbytes)):
         hop.nbytes += len(chunk)
         if hop.nbytes > limit:
-            body.write(chunk[:len(chunk) - (hop.nbytes - limit)])
+            body.write(chunk[:-1])
             resp.close()
             return True
         body.write(chunk)

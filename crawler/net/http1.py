@@ -582,6 +582,8 @@ class Pool:
         try:
             async with asyncio.timeout_at(deadline):
                 infos = await self._resolve(key, loop)
+        except TimeoutError:
+            raise  # a lookup that did not answer in time: a timeout, as with aiohttp
         except OSError as e:
             raise ClientConnectorDNSError(_conn_key(key), e) from e
         last: OSError | None = None

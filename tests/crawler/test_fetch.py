@@ -413,6 +413,16 @@ async def test_an_unknown_name_is_a_dns_error_not_retried(client: str, srv: Faul
     assert hosts.lookups == ["nowhere.test"] and srv.log.count() == 0
 
 
+async def test_a_hanging_dns_lookup_is_a_timeout_and_retried(client: str) -> None:
+    # a lookup that does not answer is as transient as a server that does not
+    hosts = HostMap({"slow.test": "127.0.0.1"}, delay=30.0)
+    settings = replace(FAST, client=client, total_timeout=0.5, retries=1)
+    async with Fetcher(settings, resolver=hosts) as f:
+        r = await f.fetch("http://slow.test:9/html")
+    assert (r.status, r.error, r.retryable, r.attempts) == (None, "timeout", True, 1)
+    assert r.elapsed < 3.0
+
+
 async def test_dns_cannot_steer_into_private_network(client: str, srv: FaultServer) -> None:
     port = srv.base.rsplit(":", 1)[1]
     hosts = HostMap({"innocent.test": "127.0.0.1"})

@@ -52,7 +52,7 @@ from crawler.net.headers import (
 )
 from crawler.net.http1 import Pool, Response
 from crawler.net.netguard import GuardedResolver, PrivateAddressError, check_literal_host
-from crawler.net.outcome import FetchResult, classify_error
+from crawler.net.outcome import BadResponse, FetchResult, classify_error
 
 __all__ = ["Fetcher", "TextFetch", "check_env_proxies", "decode_text"]
 
@@ -227,7 +227,8 @@ class _Hop:
 
 
 # What a hop's exchange can raise that is the server's or the network's doing.
-_FAILURES = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
+_FAILURES = (aiohttp.ClientError, HttpProcessingError, BadResponse, OSError, TimeoutError,
+             ValueError)
 
 
 def _failed(hop: _Hop, e: BaseException) -> None:

@@ -226,6 +226,31 @@ class _Hop:
         self.headers: Mapping[str, str] | None = None
 
 
+class _Unretried(aiohttp.ClientConnectionError):
+    """A reset or disconnect on its way past aiohttp's hidden re-send (``_sent_once``);
+    ``failure`` is what was raised."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+async def _sent_once(req: aiohttp.ClientRequest,
+                     handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """A client middleware that makes every request aiohttp sends one that the fetch
+    counts: aiohttp re-sends an idempotent request once, unseen, after a reset or a
+    disconnect (RFC 9112 9.3.1; no public switch turns that off), but only for a
+    ``ClientOSError`` or ``ServerDisconnectedError`` out of the middlewares. Wrapped,
+    it is not retried, and ``_failed`` unwraps it. Every attempt then counts against
+    the URL's budget ([crawl] max_retries), as with the lean client."""
+    try:
+        return await handler(req)
+    except aiohttp.ClientConnectorError:
+        raise  # never re-sent by aiohttp: a connect failure
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
+        raise _Unretried(e) from e
+
+
 # What a hop's exchange can raise that is the server's or the network's doing.
 _FAILURES = (aiohttp.ClientError, HttpProcessingError, BadResponse, OSError, TimeoutError,
              ValueError)
@@ -234,7 +259,7 @@ _FAILURES = (aiohttp.ClientError, HttpProcessingError, BadResponse, OSError, Tim
 def _failed(hop: _Hop, e: BaseException) -> None:
     """Record why a hop failed, and drop what it had read: a broken transfer is
     neither parsed nor archived."""
-    failure = classify_error(e)
+    failure = classify_error(e.failure if isinstance(e, _Unretried) else e)
     hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                               failure.interrupted)
     hop.body = hop.digest = None
@@ -347,13 +372,8 @@ class Fetcher:
                 # cookies of IP-address hosts too (they are crawl targets like names).
                 cookie_jar=aiohttp.CookieJar(unsafe=True) if s.cookies
                 else aiohttp.DummyCookieJar(),
+                middlewares=(_sent_once,),
             )
-            # aiohttp re-sends an idempotent request once, unseen, after a reset or a
-            # disconnect (its own TestClient turns that off the same way; there is
-            # no public switch). Off here: every request a server sees is one that
-            # ``attempts`` counts against the URL's budget ([crawl] max_retries).
-            if hasattr(self._session, "_retry_connection"):
-                self._session._retry_connection = False
         return self._session
 
     def _backoff(self, attempt: int) -> float:

@@ -43,7 +43,7 @@ from crawler.config.ipliteral import ip_literal
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.settings import FetchSettings
 from crawler.net.body import Body
-from crawler.net.exchange import Exchange
+from crawler.net.exchange import Exchange, exchange_of
 from crawler.net.headers import (
     content_length,
     looks_like_html,
@@ -517,7 +517,8 @@ class Fetcher:
             async with session.get(url, allow_redirects=False, timeout=timeout,
                                    **_proxy_args(proxy, url)) as resp:
                 if self.record:
-                    hop.exchange = _exchange(resp, started, peer[0], proxied=proxy is not None)
+                    hop.exchange = exchange_of(resp, started=started, ip=peer[0],
+                                               proxied=proxy is not None)
                 await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except _FAILURES as e:
             _failed(hop, e)
@@ -534,12 +535,7 @@ class Fetcher:
         try:
             resp = await pool.get(url, asyncio.get_running_loop().time() + max(budget, 0.001))
             if self.record:
-                v = resp.version
-                hop.exchange = Exchange(
-                    url=str(url), started=started, method="GET",
-                    target=url.raw_path_qs or "/", request_headers=pool.sent_headers(url),
-                    version=f"HTTP/{v[0]}.{v[1]}", status=resp.status, reason=resp.reason,
-                    response_headers=resp.raw_headers(), ip=resp.peer)
+                hop.exchange = exchange_of(resp, started=started, ip=resp.peer)
             await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except _FAILURES as e:
             _failed(hop, e)
@@ -673,31 +669,6 @@ async def _discard(resp: aiohttp.ClientResponse | Response, length: int | None, 
     if hop.exchange is not None and length != 0:
         hop.exchange.truncated = "length"
     resp.close()
-
-
-def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None, *,
-              proxied: bool = False) -> Exchange:
-    """What was sent and what came back, headers as on the wire (aiohttp's
-    ``request_info.headers`` are the ones ``send`` wrote).
-
-    Through a proxy (``proxied``) the connection's address is the proxy's, so there
-    is no WARC-IP-Address; an http target is sent in absolute form (aiohttp writes
-    the whole URL on the request line, RFC 9112 3.2.2), an https one in origin form
-    inside the CONNECT tunnel; the proxy's credentials stay out of the archive."""
-    info = resp.request_info
-    v = resp.version
-    version = f"HTTP/{v.major}.{v.minor}" if v is not None else "HTTP/1.1"
-    absolute = proxied and info.url.scheme == "http"
-    target = str(info.url) if absolute else info.url.raw_path_qs or "/"
-    headers = [(k, val) for k, val in info.headers.items()
-               if not (proxied and k.lower() == "proxy-authorization")]
-    return Exchange(
-        url=str(resp.url), started=started, method=info.method,
-        target=target, request_headers=headers,
-        version=version, status=resp.status, reason=resp.reason or "",
-        response_headers=[(k.decode("latin-1"), v.decode("latin-1"))
-                          for k, v in resp.raw_headers],
-        ip=None if proxied else peer)
 
 
 def decode_text(body: bytes, charset: str | None) -> str:

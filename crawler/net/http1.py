@@ -28,7 +28,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import ClientPayloadError, ServerDisconnectedError, hdrs
 from aiohttp.abc import AbstractResolver
@@ -39,7 +39,7 @@ from crawler.config.ipliteral import ip_literal
 from crawler.net.contentcoding import ACCEPT_ENCODING, DecodeError, Decoder, decoder_for
 from crawler.net.outcome import BadResponse, ConnectError, ResolveError
 
-__all__ = ["Pool", "Response"]
+__all__ = ["Pool", "Response", "Sent"]
 
 _MAX_LINE = 8190  # aiohttp's max_line_size and max_field_size
 _MAX_HEADERS = 128  # aiohttp's max_headers for a response
@@ -125,19 +125,31 @@ def _expire(fut: asyncio.Future[None]) -> None:
         fut.set_exception(TimeoutError())
 
 
+class Sent(NamedTuple):
+    """A request as sent (the fields of aiohttp's ``RequestInfo`` the WARC reads)."""
+
+    url: URL
+    method: str
+    headers: CIMultiDictProxy[str]
+
+
 class Response:
     """A response whose headers have arrived; the body is pulled with ``read``.
 
     Duck-types the part of ``aiohttp.ClientResponse`` the fetch uses: ``status``,
-    ``headers``, ``read()``, ``content.read(n)`` and ``close()``."""
+    ``headers``, ``read()``, ``content.read(n)`` and ``close()``, and for the WARC
+    (``crawler.net.exchange.exchange_of``) ``url``, ``version``, ``reason``,
+    ``raw_headers`` and ``request_info``."""
 
     __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_framing",
                  "_head_bytes", "_mode", "_pool", "_read_timeout", "_remaining", "_reuse",
-                 "_spill", "content", "deadline", "headers", "peer", "reason", "status",
+                 "_spill", "content", "deadline", "headers", "peer", "reason", "status", "url",
                  "version")
 
-    def __init__(self, pool: Pool, conn: _Conn, deadline: float, read_timeout: float) -> None:
+    def __init__(self, pool: Pool, conn: _Conn, url: URL, deadline: float,
+                 read_timeout: float) -> None:
         self._pool = pool
+        self.url = url
         self._conn: _Conn | None = conn
         self.deadline = deadline
         self._read_timeout = read_timeout
@@ -199,13 +211,20 @@ class Response:
             start = max(0, len(buf) - 3)
             await conn.wait(self.deadline, self._read_timeout)
 
-    def raw_headers(self) -> list[tuple[str, str]]:
-        """The response's header fields in order, as received (latin-1), for the WARC."""
+    @property
+    def raw_headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The response's header fields in order, as received, as aiohttp gives them."""
         out = []
         for line in self._head_bytes.split(b"\n")[1:]:
-            name, _, value = line.decode("latin-1").partition(":")
-            out.append((name, value.strip(" \t\r")))
-        return out
+            name, _, value = line.partition(b":")
+            out.append((name, value.strip(b" \t\r")))
+        return tuple(out)
+
+    @property
+    def request_info(self) -> Sent:
+        """The request as sent, as aiohttp's ``request_info`` gives it."""
+        headers = CIMultiDictProxy(CIMultiDict(self._pool.sent_headers(self.url)))
+        return Sent(self.url, "GET", headers)
 
     def _parse(self, head: bytes) -> None:
         self._head_bytes = head
@@ -474,7 +493,7 @@ class Pool:
         except BaseException:
             self._give_back()
             raise
-        resp = Response(self, conn, deadline, self._read_timeout)
+        resp = Response(self, conn, url, deadline, self._read_timeout)
         try:
             assert conn.transport is not None
             conn.transport.write(request)

@@ -10,6 +10,7 @@ layer, because the scope is there and the others are above it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 __all__ = ["IPAddress", "ip_literal"]
@@ -17,13 +18,15 @@ __all__ = ["IPAddress", "ip_literal"]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+@functools.lru_cache(maxsize=4096)
 def ip_literal(host: str) -> IPAddress | None:
     """The address ``host`` spells when it is an IP literal, else None.
 
     Accepts ``10.0.0.1``, ``::1`` and the bracketed ``[::1]`` of a URL's authority,
     an IPv6 zone (``fe80::1%eth0``) included; everything else (names, ports,
     ``0x7f.1``, ``1.2.3``, a leading zero) is not one: a resolver decides those.
-    Called on every fetch, hence the test that keeps names off the exception path."""
+    Called on every fetch, twice for a literal (the URL, the guard): the answers
+    are cached per host, and a name is kept off the exception path."""
     if host[:1] == "[" and host[-1:] == "]":
         host = host[1:-1]
     elif ":" not in host and not host[-1:].isdigit():

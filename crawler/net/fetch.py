@@ -167,6 +167,7 @@ def _env_proxies() -> dict[str, str]:
 
 # A host whose last label is a number is an IPv4 address to the WHATWG URL standard
 _NUMBER_END = re.compile(r"(?:^|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?$")
+_HEX_END = frozenset("0123456789abcdefABCDEFxX.")  # what such a host can end in
 
 
 def _request_url(url: str) -> URL | str:
@@ -182,7 +183,7 @@ def _request_url(url: str) -> URL | str:
         host = parsed.raw_host
         if parsed.scheme not in ("http", "https") or not host:
             return "invalid url"
-        if _NUMBER_END.search(host) and ip_literal(host) is None:
+        if host[-1] in _HEX_END and ip_literal(host) is None and _NUMBER_END.search(host):
             # an IPv4 address in another spelling (2130706433, 0x7f.1, 127.1) means
             # what a browser makes of it; aiohttp would refuse it, a resolver take it
             parsed = parsed.with_host(ada_url.URL(f"http://{host}/").hostname)

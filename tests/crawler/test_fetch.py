@@ -1,4 +1,6 @@
-"""Fetcher against a real misbehaving aiohttp server on 127.0.0.1 (tests/support/faultserver.py)."""
+"""Fetcher against a real misbehaving aiohttp server on 127.0.0.1 (tests/support/faultserver.py),
+every network test on both HTTP clients (the ``client`` fixture): what one does, the other
+must do too."""
 
 from __future__ import annotations
 

@@ -42,6 +42,10 @@ fetch is no pages.jsonl line). A tree from before that read each seed host's
 sitemaps by default and recorded its ``/sitemap.xml`` 404 as a line: such lines
 are counted apart (``sitemaps``, checked = one a host) and not in ``pages``.
 
+``--aiohttp`` also runs ours, and each ``--against`` tree, with ``[fetch] client =
+"aiohttp"`` (a ``--config`` file), as "ours+aiohttp" and "against+aiohttp": the
+lean client (the default) and aiohttp side by side.
+
 ``--against TREE`` also runs ours from another checkout (``python -m crawler`` with
 TREE as the working directory, e.g. a ``git worktree`` of main with its compiled
 extensions copied in) as crawler "against", interleaved with the others:
@@ -594,6 +598,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         for v in args.variant:
             vname, _, vargs = v.partition("=")
             variants[vname] = (vargs.split(), ROOT)
+        if args.aiohttp:  # each tree again with every request through aiohttp
+            conf = tmp / "client-aiohttp.toml"
+            conf.write_text('[fetch]\nclient = "aiohttp"\n')
+            for vname, (vargs, tree) in list(variants.items()):
+                if not vargs:
+                    variants[f"{vname}+aiohttp"] = (["--config", str(conf)], tree)
         names = ([] if args.no_bare else ["bare"]) + list(variants)
         if args.ui:  # next to ours: the pair's order flips with the rest
             names.insert(names.index("ours") + 1, "ours+ui")
@@ -708,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run ours with these extra crawl arguments")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare loop")
+    ap.add_argument("--aiohttp", action="store_true",
+                    help='also run ours (and each --against tree) with [fetch] client = '
+                    '"aiohttp", named NAME+aiohttp: both HTTP clients side by side')
     ap.add_argument("--ui", action="store_true",
                     help="also run ours with --ui and a client polling /api/stats every "
                     "second, each repetition")

@@ -141,7 +141,7 @@ class FetchSettings:
     headers: tuple[str, ...] = ()  # extra request headers, "Name: value" each
     cookies: bool = False  # keep cookies the servers set and send them back (per host)
     proxy: str = ""  # http(s)://[user:pass@]host:port; empty: HTTP(S)_PROXY from the env
-    # "fast": plain http:// GETs (direct, no cookies, no WARC) go through crawler.net.http1;
+    # "fast": plain http:// GETs (direct, no cookies) go through crawler.net.http1, WARC too;
     # "aiohttp": every request through aiohttp
     client: str = "fast"
 

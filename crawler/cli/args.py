@@ -22,6 +22,7 @@ __all__ = [
     "UsageError",
     "add_crawl_options",
     "add_hook_options",
+    "add_quiet_option",
     "add_seeded_command",
     "crawl_id",
     "crawl_options",
@@ -30,6 +31,7 @@ __all__ = [
     "err",
     "int_at_least",
     "resume_flags",
+    "resume_help",
     "warn",
     "worker_flags",
 ]
@@ -180,7 +182,9 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                      help="minimum seconds between fetch starts per host (default: "
                      f"{_D.politeness.delay:g})")),
     ("--allow-private", dict(action="store_true",
-                             help="allow private, loopback and link-local addresses")),
+                             help="also fetch private, loopback and link-local addresses "
+                             "(127.0.0.1, localhost, 10.x, 192.168.x: a local test site needs "
+                             "it; default: refused, recorded as failed)")),
     ("--user-agent", dict(type=user_agent, metavar="UA",
                           help="the User-Agent header; robots.txt groups are matched against "
                           "its product token, the part before the first '/' or space (after "
@@ -202,8 +206,10 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                            help="links are taken from the first BYTES of a page; the whole "
                            "body still goes to the WARC and the digest "
                            f"(default: {_D.fetch.parse_limit})")),
-    ("--warc", dict(metavar="FILE", help="also write every fetch (request, response, "
-                    "revisit records) to WARC files FILE-less-.warc[.gz]-NNNNN.warc[.gz] "
+    ("--warc", dict(metavar="FILE", help="also write every fetch (request, response and "
+                    "revisit records) to numbered WARC files named after FILE: "
+                    "out/crawl.warc.gz writes out/crawl-00000.warc.gz, "
+                    "out/crawl-00001.warc.gz and so on, gzipped when FILE ends in .gz "
                     "(default: none)")),
     ("--warc-max-size", dict(type=int_at_least(0), metavar="BYTES",
                              help="start a new WARC file before one would pass this size "
@@ -230,6 +236,12 @@ _REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is re
 FROZEN_WHY = {"--user-agent": _REQUEST_WHY, "--header": _REQUEST_WHY, "--cookies": _REQUEST_WHY}
 
 
+def add_quiet_option(p: argparse.ArgumentParser) -> None:
+    """``--quiet`` (``crawl``, ``resume``, ``fleet``)."""
+    p.add_argument("--quiet", action="store_true",
+                   help="no status line, no summary (default: both, on stderr)")
+
+
 def add_crawl_options(p: argparse.ArgumentParser) -> None:
     for flag, kwargs in CRAWL_OPTIONS:
         p.add_argument(flag, **kwargs)
@@ -239,7 +251,17 @@ def add_resume_options(p: Any) -> None:
     """The crawl options ``resume`` accepts: limits and politeness (see RESUME_FLAGS)."""
     for flag, kwargs in CRAWL_OPTIONS:
         if flag in RESUME_FLAGS:
-            p.add_argument(flag, **kwargs)
+            p.add_argument(flag, **{**kwargs, "help": resume_help(kwargs["help"])})
+
+
+def resume_help(text: str) -> str:
+    """A crawl option's help as ``resume`` shows it: by default the crawl keeps its value,
+    and the value a new crawl gets is shown beside it ("default: the crawl's value; for a
+    new crawl: 20")."""
+    head, sep, tail = text.rpartition("default: ")
+    if not sep:
+        return text + " (default: the crawl's value)"
+    return f"{head}default: the crawl's value; for a new crawl: {tail}"
 
 
 def resume_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
-from crawler.config.settings import Settings
+from crawler.config.settings import Settings, did_you_mean
 from dedup import CRAWL_ID_BYTES
 
 __all__ = [
@@ -46,6 +46,26 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, with the nearest known flag named for an unknown one
+        ("--concurency: did you mean '--concurrency'?")."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command(getattr(parsed, "command", None))
+            flags = [o for a in command._actions for o in a.option_strings]
+            hints = [f"{x}: {hint}" for x in extras if x.startswith("--")
+                     if (hint := did_you_mean(x.partition("=")[0], flags))]
+            command.error(f"unrecognized arguments: {' '.join(extras)}"
+                          + "".join(f"; {h}" for h in hints))
+        return parsed
+
+    def _command(self, name: str | None) -> argparse.ArgumentParser:
+        """The parser of subcommand ``name`` (this one if none)."""
+        for action in self._actions:  # argparse offers no public walk of its tree
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                return action.choices[name]  # type: ignore[no-any-return]
+        return self
 
 
 def describe(command: Callable[..., int]) -> str:

@@ -185,7 +185,8 @@ async def test_resume_through_the_api_finishes_the_crawl_with_each_item_once(tmp
         assert len(items_of(state)) == 3
         with pytest.raises(CrawlError, match="cannot change include"):
             Crawler(state=state, include="/docs/")  # frozen at the crawl's start
-        with pytest.raises(TypeError, match="unknown crawl option 'max_page'"):
+        with pytest.raises(TypeError, match="unknown crawl option 'max_page'; did you mean "
+                           "'max_pages'"):
             Crawler(state=state, max_page=3)
         async with Crawler(state=state, handler=title, max_pages=0) as crawl:
             pages = [p.url async for p in crawl]

@@ -39,6 +39,9 @@ def one_error_line(err: str) -> str:
     (["explode"], "invalid choice"),
     (["check", "dir"], "required: URL"),
     (["merge", "a"], "-o"),
+    (["crawl", "seeds.txt", "--state", "s", "--concurency", "3"],
+     "unrecognized arguments: --concurency 3; --concurency: did you mean '--concurrency'?"),
+    (["stats", "d", "--jsn"], "did you mean '--json'?"),
 ])
 def test_usage_errors_exit_2_with_one_line(capsys, argv, fragment):
     assert main(argv) == 2
@@ -178,6 +181,8 @@ def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
     ("[crawl]\nmax_retries = -1\n", "max_retries"),
     ("[crawl]\nretry_rounds = 5\n", "retry_rounds is replaced by [crawl] max_retries"),
     ("[crawl\n", "c.toml"),
+    ("[crawl]\nconcurency = 4\n", "unknown key 'concurency' in [crawl]; did you mean "
+     "'concurrency'?"),
 ])
 def test_bad_config_file_exits_2_naming_the_key(tmp_path, capsys, text, fragment):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from crawler.config.scope import normalize_domain
-from crawler.config.settings import ConfigError, Settings, load_settings
+from crawler.config.settings import ConfigError, Settings, did_you_mean, load_settings
 from crawler.core.run.engine import Engine, Watcher
 from crawler.core.run.page import Follow, Handler, HandlerError, Hooks, OnError, Page
 from crawler.core.run.progress import Progress
@@ -88,8 +88,10 @@ def check_options(options: Mapping[str, Any], *, resume: bool = False) -> dict[s
     resume, CrawlError naming one frozen at the crawl's start."""
     for name in options:
         if name not in CRAWL_OPTIONS:
-            raise TypeError(f"unknown crawl option {name!r} (the options are the command "
-                            f"line's, with underscores: {', '.join(CRAWL_OPTIONS)})")
+            hint = did_you_mean(name, CRAWL_OPTIONS)
+            raise TypeError(f"unknown crawl option {name!r}" + (f"; {hint}" if hint else
+                            f" (the options are the command line's, with underscores: "
+                            f"{', '.join(CRAWL_OPTIONS)})"))
     given = {k: v for k, v in options.items() if _given(v)}
     if resume:
         frozen = [k for k in given if k not in RESUME_OPTIONS]

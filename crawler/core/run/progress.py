@@ -17,6 +17,8 @@ from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
     "LIMIT_REACHED",
+    "THIS_RUN",
+    "WHOLE_CRAWL",
     "Progress",
     "SessionCounts",
     "crawl_status",
@@ -25,6 +27,7 @@ __all__ = [
     "format_stats",
     "format_status",
     "format_summary",
+    "label",
     "si",
 ]
 
@@ -75,13 +78,27 @@ def _pages_line(s: dict[str, Any]) -> str:
             + (f", {given_up} given up after retries" if given_up else ""))
 
 
+# What a figure of a summary counts: every run of the crawl, or this run (process)
+# only. Every summary line says which with ``label`` (a crawl's summary, ``stats``, a
+# fleet's), so that a resume never shows this run's links beside the whole crawl's
+# pages without saying so.
+WHOLE_CRAWL = "whole crawl"
+THIS_RUN = "this run"
+
+
+def label(name: str, span: str) -> str:
+    """The start of a summary line: ``"  pages (whole crawl): "``; ``span`` is
+    ``WHOLE_CRAWL`` or ``THIS_RUN``."""
+    return f"  {name} ({span}): "
+
+
 def _sitemap_lines(s: dict[str, Any]) -> list[str]:
     """What the sitemap files came to (they are no pages), when the crawl reads them."""
     c = s.get("sitemaps")
     if not c:
         return []
-    return [f"  sitemaps: {c['fetched']} fetched ({c['with_errors']} with errors), "
-            f"{c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
+    return [f"{label('sitemaps', WHOLE_CRAWL)}{c['fetched']} fetched ({c['with_errors']} "
+            f"with errors), {c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
             f"{c['urls']} URLs listed, {c['new']} of them new"]
 
 
@@ -95,24 +112,34 @@ def _host_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _dedup_figures(c: dict[str, Any]) -> str:
+    """The seen-test's counters: links checked, new, repeats, false positives."""
+    return (f"{c.get('links', 0)} links checked: {c.get('new', 0)} new, "
+            f"{c.get('repeats', 0)} repeats")
+
+
 def format_summary(s: dict[str, Any]) -> str:
-    """Multi-line end-of-run report."""
+    """Multi-line end-of-run report: each line labelled with what it counts (``label``)."""
     elapsed = s.get("elapsed", 0.0)
+    totals = s.get("totals")
     lines = [
         f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
         f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
         f" pages/s)",
-        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(s)}, {s['skipped']} skipped, "
+        f"{s['queued']} still queued",
         *_host_lines(s),
         *_sitemap_lines(s),
-        *([f"  items:  {s['items']} written to items.jsonl this run, "
+        *([f"{label('items', THIS_RUN)}{s['items']} written to items.jsonl, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
-        f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
+        f"{label('dedup', THIS_RUN)}{_dedup_figures(s)} "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
-        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, expected FPR "
-        f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
+        *([f"{label('dedup', WHOLE_CRAWL)}{_dedup_figures(totals)}"]
+          if totals and totals.get("links") != s.get("links") else []),
+        f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, "
+        f"expected FPR {s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
     ]
     if s.get("state_dir"):
         lines.append(f"  state:  {s['state_dir']}" + _continue_with(s))
@@ -131,12 +158,12 @@ def format_stats(s: dict[str, Any]) -> str:
     """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
     lines = [
         f"crawl {s['crawl_id']} in {s['state_dir']}",
-        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, "
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(s)}, {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
         *_sitemap_lines(s),
         _dedup_stats_line(s),
-        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
+        f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
         f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",
     ]
@@ -147,8 +174,8 @@ def format_stats(s: dict[str, Any]) -> str:
 
 
 def _dedup_stats_line(s: dict[str, Any]) -> str:
-    return (f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
-            f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected")
+    return (f"{label('dedup', WHOLE_CRAWL)}{_dedup_figures(s)}, {s['false_positives']} Bloom "
+            f"false positives, {s['rejected']} rejected")
 
 
 def format_fleet_stats(f: dict[str, Any]) -> str:
@@ -158,12 +185,13 @@ def format_fleet_stats(f: dict[str, Any]) -> str:
     fills = [w["fill"] for w in f["per_worker"]]
     lines = [
         f"fleet {f['crawl_id']} of {f['workers']} workers in {f['fleet_dir']}",
-        f"  pages:  {_pages_line(t)}, {t['skipped']} skipped, {t['queued']} queued, "
-        f"{t['hosts']} host(s) with queued URLs",
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(t)}, {t['skipped']} skipped, "
+        f"{t['queued']} queued, {t['hosts']} host(s) with queued URLs",
         *_host_lines(t),
         *_sitemap_lines(t),
         _dedup_stats_line(t),
-        f"  filter: {f['workers']} filters, one per worker: fill {_pct(min(fills))} to "
+        f"{label('filter', WHOLE_CRAWL)}{f['workers']} filters, one per worker: fill "
+        f"{_pct(min(fills))} to "
         f"{_pct(max(fills))}, ~{t['estimated_count']} URLs in all (capacity "
         f"{t['capacity']} in all), expected FPR {t['expected_fpr']:.2e} (mean), "
         f"{t['shards']} shards each",

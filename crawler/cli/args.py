@@ -30,6 +30,7 @@ __all__ = [
     "describe",
     "err",
     "int_at_least",
+    "note",
     "resume_flags",
     "resume_help",
     "warn",
@@ -86,6 +87,12 @@ def add_seeded_command(sub: Any, name: str, help: str, command: Callable[..., in
 
 def err(message: str) -> None:
     sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+
+
+def note(message: str) -> None:
+    """A line for the user that is neither an error nor a warning."""
+    sys.stderr.write(f"{PROG}: {message}\n")
     sys.stderr.flush()
 
 
@@ -246,10 +253,13 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--concurrency": ("crawl", "concurrency"),
                 "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay"),
                 "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
-                "--parse-limit": ("fetch", "parse_limit")}
+                "--parse-limit": ("fetch", "parse_limit"),
+                # widens only (a flag): the URLs refused before are fetched
+                # (crawler.core.state.reopen)
+                "--allow-private": ("fetch", "allow_private")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
 FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--sitemaps", "--no-sitemaps",
-                "--allow-private", "--warc",
+                "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
 _REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is read for its agent"
@@ -271,7 +281,8 @@ def add_resume_options(p: Any) -> None:
     """The crawl options ``resume`` accepts: limits and politeness (see RESUME_FLAGS)."""
     for flag, kwargs in CRAWL_OPTIONS:
         if flag in RESUME_FLAGS:
-            p.add_argument(flag, **{**kwargs, "help": resume_help(kwargs["help"])})
+            given = {"default": None} if kwargs.get("action") == "store_true" else {}
+            p.add_argument(flag, **{**kwargs, **given, "help": resume_help(kwargs["help"])})
 
 
 def resume_help(text: str) -> str:
@@ -377,6 +388,8 @@ def resume_flags(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     for flag in RESUME_FLAGS:
         value = getattr(args, _dest(flag))
-        if value is not None:
+        if value is True:  # a flag: --allow-private
+            out.append(flag)
+        elif value is not None:
             out += [flag, str(value)]
     return out + _hook_flags(args)

@@ -26,6 +26,7 @@ from crawler.cli.args import (
     crawl_options,
     describe,
     int_at_least,
+    note,
     resume_flags,
     resume_help,
     warn,
@@ -144,6 +145,7 @@ def add_resume(sub: Any) -> None:
     add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
+        "--allow-private also queues again the URLs the crawl refused as private addresses. "
         "What decides which URLs are the same or in scope (filter geometry, "
         "canonicalization, allowed domains, include/exclude patterns) and what the requests "
         "say (user agent, headers, cookies) are frozen at 'crawl' and cannot change.")
@@ -201,4 +203,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
                     on_error=args.on_error, progress=not args.quiet,
                     handle_signals=True, watch=ui_watch(sock), fleet=identity,
                     **{name: getattr(args, name) for name in RESUME_OPTIONS})
+    if url is None:
+        crawl.open()
+        if crawl.reopened and not args.quiet:
+            note(f"{crawl.reopened} URL(s) refused as private addresses are queued again "
+                 "(--allow-private)")
     return _run(crawl, args.loop, resume_as_worker(crawl, url) if url is not None else None)

@@ -31,6 +31,7 @@ from crawler.config.settings import ConfigError, Settings, did_you_mean, load_se
 from crawler.core.run.engine import Engine, Watcher
 from crawler.core.run.page import Follow, Handler, HandlerError, Hooks, OnError, Page
 from crawler.core.run.progress import Progress
+from crawler.core.state.reopen import finish_rewrite, reopen_refused
 from crawler.core.state.state import (
     FLEET_KEY,
     HOOKS_KEY,
@@ -65,6 +66,8 @@ RESUME_OPTIONS = {
     "concurrency": ("crawl", "concurrency"), "per_host": ("politeness", "per_host"),
     "delay": ("politeness", "delay"), "proxy": ("fetch", "proxy"),
     "max_bytes": ("fetch", "max_bytes"), "parse_limit": ("fetch", "parse_limit"),
+    # widens only: the URLs refused as private addresses are fetched (crawler.core.state.reopen)
+    "allow_private": ("fetch", "allow_private"),
 }
 _LISTS = ("allow_domain", "include", "exclude", "header")
 
@@ -225,7 +228,9 @@ class Crawler:
     ``Crawler(seeds, state=DIR, **options)`` starts a new crawl in DIR (new or
     empty); ``Crawler(state=DIR)`` resumes the crawl in DIR (and may change the
     ``RESUME_OPTIONS``: ``max_pages``, ``max_depth``, ``concurrency``, ``per_host``,
-    ``delay``, ``proxy``, ``max_bytes``, ``parse_limit``, stored as its new values).
+    ``delay``, ``proxy``, ``max_bytes``, ``parse_limit``, stored as its new values;
+    ``allow_private=True`` also puts the URLs refused as private addresses back in
+    the frontier: ``reopened`` says how many).
     ``seeds``: a URL, a list of URLs, or a seeds file (a ``pathlib.Path``: one URL
     per line, ``#`` comments).
 
@@ -305,6 +310,8 @@ class Crawler:
         self._watch = watch
         self.fleet = dict(fleet) if fleet is not None else None
         self.problems: list[str] = []  # seed lines skipped (bad, or out of scope)
+        # URLs refused as private addresses put back in the frontier by this resume
+        self.reopened = 0
         self.summary: dict[str, Any] | None = None  # the figures, once the crawl ended
         self._seen: UrlSeen | None = None
         self._scope: Any = None
@@ -351,8 +358,11 @@ class Crawler:
                 for name, value in self._options.items():
                     section, key = RESUME_OPTIONS[name]
                     changes.setdefault(section, {})[key] = value
+                finish_rewrite(seen)  # before anything reads pages.jsonl
                 if changes:
                     settings = store_changes(seen, settings, changes)
+                if settings.fetch.allow_private:
+                    self.reopened = reopen_refused(seen)
                 if not settings.fetch.proxy:
                     _check_env_proxies()
                 self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
@@ -395,8 +405,11 @@ class Crawler:
                     f"{'; '.join(refused)}. What decides the scope, the filter and the "
                     "requests is frozen when a crawl starts (a resume may change "
                     f"{', '.join(RESUME_OPTIONS)}); start it in another state directory")
+            finish_rewrite(seen)  # before anything reads pages.jsonl
             if changes:
                 settings = store_changes(seen, settings, changes)
+            if settings.fetch.allow_private:
+                self.reopened = reopen_refused(seen)
             if not settings.fetch.proxy:
                 _check_env_proxies()
             self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})

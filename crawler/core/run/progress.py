@@ -12,7 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from crawler.core.state.pagecounts import format_host_failures, top_failed_hosts
+from crawler.core.state.pagecounts import (
+    format_host_failures,
+    refused,
+    reopened,
+    top_failed_hosts,
+)
 from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
@@ -118,6 +123,16 @@ def _dedup_figures(c: dict[str, Any]) -> str:
             f"{c.get('repeats', 0)} repeats")
 
 
+def _refused_lines(s: dict[str, Any]) -> list[str]:
+    """The pages refused as private addresses, and the command that fetches them."""
+    n = s.get("refused", 0)
+    if not n:
+        return []
+    where = s.get("state_dir") or "DIR"
+    return [f"{label('refused', WHOLE_CRAWL)}{n} URL(s) on private, loopback or link-local "
+            f"addresses; fetch them with: bloomcrawl resume {where} --allow-private"]
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """Multi-line end-of-run report: each line labelled with what it counts (``label``)."""
     elapsed = s.get("elapsed", 0.0)
@@ -130,6 +145,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['queued']} still queued",
         *_host_lines(s),
         *_sitemap_lines(s),
+        *_refused_lines(s),
         *([f"{label('items', THIS_RUN)}{s['items']} written to items.jsonl, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
@@ -162,6 +178,7 @@ def format_stats(s: dict[str, Any]) -> str:
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
         *_sitemap_lines(s),
+        *_refused_lines(s),
         _dedup_stats_line(s),
         f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
@@ -316,8 +333,11 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
         "errors": pages.get("failed", 0),
         "failed_causes": dict(pages.get("causes", {})),
         "failed_hosts": {h: dict(by) for h, by in pages.get("hosts", {}).items()},
-        "given_up": base["failed"] + session.failed,
-        "skipped": base["skipped"] + session.skipped,
+        # refused private addresses are failed (no response) but not given up: a resume
+        # with --allow-private fetches them
+        "given_up": max(0, base["failed"] + session.failed - refused(pages)),
+        "refused": refused(pages),
+        "skipped": base["skipped"] + session.skipped - reopened(pages),
         "queued": max(0, base["queued"] + queued_new - marked),
         "in_flight": in_flight,
         "hosts": hosts,

@@ -584,16 +584,18 @@ class UrlSeen(CrawlRecords):
             raise
         return seen
 
-    def close(self) -> None:
+    def close(self, *, commit: bool = True) -> None:
         """Write pending admissions, commit pending rows and release the directory
-        (no snapshot is implied)."""
+        (no snapshot is implied). ``commit=False`` discards what is not committed
+        yet, as a crash would: for a caller that failed halfway through a group of
+        writes that must commit together."""
         try:
-            if not self.readonly:
+            if not self.readonly and commit:
                 self._flush_pending()
         finally:
             self.canonicalizer.count_compiled_by(None)
             self._fold_compiled()
-            self.ledger.close()
+            self.ledger.close(commit=commit)
             self._unlock()
 
     def _unlock(self) -> None:

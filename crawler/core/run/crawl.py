@@ -314,6 +314,7 @@ class Crawler:
         self.reopened = 0
         self.summary: dict[str, Any] | None = None  # the figures, once the crawl ended
         self._seen: UrlSeen | None = None
+        self._failed = False  # the crawl raised: close() commits nothing more
         self._scope: Any = None
         self._engine: Engine | None = None
         self._task: asyncio.Task[dict[str, Any]] | None = None
@@ -481,11 +482,13 @@ class Crawler:
             self._on_error = stored["on_error"]  # type: ignore[assignment]
 
     def close(self) -> None:
-        """Close the state directory (the crawl must not be running)."""
+        """Close the state directory (the crawl must not be running). After a crawl that
+        failed (an I/O error, say), what it had not committed is discarded, as a kill -9
+        would: a group of pages is committed whole or not at all."""
         if self._task is not None and not self._task.done():
             raise RuntimeError("the crawl is running: stop it and wait for it first")
         if self._seen is not None:
-            self._seen.close()
+            self._seen.close(commit=not self._failed)
             self._seen = None
 
     async def __aenter__(self) -> Self:
@@ -545,6 +548,9 @@ class Crawler:
                 async with self._watch(engine):
                     self.summary = await engine.run(install_signals=self._signals)
             return self.summary
+        except BaseException:
+            self._failed = True
+            raise
         finally:
             if self._queue is not None:
                 self._queue.put_nowait(_END)

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
 from crawler.config.settings import Settings, did_you_mean
+from crawler.core.run.progress import write_text
 from dedup import CRAWL_ID_BYTES
 
 __all__ = [
@@ -86,19 +87,16 @@ def add_seeded_command(sub: Any, name: str, help: str, command: Callable[..., in
 
 
 def err(message: str) -> None:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    sys.stderr.flush()
+    write_text(sys.stderr, f"{PROG}: error: {message}\n")
 
 
 def note(message: str) -> None:
     """A line for the user that is neither an error nor a warning."""
-    sys.stderr.write(f"{PROG}: {message}\n")
-    sys.stderr.flush()
+    write_text(sys.stderr, f"{PROG}: {message}\n")
 
 
 def warn(message: str) -> None:
-    sys.stderr.write(f"{PROG}: warning: {message}\n")
-    sys.stderr.flush()
+    write_text(sys.stderr, f"{PROG}: warning: {message}\n")
 
 
 # -- argument types ------------------------------------------------------------------------

@@ -7,6 +7,8 @@ the formatting functions take a dict and never reach into the engine.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -34,9 +36,50 @@ __all__ = [
     "format_summary",
     "label",
     "si",
+    "write_text",
 ]
 
 LIMIT_REACHED = "max pages reached"  # the outcome of a crawl stopped by --max-pages
+
+
+def write_text(stream: TextIO, text: str, *, tries: int = 5) -> bool:
+    """Write ``text`` to ``stream`` (stderr) now, trying again when a write fails: a
+    write error on stderr must not lose the one line that says what went wrong.
+    False if it still fails.
+
+    Why to its file descriptor: stderr's text layer may write straight to the file
+    (unbuffered, as with ``python -u``), where a failed write is simply lost, or
+    through a buffer, where it is kept for the next flush; which one is not known
+    here, so the stream's own buffer is flushed and the text goes to the descriptor
+    with ``os.write``, each byte once. A stream with no descriptor (a test's) is
+    written to as a stream."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd < 0:
+        with contextlib.suppress(OSError):
+            stream.write(text)
+            stream.flush()
+            return True
+        return False
+    for _ in range(tries):
+        try:
+            stream.flush()
+            break
+        except OSError:
+            continue
+    data = memoryview(text.encode(getattr(stream, "encoding", None) or "utf-8",
+                                  "backslashreplace"))
+    failed = 0
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:
+            failed += 1
+            if failed >= tries:
+                return False
+    return True
 
 
 def si(n: float) -> str:
@@ -269,32 +312,30 @@ class Progress:
         self._draw(line)
 
     def _draw(self, line: str) -> None:
+        # a status line that cannot be written is skipped: the next one says it all
         if self.tty:
             pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
+            write_text(self.stream, "\r" + line + " " * pad)
             self._width = len(line)
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            write_text(self.stream, line + "\n")
 
     def message(self, text: str) -> None:
         """A line that must not be overwritten by the status line (always shown)."""
         self.clear()
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        write_text(self.stream, text + "\n")
 
     def clear(self) -> None:
         if self.enabled and self.tty and self._width:
-            self.stream.write("\r" + " " * self._width + "\r")
+            write_text(self.stream, "\r" + " " * self._width + "\r")
             self._width = 0
-            self.stream.flush()
 
     def summary(self, summary: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.clear()
-        self.stream.write(format_summary(summary) + "\n")
-        self.stream.flush()
+        if not write_text(self.stream, format_summary(summary) + "\n"):
+            raise OSError("cannot write the summary to stderr")
 
 
 @dataclass(slots=True)

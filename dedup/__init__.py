@@ -13,9 +13,10 @@ layers (README.md, "Architecture"). They come in two groups:
 
 - the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
   ``ShardedBloom``, ``Ledger``, ``canonicalize``, ``fingerprint``, ...) and its
-  errors. ``UrlSeen.filter_new`` keeps keys only; ``UrlSeen.admit`` and the
-  methods of ``dedup.store.crawl`` are its crawl-specific part (frontier text,
-  hosts, fetch outcomes ``State``, referrers): dedup keeps them because they
+  errors. ``UrlSeen.filter_new`` keeps keys only; ``UrlSeen.admit_pages`` and
+  ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
+  directory) are its crawl-specific part (frontier text, hosts, fetch outcomes
+  ``State``, referrers, captures, named values): dedup keeps them because they
   commit in the same transaction as the keys, and says so there;
 - state-directory administration, what tools over a state directory need
   (inspect, merge, resize, repair, migrate: the crawler's commands of those names)
@@ -47,7 +48,8 @@ from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
-from dedup.journal.format import PortableRow
+from dedup.journal.format import PortableRow, QueuedRow
+from dedup.store.crawl import CrawlRecords, open_records
 from dedup.store.ledger import Ledger, State
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
@@ -72,6 +74,7 @@ __all__ = [
     "BloomFilter",
     "CanonRules",
     "Canonicalizer",
+    "CrawlRecords",
     "Diagnosis",
     "FileError",
     "Geometry",
@@ -81,6 +84,7 @@ __all__ = [
     "LedgerDamaged",
     "NewUrl",
     "PortableRow",
+    "QueuedRow",
     "RepairReport",
     "ShardedBloom",
     "SnapshotError",
@@ -108,6 +112,7 @@ __all__ = [
     "migrate",
     "naming",
     "normalize",
+    "open_records",
     "planned_capacity",
     "read_header",
     "repair",

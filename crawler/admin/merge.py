@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
-from crawler.core.schedule.sitemaps import SITEMAP_COUNTS_KEY, SITEMAPS_FILE
+from crawler.core.schedule.sitemaps import SITEMAPS_FILE
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import recount, rows_of_records
 from crawler.core.state.state import (
-    FLEET_KEY,
     HOST_COUNTS_FILE,
-    TOTALS_KEY,
     CrawlError,
     committed_items,
     committed_pages,
@@ -28,7 +27,6 @@ from crawler.core.state.state import (
 )
 from dedup import (
     GeometryMismatch,
-    Ledger,
     ShardedBloom,
     StateLocked,
     UrlSeen,
@@ -55,8 +53,8 @@ class MergedFiles:
 
 def catch_up(state_dir: Path, warn: Callable[[str], None]) -> None:
     """Snapshot a state dir whose shard files lag its ledger (after a crash or kill)."""
-    with Ledger.in_dir(state_dir, readonly=True) as ledger:
-        hwm = ledger.last_seq()
+    with CrawlState.stopped(state_dir) as state:
+        hwm = state.last_seq()
     files = sorted(shards_dir(state_dir).glob("shard-*.bloom"))
     if files and all(read_header(f).hwm >= hwm for f in files):
         return
@@ -167,16 +165,16 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
     totals: dict[str, int] = {}
     sitemap_counts: dict[str, int] = {}
     for d in ins:
-        with Ledger.in_dir(d, readonly=True) as src:
-            for sums, key in ((totals, TOTALS_KEY), (sitemap_counts, SITEMAP_COUNTS_KEY)):
-                for k, v in (src.meta_get(key) or {}).items():
+        with CrawlState.stopped(d) as src:
+            for sums, counts in ((totals, src.totals()), (sitemap_counts, src.sitemap_counts())):
+                for k, v in counts.items():
                     sums[k] = sums.get(k, 0) + int(v)
-    with Ledger.in_dir(out) as ledger:
-        ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
-        ledger.meta_set(TOTALS_KEY, totals)
+    with CrawlState.stopped(out, readonly=False) as state:
+        state.set_fleet(None)  # the union is no fleet worker: resumed alone
+        state.set_totals(totals)
         # the sitemap files among the ledger's done rows (stats counts pages without them)
-        ledger.meta_set(SITEMAP_COUNTS_KEY, sitemap_counts or None)
-        recount(ledger, rows_of_records(records))
+        state.set_sitemap_counts(sitemap_counts)
+        recount(state, rows_of_records(records))
     atomic_write_bytes(out / PAGES_FILE, b"".join(lines))
     items = b"".join(b"".join(committed_items(d)) for d in ins)
     if items:

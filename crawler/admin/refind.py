@@ -44,6 +44,7 @@ from crawler.config.scope import Scope
 from crawler.config.settings import Settings
 from crawler.core.outputs.output import complete_lines
 from crawler.core.outputs.warc import serials, warc_path, warc_prefix
+from crawler.core.state.crawlstate import CrawlState
 from crawler.net.fetch import Fetcher
 from crawler.net.headers import parse_content_type
 from crawler.net.links import extract_links
@@ -102,6 +103,7 @@ class _Admitter:
 
     def __init__(self, seen: UrlSeen, settings: Settings, scope: Scope, lost: _Lost) -> None:
         self.seen = seen
+        self.state = CrawlState(seen.records)
         self.lost = lost
         self.max_depth = settings.crawl.max_depth
         self.allows = scope.allows_host
@@ -115,7 +117,7 @@ class _Admitter:
                  and (self.url_ok is None or self.url_ok(p[1]))]
         (new,) = self.seen.admit_pages([(self.lost.wanted(pairs), depth + 1)])
         if new:
-            self.seen.note_referrers([(new[0].seq, new[-1].seq, source)])
+            self.state.note_referrers([(new[0].seq, new[-1].seq, source)])
         return len(new)
 
 

@@ -35,8 +35,9 @@ from crawler.config.scope import Scope
 from crawler.config.settings import settings_from_dict
 from crawler.core.outputs.output import PAGES_FILE, read_json, repair_tail
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import recount
-from crawler.core.state.state import CONFIG_KEY, SCOPE_KEY, read_settings_copy, set_committed_pages
+from crawler.core.state.state import read_settings_copy, set_committed_pages
 from dedup import (
     Canonicalizer,
     CanonRules,
@@ -83,7 +84,8 @@ def repair_state_dir(state_dir: Path, *, refetch: int | None = None) -> Repaired
     UrlSeen.rebuild(state_dir).close()  # new seqs: the old snapshots' marks mean nothing
     done = Repaired(report)
     with UrlSeen(state_dir, create=False, autocommit=False) as seen:
-        done.restored = _restore_pages(seen, pages)
+        state = CrawlState(seen.records)
+        done.restored = _restore_pages(seen, state, pages)
         for url, depth in report.orphans:  # queued, their admission unreadable
             seen.admit([url], depth=depth)
         if report.damage.journal:
@@ -92,7 +94,7 @@ def repair_state_dir(state_dir: Path, *, refetch: int | None = None) -> Repaired
                 unheld = np.ones(len(before), dtype=bool)
                 unheld[seen.held_among(before.tobytes())] = False
                 lost = before[unheld]
-            frozen, scope = seen.meta_get(CONFIG_KEY), seen.meta_get(SCOPE_KEY)
+            frozen, scope = state.settings(), state.scope()
             if frozen is None or scope is None:
                 done.config_lost = True
             elif lost is None or len(lost):
@@ -100,8 +102,8 @@ def repair_state_dir(state_dir: Path, *, refetch: int | None = None) -> Repaired
                                       pages, lost, limit=refetch)
                 report.recovered = done.refound.found
         # the pages' counts, from the records that now match the ledger's marks
-        recount(seen, ((r["url"], _state_of(r), r.get("status"), r.get("error"))
-                              for r in records(pages)))
+        recount(state, ((r["url"], _state_of(r), r.get("status"), r.get("error"))
+                        for r in records(pages)))
         seen.commit()
         if len(before):
             report.unaccounted = len(before) - len(seen.held_among(before.tobytes()))
@@ -186,7 +188,7 @@ def _state_of(record: dict[str, Any]) -> State:
     return State.FAILED if record["status"] >= 500 else State.FETCHED
 
 
-def _restore_pages(seen: UrlSeen, pages: Path) -> int:
+def _restore_pages(seen: UrlSeen, state: CrawlState, pages: Path) -> int:
     restored = 0
     for record in records(pages):
         url = record["url"]
@@ -201,7 +203,7 @@ def _restore_pages(seen: UrlSeen, pages: Path) -> int:
             seq = row["seq"]
         else:
             continue
-        seen.record_outcomes([(seq, _state_of(record), record.get("status"),
-                                record.get("error"))])
+        state.record_outcomes([(seq, _state_of(record), record.get("status"),
+                                 record.get("error"))])
         restored += 1
     return restored

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler.core.schedule.sitemaps import SitemapCounts, without_sitemaps
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import (
     MAX_HOSTS,
     OTHER_HOSTS,
@@ -15,7 +16,7 @@ from crawler.core.state.pagecounts import (
     refused,
     reopened,
 )
-from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
+from crawler.core.state.state import require_state_dir
 from crawler.ui.doc import totals_of_workers
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
 
@@ -27,13 +28,14 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     d = require_state_dir(state_dir)
     with UrlSeen(d, readonly=True) as seen:
         st = seen.stats()
-        totals = seen.meta_get(TOTALS_KEY) or {}
+        state = CrawlState(seen.records)
+        totals = state.totals()
         # hosts with frontier text kept (an upper bound: done rows are compacted
         # lazily); none when nothing is queued
-        hosts = len(seen.queued_hosts()) if st.get("queued") else 0
-        config = seen.meta_get(CONFIG_KEY)
-        pages = PageCounts(seen).counts  # O(1): kept in the ledger's meta
-        sitemaps = SitemapCounts(seen).counts
+        hosts = len(state.queued_hosts()) if st.get("queued") else 0
+        config = state.settings()
+        pages = PageCounts(state).counts  # O(1): kept in the ledger
+        sitemaps = SitemapCounts(state).counts
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     # the ledger's done rows without the sitemap files among them (no pages)
     out.update(without_sitemaps(st, sitemaps))

@@ -3,7 +3,9 @@
 - ``run``: the crawl loop (engine), when it is over (pending), signals, progress,
   and ``Crawler`` (crawl) with the page handlers it calls (page);
 - ``durability``: how a run's work becomes durable: the group commit, checkpoints;
-- ``state`` | ``schedule``: the crawl's state directory and the counts kept in it |
-  which URLs are fetched and when (admission, frontier, politeness, retries, sitemaps);
+- ``schedule``: which URLs are fetched and when (admission, frontier, politeness,
+  retries, sitemaps), over
+- ``state``: the crawl's state directory, what the crawl keeps in its ledger
+  (crawlstate) and the pages' counts;
 - ``outputs``: the files a crawl leaves besides its state (pages.jsonl, items.jsonl, WARC).
 """

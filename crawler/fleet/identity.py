@@ -1,6 +1,6 @@
 """A fleet's identity: crawl id, size, each worker's id, and the fleet directory.
 
-The identity a worker stores in its ledger (``FLEET_KEY`` meta: crawl id, W,
+The identity a worker stores in its ledger (``CrawlState.fleet``: crawl id, W,
 I, the Redis URL without its password) and the fields every worker of a fleet
 must agree on (``fleet_geometry``: filter geometry, canonicalization rules,
 scope), which Redis checks when a worker joins.
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config.scope import Scope
 from crawler.config.settings import Settings
-from crawler.core.state.state import FLEET_KEY
+from crawler.core.state.crawlstate import CrawlState
 from crawler.wire.redis_url import has_password, redact
-from dedup import CanonRules, Ledger, atomic_write_bytes, is_state_dir
+from dedup import CanonRules, atomic_write_bytes, is_state_dir
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     from crawler.wire.transport import RedisTransport
@@ -150,8 +150,8 @@ def read_fleet_dir(root: str | Path) -> FleetDir:
     for i, d in enumerate(dirs):
         if _worker_index(d) != i:
             raise FleetError(f"{root}: worker-{i} is missing (found {d.name})")
-        with Ledger.in_dir(d, readonly=True) as ledger:
-            meta = ledger.meta_get(FLEET_KEY)
+        with CrawlState.stopped(d) as state:
+            meta = state.fleet()
         if meta is None:
             raise FleetError(f"{d} is not a fleet worker's state (it was crawled without "
                              "--redis)")

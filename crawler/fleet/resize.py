@@ -23,18 +23,17 @@ from crawler.core.outputs.output import (
     write_json_atomic,
 )
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import recount, rows_of_records
 from crawler.core.state.state import (
-    FLEET_KEY,
     HOST_COUNTS_FILE,
-    TOTALS_KEY,
     committed_items,
     committed_pages,
     set_committed_pages,
 )
 from crawler.wire.owner import owner_function, owner_of
 from crawler.wire.protocol import Item
-from dedup import Ledger, atomic_write_bytes, host_of, in_use
+from dedup import atomic_write_bytes, host_of, in_use
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
     pass
@@ -132,20 +131,19 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     for i in range(to):
         set_committed_pages(worker_dir(out, i), new_warc=True)
     for i in range(to):
-        with Ledger.in_dir(worker_dir(out, i)) as ledger:
-            meta = dict(ledger.meta_get(FLEET_KEY))
+        with CrawlState.stopped(worker_dir(out, i), readonly=False) as state:
+            meta = dict(state.fleet() or {})
             meta.update(workers=to, worker_id=i)
             if redis_url is not None and src.redis != LOCAL:
                 meta.update(redis=redact(redis_url), redis_auth=has_password(redis_url))
-            ledger.meta_set(FLEET_KEY, meta)
+            state.set_fleet(meta)
             # the pages' counts follow the pages.jsonl records that moved with their hosts
             pages = worker_dir(out, i) / PAGES_FILE
-            recount(ledger, rows_of_records(read_pages(pages) if pages.exists() else []))
+            recount(state, rows_of_records(read_pages(pages) if pages.exists() else []))
             if to * 2 == w:  # merged: the counters of both halves
                 a = _totals(dirs[i])
                 b = _totals(dirs[i + to])
-                ledger.meta_set(TOTALS_KEY, {k: a.get(k, 0) + b.get(k, 0)
-                                             for k in set(a) | set(b)})
+                state.set_totals({k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)})
     if local_copy is not None:
         os.replace(local_copy, out / "redis")
         redis_field = LOCAL
@@ -202,8 +200,8 @@ def _refuse_if_running(state_dir: Path) -> None:
 
 
 def _totals(state_dir: Path) -> dict[str, int]:
-    with Ledger.in_dir(state_dir, readonly=True) as ledger:
-        return dict(ledger.meta_get(TOTALS_KEY) or {})
+    with CrawlState.stopped(state_dir) as state:
+        return state.totals()
 
 
 def _carry_sitemaps(dirs: list[Path], out: Path, to: int) -> None:

@@ -245,12 +245,12 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                             confirm_cache_size=self.confirm_cache_size,
                             index_buffer=self.index_buffer,
                             ledger_cache_kib=LEDGER_CACHE_KIB)
-        ledger = self.seen.ledger
-        clean = ledger.meta_get(_CLEAN, True)
+        records = self.seen.records
+        clean = records.value(_CLEAN, True)
         jobdir = self.crawler is not None and bool(self.crawler.settings.get("JOBDIR"))
         if self.recover and not (clean and jobdir):
-            self._recover_upto = ledger.last_seq()
-        ledger.meta_set(_CLEAN, False)
+            self._recover_upto = records.last_seq()
+        records.set_value(_CLEAN, False)
         if self.items_path is not None:
             s = self.crawler.settings if self.crawler is not None else None
             self.items = ItemLog(self.items_path, self.seen,
@@ -285,9 +285,9 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         try:
             gc.collect()  # requests dropped before the scheduler: their marks (_expect)
             if self._dropped:
-                seen.record_outcomes([(seq, State.SKIPPED, None, "dropped")
+                seen.records.record_outcomes([(seq, State.SKIPPED, None, "dropped")
                                       for seq in self._dropped])
-            seen.ledger.meta_set(_CLEAN, True)
+            seen.records.set_value(_CLEAN, True)
             if self.items is not None:
                 self.items.sync()
             seen.commit()
@@ -398,7 +398,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             return
         rows = [(seq, state, status, None) for seq in seqs]
         if self.seen is not None:
-            self.seen.record_outcomes(rows)  # writes pending admissions first
+            self.seen.records.record_outcomes(rows)  # writes pending admissions first
             self._tick(0)
 
     def _tick(self, n: int) -> None:
@@ -407,7 +407,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self._uncommitted += n
         if self._dropped and self.seen is not None:
             dropped, self._dropped = self._dropped, []
-            self.seen.record_outcomes([(seq, State.SKIPPED, None, "dropped")
+            self.seen.records.record_outcomes([(seq, State.SKIPPED, None, "dropped")
                                        for seq in dropped])
         if (self._uncommitted >= self.commit_every
                 or time.monotonic() - self._last_commit >= self.commit_interval):
@@ -496,7 +496,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         """Re-issue a page of the queued requests earlier runs left behind."""
         if self.seen is None or self._recover_cursor >= self._recover_upto:
             return
-        rows = [r for r in self.seen.ledger.queued(_RECOVER_PAGE, after_seq=self._recover_cursor)
+        rows = [r for r in self.seen.records.queued(_RECOVER_PAGE,
+                                                   after_seq=self._recover_cursor)
                 if r.seq <= self._recover_upto]
         self._recover_cursor = rows[-1].seq if rows else self._recover_upto
         fed = 0
@@ -504,7 +505,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         for row in rows:
             req = make(row.url) if make is not None else Request(row.url)
             if req is None:
-                self.seen.record_outcomes([(row.seq, State.SKIPPED, None, "not recovered")])
+                self.seen.records.record_outcomes([(row.seq, State.SKIPPED, None,
+                                                    "not recovered")])
                 continue
             req.meta[SEQS_META] = (*req.meta.get(SEQS_META, ()), row.seq)
             self._expect(req, True)  # not dont_filter: the off-site check still applies

@@ -56,7 +56,7 @@ class ItemLog:
     def open(self) -> None:
         """Cut the file back to its committed size (a killed run's uncommitted pages'
         items) and open it for appending."""
-        stored = self._seen.ledger.meta_get(ITEMS_KEY) or {}
+        stored = self._seen.records.value(ITEMS_KEY) or {}
         committed = stored.get("size") if stored.get("path") == str(self.path) else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -99,7 +99,7 @@ class ItemLog:
         self._record()
 
     def _record(self) -> None:
-        self._seen.ledger.meta_set(ITEMS_KEY, {"path": str(self.path), "size": self.size})
+        self._seen.records.set_value(ITEMS_KEY, {"path": str(self.path), "size": self.size})
 
     def sync(self) -> None:
         """Durable before the ledger commits the size (a power cut, not only kill -9)."""

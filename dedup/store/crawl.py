@@ -6,126 +6,148 @@ directory, in the same transactions as its admissions (so a crash never splits
 them): the frontier's text (URL and host of each queued key), fetch outcomes
 (the ledger's ``State``: QUEUED, FETCHED, FAILED, SKIPPED), where each run of
 new URLs was found (its referrer), the first capture of each body digest, and
-JSON metadata. Those are crawler concepts kept by dedup's journal: this mixin is
-the one door the crawler goes through for them, with the names a crawler
-engineer looks for, so that nothing outside dedup drives the ledger's internals
-(``seen.ledger.journal...``).
+its own named JSON values (settings, counts: dedup does not know what they
+mean). Those are crawler concepts kept by dedup's journal: ``CrawlRecords`` is
+the one door a crawler goes through for them (``UrlSeen.records``, or
+:func:`open_records` for a stopped directory), so that nothing outside dedup
+drives the ledger (``seen.ledger.journal...``).
 
-Why a mixin of ``UrlSeen`` and not a crawler-side layer: the rows it reads and
-writes are the journal's own, committed by the seen-store's group commit; a
-second object over the same SQLite connection would add a second owner of that
-transaction, not a boundary.
+Why an object over the seen-store's ledger and not a crawler-side store: the
+rows it reads and writes are the journal's own, committed by the seen-store's
+group commit (``UrlSeen.commit``); a second SQLite connection would add a second
+owner of that transaction, not a boundary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from dedup.journal.format import QueuedRow, State
 from dedup.store.ledger import Ledger
+from dedup.store.statedir import lock, require_state_dir
 
-__all__ = ["CrawlRecords", "Outcome"]
+__all__ = ["IDENTITY_KEYS", "CrawlRecords", "Outcome", "open_records"]
 
 Outcome = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
+# The values dedup itself stores with a state directory (``dedup.store.identity``):
+# readable through ``identity``, never written by a caller of ``set_value``.
+IDENTITY_KEYS = ("geometry", "canon_rules", "crawl_id")
+
+
+def _no_flush() -> None:
+    """A ledger opened alone has no pending admissions to write first."""
 
 
 class CrawlRecords:
-    """Crawler-facing methods of :class:`~dedup.store.seen.UrlSeen` (``self.ledger``)."""
+    """The crawler's records in one state directory's ledger, in its open transaction.
 
-    ledger: Ledger
+    ``flush`` is the seen-store's: it writes the pending admissions, and every
+    method here that reads or writes the frontier or the outcomes calls it first,
+    so a seq ``admit_one`` promised exists before it is marked, and a pending key
+    is in every answer.
+    """
 
-    def _flush_pending(self) -> None:
-        """Write the pending admissions (``UrlSeen``'s): every method here that reads
-        or writes the ledger calls it first, so a seq ``admit_one`` promised exists
-        before it is marked, and a pending key is in every answer."""
+    def __init__(self, ledger: Ledger, flush: Callable[[], None] = _no_flush) -> None:
+        self._ledger = ledger
+        self._flush = flush
 
-    # -- metadata: the crawl's settings, output sizes, totals (JSON values) ----------
+    # -- named JSON values: the crawler's settings, output sizes, totals ----------------
 
-    def meta_get(self, key: str, default: Any = None) -> Any:
-        """The JSON value stored under ``key`` (``default`` if none)."""
-        return self.ledger.meta_get(key, default)
+    def value(self, name: str, default: Any = None) -> Any:
+        """The JSON value stored under ``name`` (``default`` if none)."""
+        return self._ledger.meta_get(name, default)
 
-    def meta_set(self, key: str, value: Any) -> None:
-        """Store a JSON value, in the open transaction (durable at ``commit``)."""
-        self.ledger.meta_set(key, value)
+    def set_value(self, name: str, value: Any) -> None:
+        """Store a JSON value, in the open transaction (durable at ``commit``). The
+        directory's identity (``IDENTITY_KEYS``) is dedup's own: refused."""
+        if name in IDENTITY_KEYS:
+            raise ValueError(f"{name!r} is the state directory's own (fixed at creation)")
+        self._ledger.meta_set(name, value)
+
+    def identity(self) -> dict[str, Any]:
+        """What the directory was created with (filter geometry, canonicalization rules,
+        crawl id), as stored: what a copy kept for ``repair`` must hold."""
+        return {k: self._ledger.meta_get(k) for k in IDENTITY_KEYS}
 
     # -- the frontier: queued URLs with their text -----------------------------------
 
     def queued(self, limit: int, *, after_seq: int = 0, host: str | None = None
                ) -> list[QueuedRow]:
         """Page in the durable frontier, oldest first (optionally one host's)."""
-        self._flush_pending()
-        return self.ledger.queued(limit, after_seq=after_seq, host=host)
+        self._flush()
+        return self._ledger.queued(limit, after_seq=after_seq, host=host)
 
     def queued_hosts(self) -> list[str]:
         """Hosts with frontier text kept (an upper bound: done rows are compacted lazily)."""
-        self._flush_pending()
-        return self.ledger.queued_hosts()
+        self._flush()
+        return self._ledger.queued_hosts()
 
     # -- outcomes ---------------------------------------------------------------------
 
     def record_outcomes(self, rows: Iterable[Outcome]) -> None:
         """Mark fetched/failed/skipped ``(seq, state, status, error)`` rows, in the open
         transaction (the crawler's group commit makes them durable with its output)."""
-        self._flush_pending()
-        self.ledger.mark_many(rows)
+        self._flush()
+        self._ledger.mark_many(rows)
 
     def outcomes(self) -> Iterator[tuple[int, State, int | None, str | None, float]]:
         """``(seq, state, status, error, at)`` of every row marked done, in seq order."""
-        self._flush_pending()
-        return self.ledger.outcomes()
+        self._flush()
+        return self._ledger.outcomes()
 
     def counts(self) -> dict[str, int]:
         """Per-state counts (admitted, forgotten, queued, fetched, ...): O(1), kept."""
-        self._flush_pending()
-        return self.ledger.counts()
+        self._flush()
+        return self._ledger.counts()
 
     # -- referrers and captures --------------------------------------------------------
 
     def note_referrers(self, runs: Iterable[tuple[int, int, str | None]]) -> None:
         """``(first seq, last seq, url)``: the page each run of new seqs was found on."""
-        self._flush_pending()
-        self.ledger.journal.note_runs(runs)
+        self._flush()
+        self._ledger.journal.note_runs(runs)
 
     def referrer_of(self, seq: int) -> str | None:
         """The page ``seq``'s URL was found on (``note_referrers``), None if unknown."""
-        return self.ledger.journal.note_of(seq)
+        return self._ledger.journal.note_of(seq)
 
     def first_capture(self, digest: str) -> tuple[str, str] | None:
         """``(url, date)`` of the first body with this payload digest, or None."""
-        return self.ledger.journal.content_first(digest)
+        return self._ledger.journal.content_first(digest)
 
     def first_captures(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
         """``first_capture`` of many digests at once, by digest (unknown ones left out)."""
-        return self.ledger.journal.content_firsts(digests)
+        return self._ledger.journal.content_firsts(digests)
 
     def note_captures(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """``(digest, url, date)``: first captures, in the open transaction (a digest
         already known keeps its first)."""
-        self.ledger.journal.content_add(rows)
+        self._ledger.journal.content_add(rows)
 
-    # -- checks and figures ------------------------------------------------------------
+    # -- a stopped directory's -------------------------------------------------------------
 
-    def verify(self) -> int:
-        """Check the journal's structure (SQLite's quick_check), then read every row
-        once and check its checksum; raises :class:`~dedup.base.errors.LedgerDamaged`
-        naming the first damage.
-        O(ledger): a resume runs it before its first fetch. Returns the rows read."""
-        return self.ledger.journal.verify()
+    def last_seq(self) -> int:
+        """Highest seq the ledger ever handed out: what a snapshot covering every row
+        must record."""
+        return self._ledger.last_seq()
 
-    def index_stats(self) -> dict[str, Any]:
-        """The fingerprint index's figures (runs and their records, buffer, bytes, mark)."""
-        self._flush_pending()
-        return self.ledger.index_stats()
 
-    def held_among(self, fps: bytes | bytearray | memoryview) -> list[int]:
-        """Indexes, ascending, of the fingerprints (16 bytes each) the ledger holds
-        (its index, not the filter; pending admissions written first)."""
-        self._flush_pending()
-        return self.ledger.held_among(fps)
-
-    def __len__(self) -> int:
-        """URLs admitted and not forgotten (kept counters: O(1))."""
-        self._flush_pending()
-        return len(self.ledger)
+@contextmanager
+def open_records(state_dir: str | os.PathLike[str], *, readonly: bool = True
+                 ) -> Iterator[CrawlRecords]:
+    """The records of a state directory alone, without its filter or index: for tools
+    that read a directory beside a running crawl (``readonly``) or fix a stopped one's
+    values (each write committed at once; the directory's lock is held meanwhile, so
+    a running crawl is refused with ``StateLocked``)."""
+    d = require_state_dir(state_dir)
+    fd = None if readonly else lock(d)
+    try:
+        with Ledger.in_dir(Path(d), readonly=readonly) as ledger:
+            yield CrawlRecords(ledger)
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -94,12 +94,12 @@ class NewUrl:
     depth: int
 
 
-class UrlSeen(CrawlRecords):
+class UrlSeen:
     """Exact "have we seen this URL?" for a crawl, backed by a state directory.
 
-    ``filter_new`` is the generic seen-test (keys in, new keys out); ``admit``
-    and the methods of :class:`~dedup.store.crawl.CrawlRecords` are the
-    crawl-specific part (frontier text, outcomes, referrers, metadata).
+    ``filter_new`` is the generic seen-test (keys in, new keys out); ``admit_pages``
+    and :attr:`records` (:class:`~dedup.store.crawl.CrawlRecords`: the frontier's
+    text, outcomes, referrers, captures, named values) are the crawl-specific part.
 
     Geometry (capacity, error rate, shards, seed, growth) and the
     canonicalization rules are frozen into the ledger the first time a directory
@@ -163,6 +163,8 @@ class UrlSeen(CrawlRecords):
                                  cache_kib=ledger_cache_kib)
             if open_index and not readonly:
                 self.ledger.index  # noqa: B018 - opened (checked) now, not mid-crawl
+            # what a crawler keeps beside its keys, in the same transaction
+            self.records = CrawlRecords(self.ledger, self._flush_pending)
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
@@ -520,6 +522,29 @@ class UrlSeen(CrawlRecords):
         })
         out.update(self.ledger.counts())
         return out
+
+    def verify(self) -> int:
+        """Check the journal's structure (SQLite's quick_check), then read every row
+        once and check its checksum; raises :class:`~dedup.base.errors.LedgerDamaged`
+        naming the first damage.
+        O(ledger): a resume runs it before its first fetch. Returns the rows read."""
+        return self.ledger.journal.verify()
+
+    def index_stats(self) -> dict[str, Any]:
+        """The fingerprint index's figures (runs and their records, buffer, bytes, mark)."""
+        self._flush_pending()
+        return self.ledger.index_stats()
+
+    def held_among(self, fps: bytes | bytearray | memoryview) -> list[int]:
+        """Indexes, ascending, of the fingerprints (16 bytes each) the ledger holds
+        (its index, not the filter; pending admissions written first)."""
+        self._flush_pending()
+        return self.ledger.held_among(fps)
+
+    def __len__(self) -> int:
+        """URLs admitted and not forgotten (kept counters: O(1))."""
+        self._flush_pending()
+        return len(self.ledger)
 
     # -- persistence -----------------------------------------------------------------
 

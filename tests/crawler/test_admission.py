@@ -14,6 +14,7 @@ from crawler.config.scope import Scope
 from crawler.core.schedule.admission import Admission
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen, host_of
 
 
@@ -25,8 +26,9 @@ def seen(tmp_path: Path) -> Iterator[UrlSeen]:
 
 def make(seen: UrlSeen, scope: Scope, *, cap: int = 0,
          host_counts: dict[str, int] | None = None) -> Admission:
-    frontier = Frontier(seen.ledger, Politeness(per_host=100))
-    return Admission(seen, scope, frontier, cap, {} if host_counts is None else host_counts)
+    state = CrawlState(seen.records)
+    frontier = Frontier(state, Politeness(per_host=100))
+    return Admission(seen, state, scope, frontier, cap, {} if host_counts is None else host_counts)
 
 
 def pairs(seen: UrlSeen, *urls: str | None) -> list[tuple[str, str] | None]:

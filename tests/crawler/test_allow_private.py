@@ -17,7 +17,8 @@ import pytest
 
 from crawler.core.outputs.output import read_pages
 from crawler.core.run.crawl import Crawler
-from crawler.core.state.state import CONFIG_KEY, REWRITE_FILE, committed_pages
+from crawler.core.state.crawlstate import CrawlState
+from crawler.core.state.state import REWRITE_FILE, committed_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from tests.support.helpers import REPO, cli_env, config_toml, fast_settings, run_cli, write_seeds
@@ -111,10 +112,10 @@ async def _refused_below_the_seeds(tmp_path: Path, running) -> Path:
                         "--max-pages", "5", "--quiet")
     assert res.rc == 0, res.stderr
     with UrlSeen(state, create=False) as seen:
-        frozen = seen.meta_get(CONFIG_KEY)
+        frozen = CrawlState(seen.records).settings()
         frozen["fetch"]["allow_private"] = False
         frozen["crawl"]["max_pages"] = 0
-        seen.meta_set(CONFIG_KEY, frozen)
+        CrawlState(seen.records).set_settings(frozen)
         seen.commit()
     res = await run_cli("resume", str(state), "--quiet")
     assert res.rc == 3, res.stderr
@@ -154,21 +155,21 @@ _KILLED_AT = """
 import os, signal, sys
 from crawler.core.run.crawl import Crawler
 from crawler.core.state import reopen
-from crawler.core.state.state import REWRITE_KEY
+from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen
 
 def kill(): os.kill(os.getpid(), signal.SIGKILL)
 if sys.argv[2] == "commit":
     commit = UrlSeen.commit
     def before_commit(self):
-        if self.meta_get(REWRITE_KEY):
+        if CrawlState(self.records).pages_rewrite() is not None:
             kill()
         commit(self)
     UrlSeen.commit = before_commit
 else:
     finish = reopen.finish_rewrite
     def before_rename(seen):
-        if seen.meta_get(REWRITE_KEY):
+        if CrawlState(seen.records).pages_rewrite() is not None:
             kill()
         finish(seen)
     reopen.finish_rewrite = before_rename

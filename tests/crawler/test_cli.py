@@ -13,6 +13,7 @@ from crawler.cli.main import main
 from crawler.core.outputs.output import read_pages
 from crawler.core.run.engine import Engine
 from crawler.core.run.progress import Progress
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.state import create_crawl
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
@@ -382,7 +383,7 @@ async def test_the_installed_entry_point_runs_a_crawl(tmp_path, small_site):
     assert "max pages reached" in res.stderr and "5 pages this run" in res.stderr
     with UrlSeen(tmp_path / "s", readonly=True) as seen:
         assert seen.ledger.counts()["fetched"] == 5
-        assert seen.ledger.meta_get("config")["crawl"]["max_pages"] == 5
+        assert CrawlState(seen.records).settings()["crawl"]["max_pages"] == 5
     again = await run_cli("resume", str(tmp_path / "s"), "--quiet")
     assert again.rc == 0 and again.stderr == ""
     with UrlSeen(tmp_path / "s", readonly=True) as seen:  # max pages is frozen: still 5

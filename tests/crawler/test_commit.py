@@ -19,7 +19,7 @@ from crawler.core.durability.commit import GroupCommit, output_files
 from crawler.core.schedule.admission import Admission
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.politeness import Politeness
-from crawler.core.state.state import OUTPUTS_KEY
+from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.net.exchange import Exchange
 from dedup import State, UrlSeen
 
@@ -34,8 +34,9 @@ def seen(tmp_path: Path) -> Iterator[UrlSeen]:
 
 
 def admission(seen: UrlSeen) -> Admission:
-    frontier = Frontier(seen.ledger, Politeness(per_host=100))
-    adm = Admission(seen, Scope.for_seeds([SEED]), frontier, 0, {})
+    state = CrawlState(seen.records)
+    frontier = Frontier(state, Politeness(per_host=100))
+    adm = Admission(seen, state, Scope.for_seeds([SEED]), frontier, 0, {})
     adm.admit_pages([([seen.canonicalizer.resolve(SEED)], 0)])
     seen.commit()
     return adm
@@ -66,7 +67,8 @@ class Spy:
 async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes(
         seen: UrlSeen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     adm = admission(seen)
-    pagelog, warc = output_files(seen, OutputSettings(warc=str(tmp_path / "out.warc.gz")))
+    pagelog, warc = output_files(Path(seen.state_dir), CrawlState(seen.records),
+                                 OutputSettings(warc=str(tmp_path / "out.warc.gz")))
     await pagelog.open()
     assert warc is not None
     await warc.open()
@@ -96,7 +98,7 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
     monkeypatch.setattr(pagelog, "sync", pages_synced)
     monkeypatch.setattr(warc, "sync", _noting(warc.sync, events, "sync warc"))
     monkeypatch.setattr(seen, "commit", committed)
-    gc = GroupCommit(pagelog, warc, seen, adm.frontier, adm.admit_pages,
+    gc = GroupCommit(pagelog, warc, seen, adm.state, adm.frontier, adm.admit_pages,
                      before_commit=before_commit, also_sync=[Spy(events)])
     gc.start()
 
@@ -115,9 +117,9 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
     counts = seen.ledger.counts()
     assert (counts["fetched"], counts["queued"]) == (1, 2)
     warc_file = warc.path
-    assert seen.ledger.meta_get(OUTPUTS_KEY) == {
-        "pages": Path(seen.state_dir, "pages.jsonl").stat().st_size,
-        "warc": {"serial": warc.committed()["serial"], "size": warc_file.stat().st_size}}
+    assert CrawlState(seen.records).committed() == Committed(
+        pages=Path(seen.state_dir, "pages.jsonl").stat().st_size,
+        warc={"serial": warc.committed()["serial"], "size": warc_file.stat().st_size})
     assert warc_file.stat().st_size > 0
 
     # a page found on the seed names it as its referrer
@@ -144,13 +146,13 @@ def _noting(sync, events: list[str], name: str):
 async def test_a_failed_group_marks_nothing_and_fails_every_later_commit(
         seen: UrlSeen) -> None:
     adm = admission(seen)
-    pagelog, _ = output_files(seen, OutputSettings())
+    pagelog, _ = output_files(Path(seen.state_dir), CrawlState(seen.records), OutputSettings())
     await pagelog.open()
 
     def full_disk(seqs: list[int]) -> None:
         raise OSError(28, "No space left on device")
 
-    gc = GroupCommit(pagelog, None, seen, adm.frontier, adm.admit_pages,
+    gc = GroupCommit(pagelog, None, seen, adm.state, adm.frontier, adm.admit_pages,
                      before_commit=full_disk)
     gc.start()
     seed = await adm.frontier.get()
@@ -165,15 +167,15 @@ async def test_a_failed_group_marks_nothing_and_fails_every_later_commit(
     await pagelog.close()
     with UrlSeen(seen.state_dir, readonly=True) as committed:  # what a restart finds
         assert committed.ledger.counts()["fetched"] == 0
-        assert committed.ledger.meta_get(OUTPUTS_KEY) is None  # no offsets either
+        assert CrawlState(committed.records).committed() == Committed()  # no offsets either
 
 
 async def test_reopening_cuts_the_outputs_back_to_the_committed_sizes(
         seen: UrlSeen, tmp_path: Path) -> None:
     adm = admission(seen)
-    pagelog, _ = output_files(seen, OutputSettings())
+    pagelog, _ = output_files(Path(seen.state_dir), CrawlState(seen.records), OutputSettings())
     await pagelog.open()
-    gc = GroupCommit(pagelog, None, seen, adm.frontier, adm.admit_pages)
+    gc = GroupCommit(pagelog, None, seen, adm.state, adm.frontier, adm.admit_pages)
     gc.start()
     seed = await adm.frontier.get()
     assert seed is not None
@@ -184,7 +186,7 @@ async def test_reopening_cuts_the_outputs_back_to_the_committed_sizes(
     good = path.read_bytes()
     with path.open("ab") as f:  # a record written but never committed (kill -9)
         f.write(b'{"url": "http://a.test/lost"}\n')
-    again, _ = output_files(seen, OutputSettings())
+    again, _ = output_files(Path(seen.state_dir), CrawlState(seen.records), OutputSettings())
     await again.open()
     await again.close()
     assert path.read_bytes() == good

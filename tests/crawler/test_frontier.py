@@ -9,6 +9,7 @@ import pytest
 
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.crawlstate import CrawlState
 from dedup import State, UrlSeen
 
 
@@ -42,7 +43,7 @@ async def drain(f: Frontier, seen: UrlSeen) -> list[str]:
 
 
 async def test_hosts_interleave_and_each_host_keeps_discovery_order(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=1))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1))
     f.add(seen.admit(urls("a.test", 4) + urls("b.test", 4)))
     got = await drain(f, seen)
     assert got[:4] == ["http://a.test/0", "http://b.test/0", "http://a.test/1",
@@ -54,7 +55,7 @@ async def test_hosts_interleave_and_each_host_keeps_discovery_order(seen):
 
 
 async def test_a_host_in_retry_after_does_not_stall_the_others(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=1, max_backoff=60))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1, max_backoff=60))
     f.add(seen.admit(urls("slow.test", 3) + urls("fast.test", 3)))
     first = await take(f)
     assert first.host == "slow.test"
@@ -77,7 +78,7 @@ async def test_a_host_in_retry_after_does_not_stall_the_others(seen):
 
 
 async def test_per_host_concurrency_is_a_budget(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=2))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=2))
     f.add(seen.admit(urls("a.test", 5)))
     one, two = await take(f), await take(f)
     third = asyncio.ensure_future(f.get())
@@ -90,7 +91,7 @@ async def test_per_host_concurrency_is_a_budget(seen):
 
 async def test_minimum_delay_spaces_the_starts_per_host(seen):
     loop = asyncio.get_running_loop()
-    f = Frontier(seen.ledger, Politeness(per_host=4, delay=0.05))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=4, delay=0.05))
     f.add(seen.admit(urls("a.test", 4) + urls("b.test", 1)))
     starts = []
     for _ in range(5):
@@ -104,7 +105,7 @@ async def test_minimum_delay_spaces_the_starts_per_host(seen):
 
 
 async def test_memory_is_bounded_and_queued_rows_are_paged_in_from_the_ledger(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=1), memory=10, page_size=5)
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1), memory=10, page_size=5)
     batch = []
     for i in range(20):
         batch += [f"http://a.test/{i}", f"http://b.test/{i}", f"http://c.test/{i}"]
@@ -127,13 +128,13 @@ async def test_memory_is_bounded_and_queued_rows_are_paged_in_from_the_ledger(se
 
 async def test_load_registers_every_host_with_queued_rows(seen):
     seen.admit(urls("a.test", 3) + urls("b.test", 2))
-    f = Frontier(seen.ledger, Politeness(per_host=2))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=2))
     assert f.load() == 2
     assert sorted(await drain(f, seen)) == sorted(urls("a.test", 3) + urls("b.test", 2))
 
 
 async def test_taken_but_unmarked_rows_are_never_handed_out_twice(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=1), memory=1, page_size=1)
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1), memory=1, page_size=1)
     f.add(seen.admit(["http://a.test/1"]))
     a1 = await take(f)
     f.add(seen.admit(["http://b.test/1"]))  # fills memory
@@ -148,7 +149,7 @@ async def test_taken_but_unmarked_rows_are_never_handed_out_twice(seen):
 
 
 async def test_max_take_stops_handing_out_and_uncounted_items_give_it_back(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=5), max_take=2)
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=5), max_take=2)
     f.add(seen.admit(urls("a.test", 5)))
     one, two = await take(f), await take(f)
     waiting = asyncio.ensure_future(f.get())
@@ -164,7 +165,7 @@ async def test_max_take_stops_handing_out_and_uncounted_items_give_it_back(seen)
 
 
 async def test_a_get_cancelled_as_its_item_arrives_gives_the_item_back(seen):
-    f = Frontier(seen.ledger, Politeness(per_host=1))
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1))
     f.add(seen.admit(["http://b.test/1"]))
     busy = await take(f)  # in flight: the crawl is not over
     task = asyncio.ensure_future(f.get())
@@ -180,7 +181,7 @@ async def test_a_get_cancelled_as_its_item_arrives_gives_the_item_back(seen):
 
 
 async def test_close_wakes_every_waiter_with_none(seen):
-    f = Frontier(seen.ledger, Politeness())
+    f = Frontier(CrawlState(seen.records), Politeness())
     f.add(seen.admit(["http://a.test/1"]))
     item = await take(f)
     waiters = [asyncio.ensure_future(f.get()) for _ in range(3)]
@@ -192,7 +193,7 @@ async def test_close_wakes_every_waiter_with_none(seen):
 
 async def test_idle_hook_replaces_local_termination(seen):
     calls = []
-    f = Frontier(seen.ledger, Politeness(), on_idle=lambda: calls.append(1))
+    f = Frontier(CrawlState(seen.records), Politeness(), on_idle=lambda: calls.append(1))
     f.add(seen.admit(["http://a.test/1"]))
     item = await take(f)
     finish(f, seen, item)

@@ -12,7 +12,7 @@ import pytest
 
 from crawler.cli.main import main
 from crawler.core.outputs.output import read_pages
-from crawler.core.state.state import CONFIG_KEY
+from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen
 from dedup.store.statedir import is_state_dir
 from tests.crawler.test_cli import one_error_line
@@ -32,7 +32,7 @@ async def test_resume_stores_new_limits_and_refuses_frozen_flags(tmp_path, small
     assert more.rc == 0, more.stderr
     assert len(read_pages(state / "pages.jsonl")) == 12  # max pages counts the whole crawl
     with UrlSeen(state, readonly=True) as seen:
-        stored = seen.ledger.meta_get(CONFIG_KEY)
+        stored = CrawlState(seen.records).settings()
     assert stored["crawl"]["max_pages"] == 12 and stored["crawl"]["max_depth"] == 9
     assert stored["crawl"]["concurrency"] == 3
     assert stored["politeness"] == stored["politeness"] | {"per_host": 1, "delay": 0.01}

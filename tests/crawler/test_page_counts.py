@@ -15,13 +15,8 @@ import pytest
 from crawler.admin.report import state_stats
 from crawler.core.outputs.output import read_pages
 from crawler.core.run.progress import format_stats, format_summary
-from crawler.core.state.pagecounts import (
-    MAX_HOSTS,
-    OTHER_HOSTS,
-    PAGE_COUNTS_KEY,
-    UNKNOWN_HOST,
-    PageCounts,
-)
+from crawler.core.state.crawlstate import CrawlState
+from crawler.core.state.pagecounts import MAX_HOSTS, OTHER_HOSTS, UNKNOWN_HOST, PageCounts
 from crawler.net.outcome import failure_cause
 from dedup import State, UrlSeen, host_of
 from tests.crawler.test_engine import crawl
@@ -170,43 +165,31 @@ async def test_a_crawl_state_from_before_the_counts_is_counted_from_its_ledger(t
         await crawl(tmp_path, [srv.url("/status/404"), f"http://127.0.0.1:{port}/"],
                     fast_settings())
     with UrlSeen(tmp_path / "state") as seen:  # as an earlier version left it
-        seen.ledger.journal._db.execute("DELETE FROM meta WHERE key = ?", (PAGE_COUNTS_KEY,))
+        seen.ledger.journal._db.execute("DELETE FROM meta WHERE key = 'page_counts'")
         seen.ledger.journal._db.commit()
     stats = state_stats(tmp_path / "state")
     assert (stats["fetched"], stats["fetched_with_errors"], stats["failed"]) == (1, 1, 1)
     assert stats["failed_hosts"] == {UNKNOWN_HOST: {"connection refused": 1}}
 
 
-class _Meta:
-    """The part of a ledger ``PageCounts`` uses, for counting without a crawl."""
-
-    def __init__(self) -> None:
-        self.meta: dict = {}
-
-    def meta_get(self, key, default=None):
-        return self.meta.get(key, default)
-
-    def meta_set(self, key, value) -> None:
-        self.meta[key] = json.loads(json.dumps(value))
-
-    def counts(self) -> dict:
-        return {}
-
-
-def test_hosts_past_the_limit_are_counted_together_and_nothing_is_lost():
-    ledger = _Meta()
-    pc = PageCounts(ledger)
-    pc.add((f"http://h{i}.example/", State.FAILED, None, "timeout")
-           for i in range(MAX_HOSTS + 10))
-    pc.add([("http://h0.example/x", State.FAILED, None, "dns error"),
-            ("http://h0.example/y", State.FETCHED, 200, None),
-            ("http://h0.example/z", State.SKIPPED, None, "robots.txt")])
-    stored = ledger.meta[PAGE_COUNTS_KEY]
+def test_hosts_past_the_limit_are_counted_together_and_nothing_is_lost(tmp_path):
+    with UrlSeen(tmp_path / "state") as seen:
+        state = CrawlState(seen.records)
+        pc = PageCounts(state)
+        pc.add((f"http://h{i}.example/", State.FAILED, None, "timeout")
+               for i in range(MAX_HOSTS + 10))
+        pc.add([("http://h0.example/x", State.FAILED, None, "dns error"),
+                ("http://h0.example/y", State.FETCHED, 200, None),
+                ("http://h0.example/z", State.SKIPPED, None, "robots.txt")])
+        seen.commit()
+    with CrawlState.stopped(tmp_path / "state") as state:
+        stored = state.page_counts()
+        assert PageCounts(state).counts == stored  # read back as written
+    assert stored is not None
     assert (stored["fetched"], stored["failed"]) == (1, MAX_HOSTS + 11)
     assert len(stored["hosts"]) == MAX_HOSTS + 1
     assert stored["hosts"][OTHER_HOSTS] == {"timeout": 10}
     assert stored["hosts"]["h0.example"] == {"timeout": 1, "dns error": 1}
-    assert PageCounts(ledger).counts == stored  # read back as written
 
 
 def _line(text: str, start: str) -> str:

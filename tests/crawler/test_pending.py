@@ -10,6 +10,7 @@ import pytest
 from crawler.core.run.pending import Pending
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.crawlstate import CrawlState
 from dedup import State, UrlSeen
 
 
@@ -21,7 +22,7 @@ def seen(tmp_path):
 
 async def test_a_page_is_pending_until_its_commit_returns(seen):
     changes: list[bool] = []
-    f = Frontier(seen, Politeness(), on_idle=lambda: None)
+    f = Frontier(CrawlState(seen.records), Politeness(), on_idle=lambda: None)
     pending = Pending(f, lambda: changes.append(pending.idle()))
     f.add(seen.admit(["http://a.test/1"]))
     assert not pending.idle()  # something to hand out
@@ -30,7 +31,7 @@ async def test_a_page_is_pending_until_its_commit_returns(seen):
         f.done(item)
         assert f.finished() and not pending.idle()  # its links are not admitted yet
         new = seen.admit(["http://a.test/2"], depth=1)  # its group commit
-        seen.record_outcomes([(item.seq, State.FETCHED, 200, None)])
+        seen.records.record_outcomes([(item.seq, State.FETCHED, 200, None)])
         f.add(new)
         f.settled([item.seq])
     assert changes == [False]  # the link it found is left to fetch
@@ -43,7 +44,7 @@ async def test_a_page_is_pending_until_its_commit_returns(seen):
 
 async def test_a_delivery_is_pending_until_acked(seen):
     changes: list[bool] = []
-    f = Frontier(seen, Politeness(), on_idle=lambda: None)
+    f = Frontier(CrawlState(seen.records), Politeness(), on_idle=lambda: None)
     pending = Pending(f, lambda: changes.append(pending.idle()))
     assert pending.idle()
     with pending.delivery():
@@ -52,7 +53,7 @@ async def test_a_delivery_is_pending_until_acked(seen):
 
 
 async def test_an_error_inside_still_ends_the_page(seen):
-    f = Frontier(seen, Politeness(), on_idle=lambda: None)
+    f = Frontier(CrawlState(seen.records), Politeness(), on_idle=lambda: None)
     pending = Pending(f)
     with pytest.raises(RuntimeError), pending.page():
         raise RuntimeError("disk full")

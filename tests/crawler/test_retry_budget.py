@@ -10,6 +10,7 @@ from aiohttp import web
 
 from crawler.config.settings import ConfigError, Settings, settings_from_dict
 from crawler.core.outputs.output import read_pages
+from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen
 from tests.crawler.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve
@@ -125,7 +126,7 @@ async def test_the_bound_holds_across_kill_9_and_resume(tmp_path):
     assert record["attempts"] == 6 and record["error"].startswith("connection reset")
     with UrlSeen(state, readonly=True) as seen:
         assert seen.ledger.counts()["failed"] == 1
-        assert not seen.ledger.meta_get("retry_attempts")  # settled: nothing left behind
+        assert not CrawlState(seen.records).retry_attempts()  # settled: nothing left
 
 
 def test_retry_rounds_in_a_config_file_is_an_error_naming_max_retries():

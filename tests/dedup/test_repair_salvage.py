@@ -116,10 +116,10 @@ def make_crawl_state(d: Path) -> None:
         for page in range(40):
             new = seen.admit([f"http://h{page % 3}.example/p/{page}/{j}" for j in range(8)],
                              depth=1)
-            seen.note_referrers([(new[0].seq, new[-1].seq, f"http://h0.example/from/{page}")])
-            seen.note_captures([(f"sha1:{page:032d}", f"http://h1.example/c/{page}",
+            seen.records.note_referrers([(new[0].seq, new[-1].seq, f"http://h0.example/from/{page}")])
+            seen.records.note_captures([(f"sha1:{page:032d}", f"http://h1.example/c/{page}",
                                  "2026-01-01T00:00:00Z")])
-            seen.record_outcomes([(new[0].seq, State.FETCHED, 200, "not html")])
+            seen.records.record_outcomes([(new[0].seq, State.FETCHED, 200, "not html")])
 
 
 def flip_text(db: Path, text: str) -> None:
@@ -161,7 +161,7 @@ def test_repair_carries_referrers_and_digests_under_the_new_seqs(tmp_path):
     make_crawl_state(tmp_path)
     with UrlSeen(tmp_path, readonly=True) as seen:
         url_of = {seen.ledger.journal.row(s).url: s for s in range(1, len(seen) + 1)}
-        want = {u: seen.referrer_of(s) for u, s in url_of.items()}
+        want = {u: seen.records.referrer_of(s) for u, s in url_of.items()}
     db = ledger_path(tmp_path)
     con = sqlite3.connect(db)
     first, n, fps = con.execute("SELECT seq, n, fps FROM log ORDER BY seq LIMIT 1 "
@@ -177,8 +177,8 @@ def test_repair_carries_referrers_and_digests_under_the_new_seqs(tmp_path):
         got = {}
         for s in range(1, len(seen) + 1):
             row = seen.ledger.journal.row(s)
-            got[row.url] = seen.referrer_of(s)
-        assert seen.first_capture("sha1:" + "5".zfill(32)) == ("http://h1.example/c/5",
+            got[row.url] = seen.records.referrer_of(s)
+        assert seen.records.first_capture("sha1:" + "5".zfill(32)) == ("http://h1.example/c/5",
                                                               "2026-01-01T00:00:00Z")
     lost = {u for u, s in url_of.items() if first <= s < first + n}
     assert got == {u: r for u, r in want.items() if u not in lost}

@@ -344,7 +344,7 @@ async def test_a_page_is_done_after_its_output_not_before(tmp_path: Path) -> Non
 
     def queued() -> set[str]:
         assert df.seen is not None  # queued() writes pending admissions first
-        return {row.url for row in df.seen.queued(100)}
+        return {row.url for row in df.seen.records.queued(100)}
 
     try:
         page = Request("http://a.example/page")

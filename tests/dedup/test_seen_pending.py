@@ -239,7 +239,7 @@ def test_admit_one_promises_seqs_and_keeps_urls(tmp_path):
         assert sorted(promised.values()) == list(range(1, 41))
         assert durable_count(d) == 0  # nothing written yet
         first = promised["http://h0.test/p/0?utm_source=x"]
-        seen.record_outcomes([(first, State.FETCHED, 200, None)])
+        seen.records.record_outcomes([(first, State.FETCHED, 200, None)])
         # an admission that writes at once comes after the promised rows
         (later,) = seen.admit_pages([([("http://z.test/", "http://z.test/")], 0)])[0]
         assert later.seq > max(promised.values())
@@ -251,7 +251,7 @@ def test_admit_one_promises_seqs_and_keeps_urls(tmp_path):
             row = seen.ledger.get(fingerprint(canonicalize(url), seen.seed))
             assert row is not None
             assert (row["seq"], row["depth"]) == (seq, depths[url])
-        queued = {r.url: r.seq for r in seen.queued(1000)}
+        queued = {r.url: r.seq for r in seen.records.queued(1000)}
         assert "http://h0.test/p/0?utm_source=x" not in queued  # marked fetched
         assert queued["http://h1.test/p/1?utm_source=x"] == promised[
             "http://h1.test/p/1?utm_source=x"]
@@ -268,7 +268,7 @@ def test_admit_one_refuses_a_url_with_a_newline_and_loses_nothing(tmp_path):
             seen.admit_one("http://a.test/\n2", "http://a.test/2")
         assert seen.admit_one("http://a.test/2", "http://a.test/2") == 2
         seen.commit()
-        assert {r.url for r in seen.queued(10)} == {"http://a.test/1", "http://a.test/2"}
+        assert {r.url for r in seen.records.queued(10)} == {"http://a.test/1", "http://a.test/2"}
 
 
 def test_held_among_answers_for_pending_keys(tmp_path):
@@ -278,4 +278,4 @@ def test_held_among_answers_for_pending_keys(tmp_path):
         assert seen.filter_new(["http://a.test/1"]) == ["http://a.test/1"]
         fp = fingerprint("http://a.test/1", seen.seed)
         assert seen.held_among(fp) == [0]
-        assert seen.counts()["admitted"] == 1
+        assert seen.records.counts()["admitted"] == 1

@@ -23,14 +23,15 @@ from crawler.cli.main import main
 from crawler.config.scope import Scope
 from crawler.core.outputs.output import read_pages
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE, SitemapCounts
-from crawler.core.state.state import FLEET_KEY, create_crawl
+from crawler.core.state.crawlstate import CrawlState
+from crawler.core.state.state import create_crawl
 from crawler.demo.serve import RunningSite
 from crawler.demo.site import SiteSpec
 from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geometry, worker_meta
 from crawler.wire.outbox import Outbox
 from crawler.wire.owner import owner_of
 from crawler.wire.transport import RedisTransport
-from dedup import Ledger, State, UrlSeen
+from dedup import State, UrlSeen
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import read_header
@@ -165,7 +166,7 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
     assert main(["merge", "--state", "-o", str(full), *map(str, fleet.dirs)]) == 0
     assert "0 present in several inputs" in capsys.readouterr().out
     with UrlSeen(full, readonly=True) as seen:
-        assert seen.ledger.meta_get(FLEET_KEY) is None
+        assert CrawlState(seen.records).fleet() is None
         assert len(seen.ledger) == len(keys)
         assert all(seen.check(k)[0] for k in keys)
     assert len(read_pages(full / "pages.jsonl")) == len(keys)
@@ -216,8 +217,9 @@ def test_merge_state_sums_the_workers_sitemap_counts_and_unites_their_queued_sit
     for i, d in enumerate(dirs):
         seen, _, _ = create_crawl(d, worker_settings(), seeds, crawl_id="c3",
                                   meta=worker_meta("c3", 2, i, "redis://127.0.0.1:9/0"))
-        SitemapCounts(seen).add([(State.FETCHED, None, 40 + i, 30 + i),
-                                 (State.FETCHED, "http 404", 0, 0)] * (i + 1))
+        SitemapCounts(CrawlState(seen.records)).add(
+            [(State.FETCHED, None, 40 + i, 30 + i), (State.FETCHED, "http 404", 0, 0)]
+            * (i + 1))
         seen.commit()
         seen.close()
         (d / SITEMAPS_FILE).write_text(json.dumps(queued[i]))
@@ -282,9 +284,9 @@ async def test_a_signal_to_one_worker_stops_the_fleet_each_snapshots_then_3_beco
         assert all("stop requested by the fleet" in err for _, err in results[1:])
         queued = 0
         for d in fleet.dirs:
-            with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
-                hwm = ledger.last_seq()
-                queued += ledger.counts()["queued"]
+            with CrawlState.stopped(d) as state:
+                hwm = state.last_seq()
+                queued += state.counts()["queued"]
             marks = {read_header(f).hwm for f in (d / "shards").glob("shard-*.bloom")}
             assert marks == {hwm}, d  # every shard written at the end, covering the ledger
         assert queued > 0  # it really stopped early
@@ -400,8 +402,8 @@ async def test_fleet_ctrl_c_resize_4_to_2_to_4_and_resume_refetch_nothing(tmp_pa
         assert done.stderr == ""
         check_exact(fleet_worker_dirs(f4b), running, max_refetches=0)
         for i, d in enumerate(fleet_worker_dirs(f4b)):
-            with Ledger(d / "ledger.sqlite", readonly=True) as ledger:
-                meta = ledger.meta_get(FLEET_KEY)
+            with CrawlState.stopped(d) as state:
+                meta = state.fleet()
             assert (meta["worker_id"], meta["workers"]) == (i, 4)
             # the pages' counts moved with the pages (resize recounts them)
             stats = state_stats(d)

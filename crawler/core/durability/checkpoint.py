@@ -17,7 +17,8 @@ from pathlib import Path
 from crawler.config.settings import SnapshotSettings
 from crawler.core.outputs.output import write_json_atomic
 from crawler.core.schedule.politeness import Politeness
-from crawler.core.state.state import COUNTER_KEYS, HOST_COUNTS_FILE, TOTALS_KEY
+from crawler.core.state.crawlstate import CrawlState
+from crawler.core.state.state import COUNTER_KEYS, HOST_COUNTS_FILE
 from dedup import UrlSeen
 
 __all__ = ["Checkpoint"]
@@ -30,15 +31,16 @@ class Checkpoint:
     when there is no per-host cap); it is written as it stands.
     """
 
-    def __init__(self, seen: UrlSeen, settings: SnapshotSettings, politeness: Politeness,
-                 host_counts: dict[str, int] | None) -> None:
+    def __init__(self, seen: UrlSeen, state: CrawlState, settings: SnapshotSettings,
+                 politeness: Politeness, host_counts: dict[str, int] | None) -> None:
         self.seen = seen
+        self.state = state
         self.settings = settings
         self.politeness = politeness
         self.host_counts = host_counts
         self._path = Path(seen.state_dir) / HOST_COUNTS_FILE
         self._lock = asyncio.Lock()
-        self._totals_before: dict[str, int] = dict(seen.meta_get(TOTALS_KEY, {}) or {})
+        self._totals_before: dict[str, int] = state.totals()
         self._counters_at_open = {k: seen.counters.get(k, 0) for k in COUNTER_KEYS}
 
     def totals(self) -> dict[str, int]:
@@ -54,7 +56,7 @@ class Checkpoint:
             await asyncio.to_thread(self.seen.sync)
             for i in range(self.seen.nshards):
                 await asyncio.to_thread(self.seen.snapshot_shard, i)
-            self.seen.meta_set(TOTALS_KEY, self.totals())
+            self.state.set_totals(self.totals())
             if self.host_counts is not None:
                 # URLs admitted per host: approximate after a crash (counts since this
                 # write are lost, so a trap host may get that many more), never blocking

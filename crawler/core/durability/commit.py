@@ -9,14 +9,15 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    ``links_new`` is known before its record is written;
 2. the group's pages.jsonl lines, items.jsonl lines (what page handlers returned,
    ``crawler.core.run.page``) and WARC records are written and fsynced, then
-   the files' sizes (``OUTPUTS_KEY``; the WARC's as the open file's serial and
-   size, ``crawler.core.outputs.warc``), the dedup totals (``TOTALS_KEY``), the pages'
-   counts (fetched, failed by cause and host: ``crawler.core.state.pagecounts``), the first capture
-   of each new body digest and the page each run of new URLs was found on (the
-   ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
-   ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
-   into ONE ledger transaction with the new URLs (a committer task batches
-   whatever finished meanwhile; nothing else commits the ledger during a crawl).
+   the files' sizes (``CrawlState.committed``; the WARC's as the open file's serial
+   and size, ``crawler.core.outputs.warc``), the dedup totals (``CrawlState.totals``),
+   the pages' counts (fetched, failed by cause and host:
+   ``crawler.core.state.pagecounts``), the first capture of each new body digest
+   and the page each run of new URLs was found on (the ledger's ``contents`` and
+   ``notes``: pages.jsonl's ``duplicate_of`` and ``referrer``, WARC revisits) and
+   the pages' marks (fetched/failed/skipped) go into ONE ledger transaction with
+   the new URLs (a committer task batches whatever finished meanwhile; nothing
+   else commits the ledger during a crawl).
    Reopening cuts each file back to its committed size, so a record is in the
    output exactly when its page is marked done and its new URLs are in the
    ledger: nothing is duplicated or lost across kill -9, ``links_new`` adds up
@@ -51,8 +52,8 @@ from crawler.core.outputs.warc import Blob, WarcFiles, build_records
 from crawler.core.schedule.admission import Pairs
 from crawler.core.schedule.frontier import Frontier, Item
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles
+from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.core.state.pagecounts import PageCounts
-from crawler.core.state.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
 from dedup import State, UrlSeen
@@ -83,20 +84,20 @@ class _Entry:
     new: int = 0  # of ``links``, the URLs admitted new
 
 
-def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
+def output_files(state_dir: Path, state: CrawlState, output: OutputSettings
+                 ) -> tuple[PageLog, WarcFiles | None]:
     """The crawl's pages.jsonl and WARC files (``output.warc`` = "" for none), to be
     cut back on opening to the sizes the ledger has committed."""
-    committed = seen.meta_get(OUTPUTS_KEY) or {}
-    warc = (WarcFiles(output.warc, committed.get("warc"), max_size=output.warc_max_size)
+    committed = state.committed()
+    warc = (WarcFiles(output.warc, committed.warc, max_size=output.warc_max_size)
             if output.warc else None)
-    return PageLog(Path(seen.state_dir) / PAGES_FILE, committed.get("pages")), warc
+    return PageLog(state_dir / PAGES_FILE, committed.pages), warc
 
 
-def items_file(seen: UrlSeen) -> ItemLog:
+def items_file(state_dir: Path, state: CrawlState) -> ItemLog:
     """The crawl's items.jsonl, to be cut back on opening to its committed size (0
     when no commit ever recorded one: every line past it is a killed run's)."""
-    committed = seen.meta_get(OUTPUTS_KEY) or {}
-    return ItemLog(Path(seen.state_dir) / ITEMS_FILE, committed.get("items", 0))
+    return ItemLog(state_dir / ITEMS_FILE, state.committed().items or 0)
 
 
 def _build_all(records: Sequence[tuple[Exchange, tuple[str, str] | None]], gz: bool,
@@ -127,7 +128,7 @@ class GroupCommit:
     """
 
     def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: UrlSeen,
-                 frontier: Frontier,
+                 state: CrawlState, frontier: Frontier,
                  admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None,
                  before_commit: Callable[[list[int]], None] | None = None,
@@ -152,6 +153,7 @@ class GroupCommit:
         self._totals = totals
         self._warc = warc
         self._seen = seen
+        self._state = state
         self._frontier = frontier
         self._admit = admit
         self._pending: list[_Entry] = []
@@ -223,10 +225,10 @@ class GroupCommit:
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
                 marks = [e.mark for e in batch if e.mark is not None]
-                seen = self._seen
-                seen.meta_set(OUTPUTS_KEY, self.offsets())
+                state = self._state
+                state.set_committed(self.offsets())
                 if self._totals is not None:
-                    seen.meta_set(TOTALS_KEY, self._totals())
+                    state.set_totals(self._totals())
                 if self._before_commit is not None:
                     self._before_commit([m[0] for m in marks])
                 if self._counts is not None:
@@ -235,7 +237,7 @@ class GroupCommit:
                 if self._sitemap_counts is not None:
                     self._sitemap_counts.add((*e.sitemap, e.new) for e in batch
                                              if e.sitemap is not None)
-                seen.record_outcomes(marks)
+                state.record_outcomes(marks)
                 self._seen.commit()
             except BaseException as exc:
                 for e in batch:
@@ -253,16 +255,16 @@ class GroupCommit:
         before (same payload digest, earlier in the crawl or in this group) is a
         revisit of its first capture ``(uri, date)``. New digests go into the ledger's
         ``contents`` in this group's transaction: exact across kill -9."""
-        seen = self._seen
+        state = self._state
         # the pages' digests looked up in one query (the exchanges' are few: robots.txt)
         asked = {e.content[0] for e in batch if e.content is not None}
-        group = seen.first_captures(asked)  # and this group's first captures
+        group = state.first_captures(asked)  # and this group's first captures
         added: list[tuple[str, str, str]] = []
 
         def first(digest: str, url: str, date: str) -> tuple[str, str] | None:
             ref = group.get(digest)
             if ref is None and digest not in asked:
-                ref = seen.first_capture(digest)
+                ref = state.first_capture(digest)
             if ref is None:
                 group[digest] = (url, date)
                 added.append((digest, url, date))
@@ -281,7 +283,7 @@ class GroupCommit:
                 else:
                     ref = None
                 out.append((ex, ref))
-        seen.note_captures(added)
+        state.note_captures(added)
         return out
 
     def _admit_links(self, batch: list[_Entry]) -> None:
@@ -306,14 +308,11 @@ class GroupCommit:
             files.append(self._warc)
         await asyncio.gather(*(f.sync() for f in files))
 
-    def offsets(self) -> dict[str, int]:
+    def offsets(self) -> Committed:
         """The output files' sizes as written: what a commit records as committed."""
-        out: dict[str, Any] = {"pages": self._pagelog.size}
-        if self._items is not None:
-            out["items"] = self._items.size
-        if self._warc is not None:
-            out["warc"] = self._warc.committed()
-        return out
+        return Committed(pages=self._pagelog.size,
+                         items=self._items.size if self._items is not None else None,
+                         warc=self._warc.committed() if self._warc is not None else None)
 
     async def close(self) -> None:
         """Write everything handed in so far, then stop."""
@@ -359,7 +358,7 @@ class GroupCommit:
         record = {
             "url": item.url,
             "final_url": final_url,
-            "referrer": self._seen.referrer_of(item.seq) if item.depth else None,
+            "referrer": self._state.referrer_of(item.seq) if item.depth else None,
             "status": status,
             "content_type": res.content_type if res is not None else None,
             "bytes": res.nbytes if res is not None else 0,

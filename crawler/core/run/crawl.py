@@ -31,10 +31,9 @@ from crawler.config.settings import ConfigError, Settings, did_you_mean, load_se
 from crawler.core.run.engine import Engine, Watcher
 from crawler.core.run.page import Follow, Handler, HandlerError, Hooks, OnError, Page
 from crawler.core.run.progress import Progress
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.reopen import finish_rewrite, reopen_refused
 from crawler.core.state.state import (
-    FLEET_KEY,
-    HOOKS_KEY,
     CrawlError,
     Seeds,
     create_crawl,
@@ -353,8 +352,9 @@ class Crawler:
             return self
         if self._resume:
             seen, settings, scope = open_crawl(self.state_dir)
+            state = CrawlState(seen.records)
             try:
-                self._check_identity(seen.meta_get(FLEET_KEY))
+                self._check_identity(state.fleet())
                 changes: dict[str, dict[str, Any]] = {}
                 for name, value in self._options.items():
                     section, key = RESUME_OPTIONS[name]
@@ -366,9 +366,9 @@ class Crawler:
                     self.reopened = reopen_refused(seen)
                 if not settings.fetch.proxy:
                     _check_env_proxies()
-                self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
+                self._stored_hooks(state.hooks())
                 if self._explicit_hooks:  # the crawl's hooks from now on
-                    seen.meta_set(HOOKS_KEY, self._hooks_meta())
+                    state.set_hooks(self._hooks_meta())
                     seen.commit()
             except BaseException:
                 seen.close()
@@ -397,8 +397,9 @@ class Crawler:
         seeds are admitted again; its hooks are the crawl's from now on."""
         assert self._seeds is not None and self._settings is not None
         seen, settings, scope = open_crawl(self.state_dir)
+        state = CrawlState(seen.records)
         try:
-            self._check_identity(seen.meta_get(FLEET_KEY))
+            self._check_identity(state.fleet())
             changes, refused = _continued(settings, self._settings, self._options)
             if refused:
                 raise CrawlError(
@@ -413,10 +414,10 @@ class Crawler:
                 self.reopened = reopen_refused(seen)
             if not settings.fetch.proxy:
                 _check_env_proxies()
-            self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
+            self._stored_hooks(state.hooks())
             self.problems = readmit_seeds(seen, settings, scope, self._seeds)
             if self._explicit_hooks:
-                seen.meta_set(HOOKS_KEY, self._hooks_meta())
+                state.set_hooks(self._hooks_meta())
                 seen.commit()
         except BaseException:
             seen.close()
@@ -425,7 +426,7 @@ class Crawler:
         return seen, scope
 
     def _hooks_meta(self) -> dict[str, Any] | None:
-        """What ``HOOKS_KEY`` keeps of the hooks: names given as ``module:function``
+        """What ``CrawlState.hooks`` keeps of the hooks: names given as ``module:function``
         (a resume imports them), and under "python" the ones given as Python objects
         (a resume must be given them again)."""
         meta: dict[str, Any] = dict(self._specs)
@@ -522,9 +523,10 @@ class Crawler:
         self.open()
         assert self._seen is not None and self._settings is not None
         settings = self._settings
-        if self.fleet is not None and self._seen.meta_get(FLEET_KEY) != self.fleet:
+        state = CrawlState(self._seen.records)
+        if self.fleet is not None and state.fleet() != self.fleet:
             # joined through another Redis URL: remember it (without a password)
-            self._seen.meta_set(FLEET_KEY, self.fleet)
+            state.set_fleet(self.fleet)
             self._seen.commit()
         hooks = None
         if self._handler is not None or self._follow is not None or deliver:

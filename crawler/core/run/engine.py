@@ -52,6 +52,7 @@ from crawler.core.schedule.frontier import Frontier, Item
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
+from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
@@ -83,6 +84,7 @@ class Engine:
                  transport: RedisTransport | None = None,
                  hooks: Hooks | None = None) -> None:
         self.seen = seen
+        self.state = state = CrawlState(seen.records)
         self.hooks = hooks
         self.settings = settings
         self.scope = scope
@@ -93,20 +95,20 @@ class Engine:
                                      delay=settings.politeness.delay,
                                      max_crawl_delay=settings.politeness.max_crawl_delay,
                                      max_backoff=settings.fetch.max_retry_after)
-        self.sitemap_counts = SitemapCounts(seen)
+        self.sitemap_counts = SitemapCounts(state)
         # the pages' counts: sitemap files are marked in the ledger too, but are no pages
-        self._base = without_sitemaps(seen.counts(), self.sitemap_counts.counts)
+        self._base = without_sitemaps(state.counts(), self.sitemap_counts.counts)
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
-        self.frontier = Frontier(seen, self.politeness, memory=c.frontier_memory,
+        self.frontier = Frontier(state, self.politeness, memory=c.frontier_memory,
                                  max_take=max_take, on_idle=self._settle)
         self.pending = Pending(self.frontier, self._settle)
         self._canon = seen.canonicalizer
         cap = c.max_pages_per_host
         host_counts: dict[str, int] = (
             read_json(self.state_dir / HOST_COUNTS_FILE, {}) if cap else {})
-        self.admission = Admission(seen, scope, self.frontier, cap, host_counts)
-        self.checkpoint = Checkpoint(seen, settings.snapshot, self.politeness,
+        self.admission = Admission(seen, state, scope, self.frontier, cap, host_counts)
+        self.checkpoint = Checkpoint(seen, state, settings.snapshot, self.politeness,
                                      host_counts if cap else None)
         out = settings.output
         self.fetcher = Fetcher(settings.fetch, record=bool(out.warc),
@@ -117,17 +119,17 @@ class Engine:
                                    max_crawl_delay=settings.politeness.max_crawl_delay,
                                    error_ttl=c.retry_delay)
                        if settings.politeness.obey_robots else None)
-        self.pagelog, self.warc = output_files(seen, settings.output)
-        self.items = items_file(seen)
+        self.pagelog, self.warc = output_files(self.state_dir, state, settings.output)
+        self.items = items_file(self.state_dir, state)
         self.sitemaps = (SitemapFiles(self.state_dir, c.sitemap_max_files)
                          if c.sitemaps else None)
         self._sitemap_hosts: set[str] = set()  # seed hosts whose sitemaps this run queued
-        self.retries = Retries(settings, self.frontier, seen)
+        self.retries = Retries(settings, self.frontier, state)
         # a fleet worker's outbox (links it forwarded) is synced with each group, before
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
-        self.pages = PageCounts(seen)
-        self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
+        self.pages = PageCounts(state)
+        self.committer = GroupCommit(self.pagelog, self.warc, seen, state, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
@@ -460,7 +462,7 @@ class Engine:
         assert res.status is not None
         return Page(url=item.url, final_url=final_url, status=res.status,
                     headers=res.headers or {}, depth=item.depth,
-                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
+                    referrer=self.state.referrer_of(item.seq) if item.depth else None,
                     content_type=res.content_type, body=body, text=text, links=links,
                     error=res.error, sitemap=sitemap)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from crawler.config.scope import Scope
 from crawler.core.schedule.frontier import Frontier
+from crawler.core.state.crawlstate import CrawlState
 from dedup import State, UrlSeen, host_of
 
 __all__ = ["Admission", "Pairs", "Remote"]
@@ -33,9 +34,10 @@ class Admission:
     """Admits links into one crawl; ``host_counts`` (URLs admitted per host) is
     kept here and saved by the checkpoint."""
 
-    def __init__(self, seen: UrlSeen, scope: Scope, frontier: Frontier, cap: int,
-                 host_counts: dict[str, int]) -> None:
+    def __init__(self, seen: UrlSeen, state: CrawlState, scope: Scope, frontier: Frontier,
+                 cap: int, host_counts: dict[str, int]) -> None:
         self.seen = seen
+        self.state = state
         self.scope = scope
         self.frontier = frontier
         self.cap = cap
@@ -99,7 +101,7 @@ class Admission:
         per_page = self.seen.admit_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
-            self.seen.note_referrers(
+            self.state.note_referrers(
                 (page[0].seq, page[-1].seq, source)
                 for page, source in zip(per_page, sources, strict=True) if page)
         cap = self.cap
@@ -123,7 +125,7 @@ class Admission:
                 new.extend(page)
                 queued.append(len(page))
         if over:  # several links of a group went past the cap together
-            self.seen.record_outcomes(over)
+            self.state.record_outcomes(over)
         if new:
             new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
             self.frontier.add(new)

@@ -10,7 +10,7 @@ Why paging: the ledger's QUEUED rows are the durable frontier, so memory only
 needs a window of it. Each host's in-memory deque holds a prefix (by ledger
 ``seq``) of that host's not-yet-taken QUEUED rows; when the memory budget is
 full a host is marked *spilled* and later URLs stay in the ledger only, to be
-paged in (``ledger.queued(host=..., after_seq=...)``) when its deque drains.
+paged in (``CrawlState.queued(host=..., after_seq=...)``) when its deque drains.
 Rows taken but not yet marked in the ledger (in flight, or awaiting the
 engine's batched commit) are remembered by ``seq`` so paging never hands them
 out twice.
@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from crawler.core.schedule.politeness import Politeness
+from crawler.core.state.crawlstate import CrawlState
 
 __all__ = ["Frontier", "Item"]
 
@@ -69,16 +70,16 @@ class _Host:
 class Frontier:
     """Per-host queues, a heap of (ready time, host), paging from the ledger.
 
-    ``ledger`` (the ``UrlSeen``) needs ``queued(limit, *, after_seq, host)`` and
-    ``queued_hosts()``.
+    ``state`` is where the durable frontier is paged in from (its ``queued`` and
+    ``queued_hosts``).
     ``max_take``: stop handing out URLs after this many were taken and counted
     (``done(counted=False)`` gives one back); None means no limit.
     """
 
-    def __init__(self, ledger: object, politeness: Politeness, *, memory: int = 20_000,
+    def __init__(self, state: CrawlState, politeness: Politeness, *, memory: int = 20_000,
                  page_size: int = 500, max_take: int | None = None,
                  on_idle: Callable[[], None] | None = None) -> None:
-        self._ledger = ledger
+        self._state = state
         self.politeness = politeness
         self.memory = max(1, memory)
         self.page_size = max(1, page_size)
@@ -104,7 +105,7 @@ class Frontier:
 
     def load(self) -> int:
         """Register every host with QUEUED rows in the ledger (start or resume)."""
-        hosts = self._ledger.queued_hosts()  # type: ignore[attr-defined]
+        hosts = self._state.queued_hosts()
         for name in hosts:
             h = self._hosts.get(name)
             if h is None:
@@ -296,8 +297,7 @@ class Frontier:
         # a full memory still pages one row, so a drained host keeps going
         want = max(min(self.page_size, self.memory - self.in_memory), 1)
         while h.spilled and not h.queue:
-            rows = self._ledger.queued(  # type: ignore[attr-defined]
-                want, after_seq=h.last_seq, host=h.name)
+            rows = self._state.queued(want, after_seq=h.last_seq, host=h.name)
             if len(rows) < want:
                 h.spilled = False
             if rows:

@@ -15,22 +15,19 @@ the crawl multiplied (a resetting server got 18 requests for one URL). Here a
 URL is *tried* at most ``1 + max_retries`` times: each request sent for it
 counts (a fetch that ran into its total timeout is one), and so does a round
 lost to its host's robots.txt being unavailable. The count is kept in the
-ledger (``ATTEMPTS_KEY``), so a resumed crawl, even after kill -9, goes on
-from it instead of granting the budget anew.
+ledger (``CrawlState.retry_attempts``), so a resumed crawl, even after kill -9,
+goes on from it instead of granting the budget anew.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from crawler.config.settings import Settings
 from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.state.crawlstate import CrawlState
 
-__all__ = ["ATTEMPTS_KEY", "Retries", "Tried"]
-
-# Ledger meta key: {seq: [tries, requests, last error]} for each URL tried but not
-# settled yet (deferred to a later round, or in a round when the crawl stopped).
-ATTEMPTS_KEY = "retry_attempts"
+__all__ = ["Retries", "Tried"]
 
 
 class Tried(NamedTuple):
@@ -44,24 +41,26 @@ class Tried(NamedTuple):
 class Retries:
     """Each URL's tries (by ledger ``seq``) against ``[crawl] max_retries``.
 
-    The counts live in the ledger's meta (``ATTEMPTS_KEY``), written by the
+    The counts live in the ledger (``CrawlState.retry_attempts``: each URL tried but
+    not settled yet, deferred to a later round or in a round when the crawl
+    stopped), written by the
     group commit (``before_commit``); the engine has them committed before the
     URL is deferred, and before a retry round sends anything (that round's
     requests counted in advance), so neither a crash nor a resume lets a URL
     exceed its budget. A URL's first round is not committed in advance (that
     would cost a commit per page): like every URL in flight at a kill -9, it is
-    sent again. One meta value holds every URL waiting for a retry, rewritten by
+    sent again. One value holds every URL waiting for a retry, rewritten by
     each commit that changes it: cheap for thousands of such URLs, not millions.
     """
 
-    def __init__(self, settings: Settings, frontier: Frontier, ledger: Any) -> None:
+    def __init__(self, settings: Settings, frontier: Frontier, state: CrawlState) -> None:
         self.crawl = settings.crawl
         self.quick = settings.fetch.retries
         self.frontier = frontier
-        self._ledger = ledger
+        self._state = state
         self._tried: dict[int, Tried] = {
-            int(seq): Tried(*v) for seq, v in (ledger.meta_get(ATTEMPTS_KEY) or {}).items()}
-        self._stored = set(self._tried)  # seqs whose totals go into the ledger's meta
+            seq: Tried(*v) for seq, v in state.retry_attempts().items()}
+        self._stored = set(self._tried)  # seqs whose totals go into the ledger
         self._dirty = False
         self._rounds: dict[int, int] = {}  # rounds handed out this run: the backoff exponent
         self.retried = 0  # rounds handed out this run
@@ -142,8 +141,7 @@ class Retries:
         if self._dirty:
             self._dirty = False
             tried = self._tried
-            self._ledger.meta_set(ATTEMPTS_KEY,
-                                  {str(k): list(tried[k]) for k in self._stored})
+            self._state.set_retry_attempts({k: tried[k] for k in self._stored})
 
     def _store(self, seq: int, t: Tried) -> None:
         self._tried[seq] = t

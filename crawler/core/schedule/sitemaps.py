@@ -16,7 +16,7 @@ Why a sitemap fetch is not a page: robots.txt, which the crawl also fetches on
 its own, is not a pages.jsonl line either, and a crawl of N pages should leave N
 lines. A sitemap's ledger row is still marked (fetched, failed, skipped) so that it
 is fetched exactly once across kill -9, and its exchange goes to the WARC; what it
-came to is counted in ``SitemapCounts`` (the ledger's meta, in the transaction that
+came to is counted in ``SitemapCounts`` (the ledger, in the transaction that
 marks it), which the summary and ``bloomcrawl stats`` show and which page counts
 taken from the ledger's states leave out.
 """
@@ -25,21 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from crawler.core.outputs.output import read_json, write_json_atomic
+from crawler.core.state.crawlstate import CrawlState
 from dedup import State, host_of
 
-__all__ = ["SITEMAPS_FILE", "SITEMAP_COUNTS_KEY", "SitemapCounts", "SitemapFiles",
-           "without_sitemaps"]
+__all__ = ["SITEMAPS_FILE", "SitemapCounts", "SitemapFiles", "without_sitemaps"]
 
 SITEMAPS_FILE = "sitemaps.json"
-# Ledger meta key: what the crawl's sitemap fetches came to, over every run:
+# What the crawl's sitemap fetches came to, over every run (``CrawlState.sitemap_counts``):
 # "fetched" (a response: ledger state fetched), "with_errors" (of those: an error
 # status, or not a readable sitemap), "failed" (no usable answer after every retry:
 # ledger state failed), "skipped" (disallowed by robots.txt), "urls" (the URLs the
 # readable ones listed) and "new" (of those, the ones the seen-test admitted).
-SITEMAP_COUNTS_KEY = "sitemap_counts"
 _FIELDS = ("fetched", "with_errors", "failed", "skipped", "urls", "new")
 Outcome = tuple[State, str | None, int, int]  # (ledger state, error, URLs listed, new)
 
@@ -86,16 +84,16 @@ class SitemapFiles:
 
 
 class SitemapCounts:
-    """The counts of a crawl's committed sitemap fetches (``SITEMAP_COUNTS_KEY``).
+    """The counts of a crawl's committed sitemap fetches (``CrawlState.sitemap_counts``).
 
     ``add`` joins the ledger's open transaction: the group commit calls it with the
     sitemaps whose marks it is about to commit, so both are durable together and
     the counts are exact across kill -9."""
 
-    def __init__(self, ledger: Any) -> None:
-        self._ledger = ledger
+    def __init__(self, state: CrawlState) -> None:
+        self._state = state
         self.counts: dict[str, int] = dict.fromkeys(_FIELDS, 0)
-        self.counts.update(ledger.meta_get(SITEMAP_COUNTS_KEY) or {})
+        self.counts.update(state.sitemap_counts())
 
     def add(self, outcomes: Iterable[Outcome]) -> None:
         c = self.counts
@@ -112,7 +110,7 @@ class SitemapCounts:
             c["urls"] += listed
             c["new"] += new
         if changed:
-            self._ledger.meta_set(SITEMAP_COUNTS_KEY, c)
+            self._state.set_sitemap_counts(c)
 
 
 def without_sitemaps(ledger_counts: Mapping[str, int], sitemaps: Mapping[str, int]

@@ -1,9 +1,9 @@
 """What the pages taken from the frontier came to: responses and failures, the
 failures by cause and by host, over every run of a crawl.
 
-Why kept in the ledger's meta and counted by the group commit: the summary and
-``bloomcrawl stats`` must add up to the pages committed, across kill -9 and
-resume. Counting when a page is processed would count pages in flight at a
+Why kept in the ledger (``CrawlState.page_counts``) and counted by the group
+commit: the summary and ``bloomcrawl stats`` must add up to the pages committed,
+across kill -9 and resume. Counting when a page is processed would count pages in flight at a
 crash, which are fetched (and counted) again; counting in the transaction that
 marks them counts each committed page exactly once (``crawler.core.durability.commit``).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from crawler.core.state.crawlstate import CrawlState
 from crawler.net.outcome import failure_cause
 from crawler.net.refused import PRIVATE_REFUSED
 from dedup import State, host_of
@@ -26,7 +27,6 @@ from dedup import State, host_of
 __all__ = [
     "MAX_HOSTS",
     "OTHER_HOSTS",
-    "PAGE_COUNTS_KEY",
     "REOPENED",
     "UNKNOWN_HOST",
     "PageCounts",
@@ -38,9 +38,8 @@ __all__ = [
     "top_failed_hosts",
 ]
 
-# Ledger meta key: {"fetched", "fetched_with_errors", "failed", "causes": {cause: n},
-# "hosts": {host: {cause: n}}} over every run.
-PAGE_COUNTS_KEY = "page_counts"
+# The counts, over every run: {"fetched", "fetched_with_errors", "failed",
+# "causes": {cause: n}, "hosts": {host: {cause: n}}}.
 # Hosts kept by name; failures of hosts past this many are counted under OTHER_HOSTS,
 # so the value one commit rewrites stays small on a crawl of millions of hosts.
 MAX_HOSTS = 500
@@ -61,28 +60,28 @@ def _empty() -> dict[str, Any]:
 
 
 class PageCounts:
-    """The counts of a crawl's committed pages (``PAGE_COUNTS_KEY``).
+    """The counts of a crawl's committed pages (``CrawlState.page_counts``).
 
     ``add`` joins the ledger's open transaction: the group commit calls it with
     the pages whose marks it is about to commit, so both are durable together.
     """
 
-    def __init__(self, ledger: Any) -> None:
-        self._ledger = ledger
-        stored = ledger.meta_get(PAGE_COUNTS_KEY)
+    def __init__(self, state: CrawlState) -> None:
+        self._state = state
+        stored = state.page_counts()
         self.counts: dict[str, Any] = _empty()
         if stored is not None:
             self.counts.update(stored)
         else:
-            self._count_earlier(ledger)
+            self._count_earlier(state)
 
-    def _count_earlier(self, ledger: Any) -> None:
+    def _count_earlier(self, state: CrawlState) -> None:
         """A ledger from before these counts: its done rows, once (their hosts unknown)."""
-        c = ledger.counts()
+        c = state.counts()
         if not (c.get("fetched") or c.get("failed")):
             return
-        for _seq, state, status, error, _at in ledger.outcomes():
-            self._count(UNKNOWN_HOST, state, status, error)
+        for _seq, outcome, status, error, _at in state.outcomes():
+            self._count(UNKNOWN_HOST, outcome, status, error)
 
     def add(self, rows: Iterable[Row]) -> None:
         """Count committed pages ``(url, state, status, error)`` (skipped ones are not
@@ -91,7 +90,7 @@ class PageCounts:
         for url, state, status, error in rows:
             changed |= self._count(host_of(url), state, status, error)
         if changed:
-            self._ledger.meta_set(PAGE_COUNTS_KEY, self.counts)
+            self._state.set_page_counts(self.counts)
 
     def take_back(self, rows: Iterable[Row]) -> None:
         """Uncount committed failed pages ``(url, state, status, error)`` whose records
@@ -114,7 +113,7 @@ class PageCounts:
                 if not by_cause:
                     del hosts[key]
             c[REOPENED] = c.get(REOPENED, 0) + 1
-        self._ledger.meta_set(PAGE_COUNTS_KEY, c)
+        self._state.set_page_counts(c)
 
     def _count(self, host: str, state: State, status: int | None, error: str | None) -> bool:
         if state not in (State.FETCHED, State.FAILED):
@@ -165,13 +164,13 @@ def rows_of_records(records: Iterable[dict[str, Any]]) -> Iterator[Row]:
         yield r["url"], State.SKIPPED if skipped else State.FETCHED, status, error
 
 
-def recount(ledger: Any, rows: Iterable[Row]) -> None:
+def recount(state: CrawlState, rows: Iterable[Row]) -> None:
     """Count every committed page anew, in the ledger's open transaction: after
     ``repair`` (the ledger's rows rebuilt from what survived) or ``resize`` (pages
     moved with their hosts), from pages.jsonl, which holds one record per
     committed page."""
-    ledger.meta_set(PAGE_COUNTS_KEY, _empty())
-    PageCounts(ledger).add(rows)
+    state.set_page_counts(_empty())
+    PageCounts(state).add(rows)
 
 
 def top_failed_hosts(hosts: dict[str, dict[str, int]], n: int = 5

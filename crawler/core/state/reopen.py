@@ -16,8 +16,9 @@ How, crash-safely (the order is what makes it so):
 2. one ledger transaction: each refused URL is admitted again with its text
    (``UrlSeen.reopen``; its old row marked skipped), the page counts lose its
    failure (``PageCounts.take_back``), pages.jsonl's committed size becomes the
-   copy's, and ``REWRITE_KEY`` says a copy is to be put in place;
-3. the copy is renamed over pages.jsonl, then ``REWRITE_KEY`` is cleared.
+   copy's, and ``CrawlState.pages_rewrite`` says a copy is to be put in place;
+3. the copy is renamed over pages.jsonl, then ``CrawlState.pages_rewrite`` is
+   cleared.
 
 A crash before 2 leaves the old state (the copy is deleted when the crawl is
 next opened, ``finish_rewrite``); after 2, opening the crawl finishes 3. Every
@@ -29,12 +30,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from crawler.core.outputs.output import PAGES_FILE
-from crawler.core.state.pagecounts import PAGE_COUNTS_KEY, PageCounts, refused
-from crawler.core.state.state import OUTPUTS_KEY, REWRITE_FILE, REWRITE_KEY
+from crawler.core.state.crawlstate import CrawlState
+from crawler.core.state.pagecounts import PageCounts, refused
+from crawler.core.state.state import REWRITE_FILE
 from crawler.net.outcome import failure_cause
 from crawler.net.refused import PRIVATE_REFUSED, REFUSED
 from dedup import State, UrlRejected, UrlSeen, fsync_dir
@@ -50,15 +53,16 @@ def reopen_refused(seen: UrlSeen) -> int:
     refusal's line out of pages.jsonl (the module docstring says how); returns how
     many. O(1) when the page counts hold no refusal; else one pass over pages.jsonl."""
     finish_rewrite(seen)
-    if not refused(seen.meta_get(PAGE_COUNTS_KEY) or {}):
+    state = CrawlState(seen.records)
+    if not refused(state.page_counts() or {}):
         return 0
     d = Path(seen.state_dir)
-    outputs = dict(seen.meta_get(OUTPUTS_KEY) or {})
+    committed = state.committed()
     copy = d / REWRITE_FILE
     found: dict[int, dict[str, Any]] = {}
     with open(copy, "wb") as out:
         try:
-            for line in _committed(d / PAGES_FILE, outputs.get("pages")):
+            for line in _committed(d / PAGES_FILE, committed.pages):
                 record = _refusal(seen, line) if _REFUSED in line else None
                 if record is not None and record["seq"] not in found:
                     found[record["seq"]] = record
@@ -75,12 +79,12 @@ def reopen_refused(seen: UrlSeen) -> int:
         copy.unlink()
         return 0
     rows = sorted(found.values(), key=lambda r: r["seq"])
-    PageCounts(seen).take_back((r["url"], State.FAILED, r["status"], r["error"]) for r in rows)
+    PageCounts(state).take_back((r["url"], State.FAILED, r["status"], r["error"]) for r in rows)
     new = seen.reopen(((r["seq"], r["url"], r["key"], r["depth"]) for r in rows), note=NOTE)
-    seen.note_referrers(sorted((seq, seq, r["referrer"]) for seq, r in zip(new, rows, strict=True)
-                               if r["referrer"]))
-    seen.meta_set(OUTPUTS_KEY, {**outputs, "pages": size})
-    seen.meta_set(REWRITE_KEY, {"size": size})
+    state.note_referrers(sorted((seq, seq, r["referrer"])
+                                for seq, r in zip(new, rows, strict=True) if r["referrer"]))
+    state.set_committed(replace(committed, pages=size))
+    state.set_pages_rewrite(size)
     seen.commit()
     finish_rewrite(seen)
     return len(rows)
@@ -88,14 +92,15 @@ def reopen_refused(seen: UrlSeen) -> int:
 
 def finish_rewrite(seen: UrlSeen) -> None:
     """Put a committed copy of pages.jsonl in place, or delete an uncommitted one (a
-    crash in ``reopen_refused``). Cheap when there is none: one meta read, one stat."""
+    crash in ``reopen_refused``). Cheap when there is none: one value read, one stat."""
     d = Path(seen.state_dir)
     copy = d / REWRITE_FILE
-    if seen.meta_get(REWRITE_KEY):
+    state = CrawlState(seen.records)
+    if state.pages_rewrite() is not None:
         if copy.exists():
             os.replace(copy, d / PAGES_FILE)
             fsync_dir(d)
-        seen.meta_set(REWRITE_KEY, None)
+        state.set_pages_rewrite(None)
         seen.commit()
     elif copy.exists():
         copy.unlink()

@@ -1,10 +1,10 @@
 """A crawl's state directory: create one from a seed list, or reopen one to resume.
 
 A crawl dir is a ``UrlSeen`` state dir (ledger, shard snapshots) plus what the
-crawl froze into the ledger at creation: its settings (``CONFIG_KEY``), its
-scope (``SCOPE_KEY``), the dedup counters of earlier runs (``TOTALS_KEY``) and,
-for a fleet worker, its identity (``FLEET_KEY``). Everything here is checked
-before anything is created, so a refused start leaves the directory as it was.
+crawl froze into the ledger at creation (``crawler.core.state.crawlstate``): its
+settings, its scope, the dedup counters of earlier runs and, for a fleet
+worker, its identity. Everything here is checked before anything is created,
+so a refused start leaves the directory as it was.
 """
 
 from __future__ import annotations
@@ -18,35 +18,26 @@ from crawler.config.scope import Scope, UrlPatterns, read_seeds, seed_lines
 from crawler.config.settings import Settings, settings_from_dict
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
 from crawler.core.outputs.warc import warc_start
+from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.core.state.statecreate import building, check_resources
-from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
+from dedup import LEDGER_FILE, Canonicalizer, UrlSeen, host_of, is_state_dir
 
-__all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_FILE",
-           "OUTPUTS_KEY", "REWRITE_FILE", "REWRITE_KEY",
-           "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
-           "committed_pages", "create_crawl", "fleet_identity", "open_crawl", "read_settings_copy",
-           "readmit_seeds",
+__all__ = ["COUNTER_KEYS", "HOST_COUNTS_FILE", "REWRITE_FILE", "SETTINGS_COPY_FILE",
+           "CrawlError", "check_new_state_dir", "committed_pages", "create_crawl",
+           "fleet_identity", "open_crawl", "read_settings_copy", "readmit_seeds",
            "require_state_dir", "save_settings_copy", "seeds_and_scope", "set_committed_pages",
            "store_changes"]
 
-CONFIG_KEY = "config"
-SCOPE_KEY = "scope"
-TOTALS_KEY = "dedup_totals"
-# committed sizes of pages.jsonl ("pages"), items.jsonl ("items") and the WARC ("warc")
-OUTPUTS_KEY = "outputs"
-HOOKS_KEY = "hooks"  # a crawl's --handler/--follow/--on-error, as given to 'crawl'
 # pages.jsonl rewritten without the lines of URLs put back in the frontier
-# (``crawler.core.state.reopen``): the copy, and the ledger's word that it is committed
+# (``crawler.core.state.reopen``): the copy (``CrawlState.pages_rewrite`` says when it
+# is committed)
 REWRITE_FILE = ".pages.jsonl.rewrite"
-REWRITE_KEY = "pages_rewrite"
-
-FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
-# A copy of what the ledger's meta holds that nothing else in the directory does (the
+# A copy of what the ledger holds that nothing else in the directory does (the
 # frozen settings, the scope, the filter's geometry and rules, the crawl and fleet
-# identity): ``bloomcrawl repair`` rebuilds a ledger whose meta is unreadable from it.
+# identity: ``CrawlState.settings_copy``): ``bloomcrawl repair`` rebuilds a ledger
+# whose values are unreadable from it.
 SETTINGS_COPY_FILE = "crawl-settings.json"
-_COPIED_KEYS = (CONFIG_KEY, SCOPE_KEY, FLEET_KEY, "geometry", "canon_rules", "crawl_id")
 COUNTER_KEYS = ("links", "new", "repeats", "rejected", "bloom_definitely_new", "bloom_maybe",
                 "confirm_cache_hits", "ledger_queries", "false_positives")
 
@@ -118,8 +109,8 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
     depth 0 in one batch. A fleet worker passes the fleet's ``crawl_id`` (its
     filter must carry it to be merged with the others'), ``owns(host)`` (it
     admits only its own seeds; the scope is still every seed's host) and its
-    identity as ``meta`` (stored under ``FLEET_KEY``); ``hooks`` are the handler and
-    follow named as ``module:function`` (stored under ``HOOKS_KEY`` for resume).
+    identity as ``meta`` (``CrawlState.fleet``); ``hooks`` are the handler and
+    follow named as ``module:function`` (``CrawlState.hooks``, for resume).
     Returns (seen, scope, problems with seed lines).
     The directory is built beside ``state_dir`` and renamed into place complete
     (``crawler.core.state.statecreate``): a failed or killed start leaves no half-made crawl.
@@ -135,23 +126,22 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
     with building(state_dir, CrawlError) as tmp:
         seen = _open_seen(tmp, settings, create=True, crawl_id=crawl_id)
         try:
-            seen.meta_set(CONFIG_KEY, settings.to_dict())
-            seen.meta_set(SCOPE_KEY, scope.to_dict())
-            outputs: dict[str, Any] = {"pages": 0, "items": 0}
-            if settings.output.warc:
-                outputs["warc"] = warc_start(settings.output.warc)
-            seen.meta_set(OUTPUTS_KEY, outputs)
+            state = CrawlState(seen.records)
+            state.set_settings(settings.to_dict())
+            state.set_scope(scope.to_dict())
+            state.set_committed(Committed(pages=0, items=0, warc=(
+                warc_start(settings.output.warc) if settings.output.warc else None)))
             if meta is not None:
-                seen.meta_set(FLEET_KEY, meta)
+                state.set_fleet(meta)
             if hooks:
-                seen.meta_set(HOOKS_KEY, hooks)
+                state.set_hooks(hooks)
             admitted = seen.admit_pages([(seeds, 0)])[0]
             if settings.crawl.max_pages_per_host:
                 write_json_atomic(tmp / HOST_COUNTS_FILE,
                                   dict(Counter(n.host for n in admitted)))
-            seen.meta_set(TOTALS_KEY, {k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
+            state.set_totals({k: seen.counters.get(k, 0) for k in COUNTER_KEYS})
             seen.commit()
-            save_settings_copy(tmp, seen)
+            save_settings_copy(tmp, state)
             counters = dict(seen.counters)
         finally:
             seen.close()
@@ -176,9 +166,10 @@ def readmit_seeds(seen: UrlSeen, settings: Settings, scope: Scope, seeds_file: S
                             "when it started)")
     before = {k: seen.counters.get(k, 0) for k in COUNTER_KEYS}
     admitted = seen.admit_pages([(keep, 0)])[0]
-    totals = seen.meta_get(TOTALS_KEY) or {}
-    seen.meta_set(TOTALS_KEY, {k: int(totals.get(k, 0)) + seen.counters.get(k, 0) - before[k]
-                               for k in COUNTER_KEYS})
+    state = CrawlState(seen.records)
+    totals = state.totals()
+    state.set_totals({k: int(totals.get(k, 0)) + seen.counters.get(k, 0) - before[k]
+                      for k in COUNTER_KEYS})
     seen.commit()
     if admitted and settings.crawl.max_pages_per_host:  # approximate, as the engine's
         path = Path(seen.state_dir) / HOST_COUNTS_FILE
@@ -196,8 +187,9 @@ def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:
         # every row and its checksum, before the first fetch: O(ledger), measured in
         # bench/README.md ("Damaged ledger"); the error names `bloomcrawl repair DIR`
         seen.verify()
-        frozen = seen.meta_get(CONFIG_KEY)
-        scope = seen.meta_get(SCOPE_KEY)
+        state = CrawlState(seen.records)
+        frozen = state.settings()
+        scope = state.scope()
         if frozen is None or scope is None:
             raise CrawlError(f"{state_dir} holds a URL-seen ledger but no crawl configuration "
                              "(it was not created by 'bloomcrawl crawl')")
@@ -213,17 +205,17 @@ def store_changes(seen: UrlSeen, settings: Settings,
     """``settings`` with ``changes`` (limits, politeness) frozen into the ledger as the new
     values, committed before the crawl continues so every later resume keeps them."""
     changed = settings.with_values(**changes)
-    seen.meta_set(CONFIG_KEY, changed.to_dict())
+    state = CrawlState(seen.records)
+    state.set_settings(changed.to_dict())
     seen.commit()
-    save_settings_copy(seen.state_dir, seen)
+    save_settings_copy(seen.state_dir, state)
     return changed
 
 
-def save_settings_copy(state_dir: Path, ledger: Ledger | UrlSeen) -> None:
-    """Write ``SETTINGS_COPY_FILE`` from the ledger's meta (atomically), after the
+def save_settings_copy(state_dir: Path, state: CrawlState) -> None:
+    """Write ``SETTINGS_COPY_FILE`` from the ledger's values (atomically), after the
     ledger committed them: the copy never holds settings the ledger does not."""
-    write_json_atomic(Path(state_dir) / SETTINGS_COPY_FILE,
-                      {k: ledger.meta_get(k) for k in _COPIED_KEYS})
+    write_json_atomic(Path(state_dir) / SETTINGS_COPY_FILE, state.settings_copy())
 
 
 def read_settings_copy(state_dir: Path) -> dict[str, Any]:
@@ -236,12 +228,11 @@ def read_settings_copy(state_dir: Path) -> dict[str, Any]:
 
 
 def fleet_identity(state_dir: str | Path) -> dict[str, Any] | None:
-    """A fleet worker's identity (``FLEET_KEY``) read without opening the crawl, or None
-    for a single-process crawl; CrawlError if ``state_dir`` holds no crawl."""
+    """A fleet worker's identity (``CrawlState.fleet``) read without opening the crawl,
+    or None for a single-process crawl; CrawlError if ``state_dir`` holds no crawl."""
     d = require_state_dir(state_dir)
-    with Ledger.in_dir(d, readonly=True) as ledger:
-        meta = ledger.meta_get(FLEET_KEY)
-    return meta if isinstance(meta, dict) else None
+    with CrawlState.stopped(d) as state:
+        return state.fleet()
 
 
 def committed_pages(state_dir: Path) -> list[bytes]:
@@ -260,11 +251,13 @@ def committed_items(state_dir: Path) -> list[bytes]:
 
 def _committed_lines(state_dir: Path, name: str, key: str, unrecorded: int | None
                      ) -> list[bytes]:
-    """``name``'s lines up to the size committed under ``key`` (``unrecorded``: the
-    size when none is, None for the whole file)."""
-    with Ledger.in_dir(state_dir, readonly=True) as ledger:
-        size = (ledger.meta_get(OUTPUTS_KEY) or {}).get(key, unrecorded)
-        rewritten = name == PAGES_FILE and ledger.meta_get(REWRITE_KEY)
+    """``name``'s lines up to the size committed for it (``key``: ``pages`` or
+    ``items``; ``unrecorded``: the size when none is, None for the whole file)."""
+    with CrawlState.stopped(state_dir) as state:
+        size = getattr(state.committed(), key)
+        rewritten = name == PAGES_FILE and state.pages_rewrite() is not None
+    if size is None:
+        size = unrecorded
     path = state_dir / name
     if rewritten and (state_dir / REWRITE_FILE).exists():  # committed, not yet renamed
         path = state_dir / REWRITE_FILE
@@ -286,16 +279,15 @@ def set_committed_pages(state_dir: Path, *, new_warc: bool = False) -> None:
     source's file; the new crawl gets its own file of that name in ``state_dir``."""
     size = _size(state_dir / PAGES_FILE)
     items = _size(state_dir / ITEMS_FILE)
-    with Ledger.in_dir(state_dir) as ledger:
-        ledger.meta_set(OUTPUTS_KEY, {"pages": size, "items": items})
-        config = ledger.meta_get(CONFIG_KEY)
+    with CrawlState.stopped(state_dir, readonly=False) as state:
+        state.set_committed(Committed(pages=size, items=items))
+        config = state.settings()
         if new_warc and config and config.get("output", {}).get("warc"):
             warc = (state_dir / Path(config["output"]["warc"]).name).resolve()
             config["output"]["warc"] = str(warc)
-            ledger.meta_set(CONFIG_KEY, config)
-            ledger.meta_set(OUTPUTS_KEY, {"pages": size, "items": items,
-                                          "warc": warc_start(warc)})
-        save_settings_copy(state_dir, ledger)
+            state.set_settings(config)
+            state.set_committed(Committed(pages=size, items=items, warc=warc_start(warc)))
+        save_settings_copy(state_dir, state)
 
 
 def require_state_dir(path: str | Path) -> Path:

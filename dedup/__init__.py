@@ -12,9 +12,11 @@ These names are dedup's public API: the crawler imports dedup only from here
 layers (README.md, "Architecture"). They come in two groups:
 
 - the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
-  ``ShardedBloom``, ``Ledger``, ``canonicalize``, ``fingerprint``, ...) and its
-  errors. ``UrlSeen.filter_new`` keeps keys only; ``UrlSeen.admit_pages`` and
-  ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
+  ``ShardedBloom``, ``canonicalize``, ``fingerprint``, ...) and its errors; the
+  ledger itself (``dedup.store.ledger``, the journal, the fingerprint index) is
+  no public name: a caller goes through ``UrlSeen`` and its records (the
+  ``crawler-not-ledger`` contract). ``UrlSeen.filter_new`` keeps keys only;
+  ``UrlSeen.admit_pages`` and ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
   directory) are its crawl-specific part (frontier text, hosts, fetch outcomes
   ``State``, referrers, captures, named values): dedup keeps them because they
   commit in the same transaction as the keys, and says so there;
@@ -48,9 +50,8 @@ from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
-from dedup.journal.format import PortableRow, QueuedRow
+from dedup.journal.format import PortableRow, QueuedRow, State
 from dedup.store.crawl import CrawlRecords, open_records
-from dedup.store.ledger import Ledger, State
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
 from dedup.url.canonical import (
@@ -80,7 +81,6 @@ __all__ = [
     "Geometry",
     "GeometryMismatch",
     "IndexDamaged",
-    "Ledger",
     "LedgerDamaged",
     "NewUrl",
     "PortableRow",

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from crawler.wire.owner import owner_function, owner_of
-from dedup import GeometryMismatch, Ledger, State, StateLocked, UrlSeen
+from dedup import GeometryMismatch, State, StateLocked, UrlSeen
 from dedup.admin.resize import merge_states, resize, split_state
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
+from dedup.store.ledger import Ledger
 
 pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
 

@@ -7,34 +7,30 @@ A plain synchronous library (no asyncio, no network) usable for any string keys:
     with UrlSeen("state") as seen:
         new = seen.filter_new(links, base_url)   # canonical keys never seen before
 
-These names are dedup's public API: the crawler imports dedup only from here
-(the ``dedup-public-api`` contract in pyproject.toml); the subpackages are its
-layers (README.md, "Architecture"). They come in two groups:
+These names are dedup's public API, what a library user needs; the crawler imports
+dedup only from here and from ``dedup.admin`` (the ``dedup-public-api`` contract
+in pyproject.toml); the subpackages are its layers (README.md, "Architecture"):
 
-- the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
-  ``ShardedBloom``, ``canonicalize``, ``fingerprint``, ...) and its errors; the
-  ledger itself (``dedup.store.ledger``, the journal, the fingerprint index) is
-  no public name: a caller goes through ``UrlSeen`` and its records (the
-  ``crawler-not-ledger`` contract). ``UrlSeen.filter_new`` keeps keys only;
-  ``UrlSeen.admit_pages`` and ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
-  directory) are its crawl-specific part (frontier text, hosts, fetch outcomes
-  ``State``, referrers, captures, named values): dedup keeps them because they
-  commit in the same transaction as the keys, and says so there;
-- state-directory administration, what tools over a state directory need
-  (inspect, merge, resize, repair, migrate: the crawler's commands of those names)
-  and the seen-test itself never calls: ``diagnose``, ``index_damage``,
-  ``index_keys``, ``repair``, ``RepairReport``, ``Diagnosis``, ``merge_states``,
-  ``merge_files``, ``check_compatible``, ``resize``, ``migrate``, ``V1_BACKUP``,
-  ``read_header``, ``first_difference``, ``layer_geometry``, ``planned_capacity``,
-  ``PortableRow``, ``CRAWL_ID_BYTES``, ``LEDGER_FILE``, ``shards_dir``,
-  ``is_state_dir``, ``in_use``, ``atomic_write_bytes`` and ``fsync_dir``.
+- the seen-test, ``UrlSeen``: ``add``, ``filter_new``, ``filter_new_pages``,
+  ``forget``, ``commit``, ``close`` (the port a crawler or a dupefilter uses), and
+  its crawl-specific part, which keeps URL text: ``admit_pages`` and
+  ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
+  directory: the frontier's text, fetch outcomes ``State``, referrers, captures,
+  named values). dedup keeps them because they commit in the same transaction as
+  the keys;
+- its parts, for a caller that wants one of them alone: ``BloomFilter``,
+  ``ShardedBloom``, ``Geometry``, ``canonicalize``/``Canonicalizer``,
+  ``fingerprint``, ``host_of``, and the errors;
+- a state directory's layout and safe files: ``is_state_dir``, ``in_use``,
+  ``LEDGER_FILE``, ``shards_dir``, ``atomic_write_bytes``, ``fsync_dir``.
+
+State-directory administration (merge, resize, repair, migrate, diagnose) is
+``dedup.admin``'s. The ledger itself (``dedup.store.ledger``, the journal, the
+fingerprint index) is no public name: a caller goes through ``UrlSeen`` and its
+records (the ``crawler-not-ledger`` contract).
 """
 
 
-from dedup.admin.diagnose import Diagnosis, diagnose, index_damage
-from dedup.admin.migrate import V1_BACKUP, migrate
-from dedup.admin.repair import RepairReport, index_keys, repair
-from dedup.admin.resize import check_compatible, merge_states, resize
 from dedup.base.atomic import atomic_write_bytes, fsync_dir
 from dedup.base.errors import (
     FileError,
@@ -48,9 +44,9 @@ from dedup.base.errors import (
 )
 from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
-from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
-from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
-from dedup.journal.format import PortableRow, QueuedRow, State
+from dedup.filter.shards import ShardedBloom
+from dedup.filter.snapshot import CRAWL_ID_BYTES
+from dedup.journal.format import QueuedRow, State
 from dedup.store.crawl import CrawlRecords, open_records
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
@@ -71,21 +67,17 @@ __all__ = [
     "DEFAULT_TRACKING_PARAMS",
     "HASH_ALGO",
     "LEDGER_FILE",
-    "V1_BACKUP",
     "BloomFilter",
     "CanonRules",
     "Canonicalizer",
     "CrawlRecords",
-    "Diagnosis",
     "FileError",
     "Geometry",
     "GeometryMismatch",
     "IndexDamaged",
     "LedgerDamaged",
     "NewUrl",
-    "PortableRow",
     "QueuedRow",
-    "RepairReport",
     "ShardedBloom",
     "SnapshotError",
     "State",
@@ -95,27 +87,16 @@ __all__ = [
     "UrlSeen",
     "atomic_write_bytes",
     "canonicalize",
-    "check_compatible",
-    "diagnose",
     "fingerprint",
     "fingerprint_many",
     "first_difference",
     "fsync_dir",
     "host_of",
     "in_use",
-    "index_damage",
-    "index_keys",
     "is_state_dir",
     "layer_geometry",
-    "merge_files",
-    "merge_states",
-    "migrate",
     "naming",
     "normalize",
     "open_records",
-    "planned_capacity",
-    "read_header",
-    "repair",
-    "resize",
     "shards_dir",
 ]

@@ -33,10 +33,9 @@ from dedup import (
     atomic_write_bytes,
     host_of,
     is_state_dir,
-    merge_files,
-    read_header,
     shards_dir,
 )
+from dedup.admin import merge_files, merge_states, read_header
 
 __all__ = ["MERGE_MARK", "MergedFiles", "MergedState", "check_merge_output",
            "merge_shard_files", "merge_state_dirs"]
@@ -155,8 +154,6 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
     counted anew from the merged pages.jsonl), the sitemap fetches' counts (sums),
     the per-host admission counts (the ``max_pages_per_host`` cap's) and the queued
     sitemaps."""
-    from dedup import merge_states
-
     ins = [require_state_dir(raw) for raw in inputs]
     out = Path(output)
     result = merge_states(out, ins)

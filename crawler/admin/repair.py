@@ -1,6 +1,6 @@
 """``bloomcrawl repair DIR``: the crawler's half of recovering a damaged ledger.
 
-``dedup.admin.repair`` salvages the readable rows into a new ledger. What it cannot
+``dedup.admin.salvage`` salvages the readable rows into a new ledger. What it cannot
 know is the crawl's output, which is the record of the pages done: pages.jsonl.
 So the salvage keeps a row only if the output agrees with it: a URL marked
 fetched, failed or refused by robots.txt must have its record (else its
@@ -41,18 +41,20 @@ from crawler.core.state.state import read_settings_copy, set_committed_pages
 from dedup import (
     Canonicalizer,
     CanonRules,
-    PortableRow,
-    RepairReport,
     SnapshotError,
     State,
     UrlRejected,
     UrlSeen,
     fingerprint,
+    shards_dir,
+)
+from dedup.admin import (
+    PortableRow,
+    RepairReport,
     index_keys,
     planned_capacity,
     read_header,
     repair,
-    shards_dir,
 )
 
 __all__ = ["Repaired", "repair_state_dir"]

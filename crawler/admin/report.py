@@ -18,7 +18,8 @@ from crawler.core.state.pagecounts import (
 )
 from crawler.core.state.state import require_state_dir
 from crawler.ui.doc import totals_of_workers
-from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
+from dedup import ShardedBloom, UrlSeen, is_state_dir
+from dedup.admin import index_damage, read_header
 
 __all__ = ["fleet_stats", "is_shard_dir", "shard_dir_stats", "state_stats"]
 

@@ -13,7 +13,8 @@ from crawler.cli.args import describe, int_at_least, warn
 from crawler.core.run.progress import format_filter_stats, format_fleet_stats, format_stats
 from crawler.core.state.state import require_state_dir
 from crawler.fleet.identity import is_fleet_dir, read_fleet_dir
-from dedup import Diagnosis, IndexDamaged, StateLocked, UrlRejected, UrlSeen, diagnose, in_use
+from dedup import IndexDamaged, StateLocked, UrlRejected, UrlSeen, in_use
+from dedup.admin import Diagnosis, diagnose
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
 
@@ -156,7 +157,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     """Rewrite a format-1 ledger as format 2 in place, keeping the old one as
     ledger.v1.sqlite, and rebuild the shard files. Safe to run again after an interruption.
     The crawl must be stopped."""
-    from dedup import V1_BACKUP, migrate
+    from dedup.admin import V1_BACKUP, migrate
 
     n = migrate(args.dir)
     print(f"migrated {n} ledger row(s) in {args.dir} to format 2 "

@@ -25,7 +25,7 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
     """Re-route the fleet's un-acknowledged links for a new fleet size; returns how many.
 
     Run with every worker stopped, alongside the state-dir resize
-    (``dedup.admin.resize``). Every entry still in a stream is a link not yet in
+    (``dedup.admin.resizing``). Every entry still in a stream is a link not yet in
     its owner's ledger (acked entries are deleted), so all of them are read
     and rewritten to the streams of their owners under ``workers``, in one
     MULTI/EXEC with the deletion of the old streams and the new fleet size:

@@ -1,6 +1,6 @@
 """``bloomcrawl resize``: a stopped fleet of W workers into one of W/2 or 2W.
 
-state dirs (``dedup.admin.resize``), pages.jsonl and items.jsonl files, per-host counts,
+state dirs (``dedup.admin.resizing``), pages.jsonl and items.jsonl files, per-host counts,
 identities,
   and the un-acknowledged links in Redis (``crawler.fleet.reshard``).
 """
@@ -72,13 +72,13 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
 
     Order, so that a failure is safe to repeat: everything cheap is checked;
     then Redis is resharded (idempotent: it only re-routes entries by owner); then
-    ``dedup.admin.resize.resize`` builds ``out`` atomically; then the pages.jsonl
+    ``dedup.admin.resizing.resize`` builds ``out`` atomically; then the pages.jsonl
     and items.jsonl files, per-host counts and identities of the new workers are written, and
     ``fleet.json`` last. A local Redis is resharded in a copy of its data
     (``out/redis``), so the source fleet stays whole and resumable.
     """
     from crawler.fleet.reshard import reshard
-    from dedup import check_compatible, resize
+    from dedup.admin import check_compatible, resize
 
     refuse_if_resized(src.root)
     w = src.workers

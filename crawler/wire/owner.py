@@ -15,7 +15,7 @@ own politeness budget), as they are for the frontier.
 Modulo keeps resizing local: ``x mod (W/2) == (x mod W) mod (W/2)``, so halving
 the fleet sends the hosts of workers ``i`` and ``i + W/2`` to worker ``i``, and
 doubling it sends each host of worker ``i`` to ``i`` or ``i + W``. That is what
-lets a resize merge or split state dirs pairwise (dedup.admin.resize).
+lets a resize merge or split state dirs pairwise (dedup.admin.resizing).
 """
 
 from __future__ import annotations

@@ -528,7 +528,7 @@ def _u64(a: Any) -> np.ndarray:
 
 def read_manifest(path: Path) -> tuple[int, int, list[str]]:
     """``(mark, next_id, run names newest first)``; a missing manifest is an empty index.
-    Public for ``dedup.admin.repair``, which lists the runs of a damaged index."""
+    Public for ``dedup.admin.salvage``, which lists the runs of a damaged index."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -21,7 +21,8 @@ import pytest
 
 from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
-from dedup import UrlSeen, diagnose, index_keys
+from dedup import UrlSeen
+from dedup.admin import diagnose, index_keys
 from tests.crawler.test_resume import setup_crawl
 from tests.support.helpers import run_cli
 

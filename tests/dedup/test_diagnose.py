@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dedup import IndexDamaged, UrlSeen
-from dedup.admin.diagnose import diagnose, index_damage
+from dedup.admin.diagnosis import diagnose, index_damage
 
 pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
 

@@ -12,7 +12,7 @@ from crawler.admin.merge import merge_shard_files
 from crawler.core.state.state import CrawlError
 from crawler.wire.owner import owner_function
 from dedup import GeometryMismatch, UrlSeen
-from dedup.admin.resize import merge_states, resize
+from dedup.admin.resizing import merge_states, resize
 from dedup.filter.shards import ShardedBloom
 from dedup.url.canonical import CanonRules
 

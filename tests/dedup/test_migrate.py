@@ -10,7 +10,7 @@ from dataclasses import asdict
 import pytest
 
 from dedup import CanonRules, Geometry, StateFormatError, UrlSeen, canonicalize, fingerprint
-from dedup.admin.migrate import V1_BACKUP, migrate
+from dedup.admin.migration import V1_BACKUP, migrate
 from dedup.store.ledger import State
 from tests.support.ledger_v1 import Ledger as LedgerV1
 

@@ -1,4 +1,4 @@
-"""``dedup.admin.repair`` on a ledger SQLite cannot read: bounded in reads, nothing half-made.
+"""``dedup.admin.salvage`` on a ledger SQLite cannot read: bounded in reads, nothing half-made.
 
 A ledger truncated to half or without its SQLite header made the old salvage split
 the rowid range +-2**62 down to single rowids (minutes, then a scratch file left
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dedup import LedgerDamaged, State, UrlSeen
-from dedup.admin.repair import classify, repair
+from dedup.admin.salvage import classify, repair
 from dedup.journal.journal import Journal
 from dedup.store.statedir import ledger_path
 

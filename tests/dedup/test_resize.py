@@ -8,7 +8,7 @@ import pytest
 
 from crawler.wire.owner import owner_function, owner_of
 from dedup import GeometryMismatch, State, StateLocked, UrlSeen
-from dedup.admin.resize import merge_states, resize, split_state
+from dedup.admin.resizing import merge_states, resize, split_state
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.store.ledger import Ledger
@@ -155,7 +155,7 @@ def test_resize_4_to_2_to_4_keeps_every_url_with_exactly_its_owner(tmp_path: Pat
 
 def test_split_gives_each_output_the_whole_filter_and_its_rows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dedup.admin.resize.IMPORT_CHUNK", 7)  # imports in bounded chunks
+    monkeypatch.setattr("dedup.admin.resizing.IMPORT_CHUNK", 7)  # imports in bounded chunks
     src = tmp_path / "src"
     build_worker(src, URLS)
     outs = [tmp_path / f"o{k}" for k in range(3)]

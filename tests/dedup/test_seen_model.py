@@ -1,7 +1,7 @@
 """UrlSeen answers exactly like a set, through the whole stack (canonicalizer, Bloom
 filter, journal, fingerprint index with a tiny buffer so flushes and merges happen),
 under random admit / forget / snapshot / reopen sequences on two state dirs, and
-their fleet-style union (``dedup.admin.resize.merge_states``) answers like the union."""
+their fleet-style union (``dedup.admin.resizing.merge_states``) answers like the union."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dedup import UrlSeen
-from dedup.admin.resize import merge_states
+from dedup.admin.resizing import merge_states
 
 pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
 

@@ -90,7 +90,7 @@ def test_owners_are_balanced() -> None:
 
 
 def test_halving_and_doubling_move_hosts_pairwise() -> None:
-    """The property dedup.admin.resize relies on: W/2 merges i with i + W/2; 2W splits i into i,
+    """The property dedup.admin.resizing relies on: W/2 merges i with i + W/2; 2W splits i into i,
     i+W."""
     for i in range(2_000):
         host = f"h{i}.example"

@@ -3,7 +3,7 @@
 A state directory holds one record of truth, the ledger (the SQLite journal and
 its WAL), and parts derived from it: the fingerprint index (runs + MANIFEST) and
 the shard snapshots. The way out differs: a damaged ledger is salvaged
-(``dedup.admin.repair``, rows on bad pages are lost); a damaged derived part is
+(``dedup.admin.salvage``, rows on bad pages are lost); a damaged derived part is
 rebuilt from the journal and nothing is lost. ``bloomcrawl repair`` asks
 :func:`diagnose` so that it touches only what is damaged and says what it found;
 ``bloomcrawl stats`` asks :func:`index_damage` to report a damaged index.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dedup.admin.repair import classify
+from dedup.admin.salvage import classify
 from dedup.base.errors import IndexDamaged, SnapshotError
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
@@ -79,7 +79,7 @@ def index_damage(state_dir: str | Path, *, records: bool = True) -> str:
 
 def ledger_damage(state_dir: str | Path) -> tuple[str, str]:
     """``(journal damage, WAL damage)`` of ``state_dir``'s ledger ("" where whole), as
-    a resume checks it before its first fetch (:func:`dedup.admin.repair.classify`: the
+    a resume checks it before its first fetch (:func:`dedup.admin.salvage.classify`: the
     WAL's frames, every row against its checksum)."""
     damage = classify(state_dir)
     return damage.ledger, damage.wal

@@ -12,8 +12,9 @@ dedup only from here and from ``dedup.admin`` (the ``dedup-public-api`` contract
 in pyproject.toml); the subpackages are its layers (README.md, "Architecture"):
 
 - the seen-test, ``UrlSeen``: ``add``, ``filter_new``, ``filter_new_pages``,
-  ``forget``, ``commit``, ``close`` (the port a crawler or a dupefilter uses), and
-  its crawl-specific part, which keeps URL text: ``admit_pages`` and
+  ``forget``, ``commit``, ``close`` and ``admit_pages`` (``SeenPort``, the port a
+  crawler or a dupefilter uses; ``CrawlPort`` adds what a running crawl needs).
+  Its crawl-specific part keeps URL text: ``admit_pages`` and
   ``UrlSeen.records`` (``CrawlRecords``; ``open_records`` for a stopped
   directory: the frontier's text, fetch outcomes ``State``, referrers, captures,
   named values). dedup keeps them because they commit in the same transaction as
@@ -48,6 +49,7 @@ from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import CRAWL_ID_BYTES
 from dedup.journal.format import QueuedRow, State
 from dedup.store.crawl import CrawlRecords, open_records
+from dedup.store.port import CrawlPort, SeenPort
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
 from dedup.url.canonical import (
@@ -70,6 +72,7 @@ __all__ = [
     "BloomFilter",
     "CanonRules",
     "Canonicalizer",
+    "CrawlPort",
     "CrawlRecords",
     "FileError",
     "Geometry",
@@ -78,6 +81,7 @@ __all__ = [
     "LedgerDamaged",
     "NewUrl",
     "QueuedRow",
+    "SeenPort",
     "ShardedBloom",
     "SnapshotError",
     "State",

@@ -49,8 +49,9 @@ outcome follows its URL's row).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -580,11 +581,23 @@ class UrlSeen:
         write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
                        shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
 
+    def snapshot_steps(self) -> list[Callable[[], None]]:
+        """A snapshot as steps, for a caller that runs each in a thread so that no
+        step holds it long (a crawl's checkpoint): the ledger's sync, then one step
+        per shard, each recording what that sync made durable. Run in order, they
+        are :meth:`snapshot`."""
+        return [self.sync, *(partial(self.snapshot_shard, i) for i in range(self.nshards))]
+
     def snapshot(self) -> None:
         """Sync the ledger, then write every shard."""
-        self.sync()
-        for i in range(self.nshards):
-            self.snapshot_shard(i)
+        for step in self.snapshot_steps():
+            step()
+
+    def filter_info(self) -> dict[str, Any]:
+        """The filter's health (``ShardedBloom.info``: fill, estimated count, expected
+        false-positive rate, layers, bytes, shards) with the capacity this directory
+        was created for. Counts every bit: O(filter), off any hot path."""
+        return {**self.bloom.info(), "capacity": self.geometry.capacity}
 
     @classmethod
     def rebuild(cls, state_dir: str | Path, *, index: bool = True,

@@ -19,7 +19,7 @@ from crawler.core.outputs.output import write_json_atomic
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.state import COUNTER_KEYS, HOST_COUNTS_FILE
-from dedup import UrlSeen
+from dedup import CrawlPort
 
 __all__ = ["Checkpoint"]
 
@@ -31,7 +31,7 @@ class Checkpoint:
     when there is no per-host cap); it is written as it stands.
     """
 
-    def __init__(self, seen: UrlSeen, state: CrawlState, settings: SnapshotSettings,
+    def __init__(self, seen: CrawlPort, state: CrawlState, settings: SnapshotSettings,
                  politeness: Politeness, host_counts: dict[str, int] | None) -> None:
         self.seen = seen
         self.state = state
@@ -50,12 +50,12 @@ class Checkpoint:
                 for k in COUNTER_KEYS}
 
     async def snapshot(self) -> None:
-        """Sync the ledger, then write every shard (one per thread hop: they record
-        what the sync made durable, ``UrlSeen.sync``) and the crawl's counters."""
+        """Sync the ledger, then write every shard (one thread hop a step: the shards
+        record what the sync made durable, ``CrawlPort.snapshot_steps``) and the
+        crawl's counters."""
         async with self._lock:
-            await asyncio.to_thread(self.seen.sync)
-            for i in range(self.seen.nshards):
-                await asyncio.to_thread(self.seen.snapshot_shard, i)
+            for step in self.seen.snapshot_steps():
+                await asyncio.to_thread(step)
             self.state.set_totals(self.totals())
             if self.host_counts is not None:
                 # URLs admitted per host: approximate after a crash (counts since this

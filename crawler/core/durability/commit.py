@@ -56,7 +56,7 @@ from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.core.state.pagecounts import PageCounts
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
-from dedup import State, UrlSeen
+from dedup import SeenPort, State
 
 __all__ = ["GroupCommit", "Links", "items_file", "output_files"]
 
@@ -127,7 +127,7 @@ class GroupCommit:
     previous group was being written goes out as the next group.
     """
 
-    def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: UrlSeen,
+    def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: SeenPort,
                  state: CrawlState, frontier: Frontier,
                  admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
                  totals: Callable[[], dict[str, int]] | None = None,

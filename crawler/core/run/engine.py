@@ -60,7 +60,7 @@ from crawler.net.links import extract_links
 from crawler.net.netguard import check_literal_host
 from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
-from dedup import State, UrlSeen, host_of
+from dedup import CrawlPort, State, host_of
 
 if TYPE_CHECKING:
     from crawler.wire.relay import Relay
@@ -72,14 +72,15 @@ log = logging.getLogger("crawler.core.engine")  # the name users configure; kept
 
 
 class Engine:
-    """One crawl process over an open ``UrlSeen`` state directory.
+    """One crawl process over an open state directory (``seen``: a ``UrlSeen``, used
+    only through its ``CrawlPort``).
 
     The caller owns ``seen`` (opens and closes it); the engine owns the
     fetcher, the page log and the background tasks, and leaves the state
     directory snapshotted and consistent when ``run`` returns.
     """
 
-    def __init__(self, seen: UrlSeen, settings: Settings, scope: Scope, *,
+    def __init__(self, seen: CrawlPort, settings: Settings, scope: Scope, *,
                  progress: Progress | None = None,
                  transport: RedisTransport | None = None,
                  hooks: Hooks | None = None) -> None:
@@ -626,7 +627,7 @@ class Engine:
             self._asked = False
             # Fill counts bits over the whole filter (ms for a default one): off the
             # loop (it only reads), and only for a reader.
-            self._info = await asyncio.to_thread(self.seen.bloom.info)
+            self._info = await asyncio.to_thread(self.seen.filter_info)
             now = time.monotonic()
             status = self._status()
             pages = self.session.pages
@@ -646,7 +647,7 @@ class Engine:
     def _status(self, *, final: bool = False) -> dict[str, Any]:
         info = self._info
         if final or info is None:
-            info = self._info = self.seen.bloom.info()
+            info = self._info = self.seen.filter_info()
         out = crawl_status(
             # the outcome is decided when the crawl ends; a reader before that (the
             # dashboard, a fleet's supervisor) sees it running
@@ -655,8 +656,8 @@ class Engine:
             base=self._base, session=self.session, queued_new=self.admission.queued,
             in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
-            shards=self.seen.nshards, state_dir=str(self.state_dir), pages=self.pages.counts)
-        out["capacity"] = self.seen.geometry.capacity
+            shards=info["shards"], state_dir=str(self.state_dir), pages=self.pages.counts)
+        out["capacity"] = info["capacity"]
         if self.relay is not None:
             out.update(self.relay.status())
         if self.hooks is not None and self.hooks.records:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from crawler.config.scope import Scope
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.state.crawlstate import CrawlState
-from dedup import State, UrlSeen, host_of
+from dedup import SeenPort, State, host_of
 
 __all__ = ["Admission", "Pairs", "Remote"]
 
@@ -34,7 +34,7 @@ class Admission:
     """Admits links into one crawl; ``host_counts`` (URLs admitted per host) is
     kept here and saved by the checkpoint."""
 
-    def __init__(self, seen: UrlSeen, state: CrawlState, scope: Scope, frontier: Frontier,
+    def __init__(self, seen: SeenPort, state: CrawlState, scope: Scope, frontier: Frontier,
                  cap: int, host_counts: dict[str, int]) -> None:
         self.seen = seen
         self.state = state

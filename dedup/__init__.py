@@ -48,7 +48,7 @@ from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import CRAWL_ID_BYTES
 from dedup.journal.format import QueuedRow, State
-from dedup.store.crawl import CrawlRecords, open_records
+from dedup.store.crawl import CrawlRecords, Outcome, open_records
 from dedup.store.port import CrawlPort, SeenPort
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
@@ -80,6 +80,7 @@ __all__ = [
     "IndexDamaged",
     "LedgerDamaged",
     "NewUrl",
+    "Outcome",
     "QueuedRow",
     "SeenPort",
     "ShardedBloom",

@@ -15,7 +15,7 @@ import msgpack
 
 from crawler.wire.monitor import OP_TIMEOUT, TRANSIENT, TransportError, client, reason
 from crawler.wire.owner import owner_of
-from crawler.wire.protocol import GROUP, Item, Keys, decode
+from crawler.wire.protocol import GROUP, Keys, RemoteLink, decode
 from crawler.wire.redis_url import password_of, redact
 
 __all__ = ["reshard"]
@@ -48,22 +48,22 @@ async def reshard(url: str, crawl_id: str, workers: int) -> int:
         if old is None:
             return 0  # nothing registered: nothing in flight
         old_workers = int(old)
-        by_owner: dict[int, list[Item]] = {}
+        by_owner: dict[int, list[RemoteLink]] = {}
         dead: list[dict[Any, Any]] = []
         for i in range(max(old_workers, workers)):
             for _id, fields in await r.xrange(keys.stream(i)):
                 try:
-                    for item in decode(fields[b"d"]):
-                        by_owner.setdefault(owner_of(item[2], workers), []).append(item)
+                    for link in decode(fields[b"d"]):
+                        by_owner.setdefault(owner_of(link[2], workers), []).append(link)
                 except (KeyError, ValueError, TypeError, msgpack.UnpackException):
                     dead.append(fields)
         moved = sum(len(v) for v in by_owner.values())
         pipe = r.pipeline(transaction=True)
         pipe.delete(*[keys.stream(i) for i in range(max(old_workers, workers))])
         pipe.delete(keys.idle, keys.stats)
-        for o, items in sorted(by_owner.items()):
-            for i in range(0, len(items), 500):
-                chunk = items[i:i + 500]
+        for o, links in sorted(by_owner.items()):
+            for i in range(0, len(links), 500):
+                chunk = links[i:i + 500]
                 pipe.xadd(keys.stream(o), {"d": msgpack.packb([list(c) for c in chunk]),
                                            "n": len(chunk), "w": -1})
         for fields in dead:

@@ -32,7 +32,7 @@ from crawler.core.state.state import (
     set_committed_pages,
 )
 from crawler.wire.owner import owner_function, owner_of
-from crawler.wire.protocol import Item
+from crawler.wire.protocol import RemoteLink
 from dedup import atomic_write_bytes, host_of, in_use
 
 if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
@@ -165,7 +165,7 @@ def _carry_outboxes(dirs: list[Path], out: Path, to: int) -> None:
 
     if to < 2:
         return  # one worker owns every host: nothing is forwarded any more
-    by_sender: dict[int, list[Item]] = {}
+    by_sender: dict[int, list[RemoteLink]] = {}
     epochs: set[str | None] = set()
     for d in dirs:
         if not (d / OUTBOX_FILE).is_file():
@@ -174,17 +174,17 @@ def _carry_outboxes(dirs: list[Path], out: Path, to: int) -> None:
         epochs.add(old.epoch())
         try:
             for batch in old.batches():
-                for item in batch:
-                    sender = (owner_of(item[2], to) + 1) % to
-                    by_sender.setdefault(sender, []).append(item)
+                for link in batch:
+                    sender = (owner_of(link[2], to) + 1) % to
+                    by_sender.setdefault(sender, []).append(link)
         finally:
             old.close()
     epoch = epochs.pop() if len(epochs) == 1 else None
-    for i, items in sorted(by_sender.items()):
+    for i, links in sorted(by_sender.items()):
         box = Outbox(worker_dir(out, i))
         try:
-            for k in range(0, len(items), 500):
-                box.append(items[k:k + 500])
+            for k in range(0, len(links), 500):
+                box.append(links[k:k + 500])
             os.fsync(box.fileno())
             if epoch is not None:
                 box.set_epoch(epoch)

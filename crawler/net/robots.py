@@ -105,7 +105,7 @@ class RobotsCache:
         self.error_ttl = error_ttl
         self._clock = clock
         self._rules: OrderedDict[str, _Rules] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[_Rules]] = {}
+        self._loading: dict[str, asyncio.Future[_Rules]] = {}  # fetches under way
         self._origins: dict[str, str | None] = {}  # "scheme://authority" -> origin_of
         # given each robots.txt fetch's exchanges (a recording fetcher's, for the WARC)
         self.on_fetch: Callable[[Sequence[Any]], None] | None = None
@@ -190,13 +190,13 @@ class RobotsCache:
         if rules is not None and rules.expires > self._clock():
             self._rules.move_to_end(origin)
             return rules
-        pending = self._pending.get(origin)
-        if pending is None:
-            pending = asyncio.ensure_future(self._load(origin, rules))
-            self._pending[origin] = pending
-            pending.add_done_callback(lambda _: self._pending.pop(origin, None))
+        loading = self._loading.get(origin)
+        if loading is None:
+            loading = asyncio.ensure_future(self._load(origin, rules))
+            self._loading[origin] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(origin, None))
         # shield: one impatient caller being cancelled must not cancel everyone's fetch.
-        return await asyncio.shield(pending)
+        return await asyncio.shield(loading)
 
     async def _load(self, origin: str, previous: _Rules | None) -> _Rules:
         got = await self._fetcher.get_text(origin + "/robots.txt")

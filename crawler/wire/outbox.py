@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgpack
 
-from crawler.wire.protocol import Item, decode
+from crawler.wire.protocol import RemoteLink, decode
 from dedup import atomic_write_bytes
 
 __all__ = ["EPOCH_FILE", "OUTBOX_FILE", "Outbox"]
@@ -43,12 +43,12 @@ _HEAD = struct.Struct("<II")
 
 
 class Outbox:
-    """Append-only, checksummed batches of forwarded items, and the epoch they were sent in."""
+    """Append-only, checksummed batches of forwarded links, and the epoch they were sent in."""
 
     def __init__(self, state_dir: str | Path) -> None:
         self.path = Path(state_dir) / OUTBOX_FILE
         self.epoch_path = Path(state_dir) / EPOCH_FILE
-        self.size, self.items = self._scan()
+        self.size, self.links = self._scan()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if os.fstat(fd).st_size > self.size:  # a torn tail: that forward never completed
@@ -80,13 +80,13 @@ class Outbox:
                 yield pos, payload
 
     def _scan(self) -> tuple[int, int]:
-        """The length of the intact frames and the number of items they hold."""
-        end = items = 0
+        """The length of the intact frames and the number of links they hold."""
+        end = links = 0
         for end, payload in self._frames():  # noqa: B007 (the last one is wanted)
-            items += len(decode(payload))
-        return end, items
+            links += len(decode(payload))
+        return end, links
 
-    def batches(self) -> Iterator[list[Item]]:
+    def batches(self) -> Iterator[list[RemoteLink]]:
         """Every batch recorded, oldest first."""
         for _, payload in self._frames():
             yield decode(payload)
@@ -104,17 +104,17 @@ class Outbox:
 
     # -- writing ----------------------------------------------------------------------
 
-    def append(self, items: Sequence[Item]) -> None:
+    def append(self, links: Sequence[RemoteLink]) -> None:
         """Record a batch (written, not yet durable: see ``sync``)."""
         if self._fd is None:
             raise ValueError(f"{self.path} is closed")
-        payload = msgpack.packb([[u, k, h, int(d)] for u, k, h, d in items])
+        payload = msgpack.packb([[u, k, h, int(d)] for u, k, h, d in links])
         frame = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
         view = memoryview(frame)
         while view:
             view = view[os.write(self._fd, view):]
         self.size += len(frame)
-        self.items += len(items)
+        self.links += len(links)
         self._dirty = True
 
     async def sync(self) -> None:
@@ -134,7 +134,7 @@ class Outbox:
             return
         os.ftruncate(self._fd, 0)
         os.fsync(self._fd)
-        self.size = self.items = 0
+        self.size = self.links = 0
 
     def close(self) -> None:
         if self._fd is not None:

@@ -17,7 +17,7 @@ from dedup import first_difference as first_difference  # transport uses it from
 
 PROTOCOL = "msgpack-1"
 GROUP = "owner"
-Item = tuple[str, str, str, int]  # (url, key, host, depth)
+RemoteLink = tuple[str, str, str, int]  # (url, key, host, depth)
 
 
 def canonical_json(value: Any) -> str:
@@ -29,7 +29,7 @@ class Delivery:
     """One stream entry handed to the owner: ack it once its URLs are in the ledger."""
 
     id: str
-    items: list[Item] = field(default_factory=list)
+    links: list[RemoteLink] = field(default_factory=list)
     sender: int = -1
 
 
@@ -49,16 +49,16 @@ class Keys:
 
 
 
-def decode(payload: bytes) -> list[Item]:
+def decode(payload: bytes) -> list[RemoteLink]:
     rows = msgpack.unpackb(payload, raw=False, use_list=True)
     if not isinstance(rows, list):
         raise ValueError("payload is not a list")
-    items: list[Item] = []
+    links: list[RemoteLink] = []
     for row in rows:
         if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)
                 and isinstance(row[1], str) and isinstance(row[2], str)
                 and isinstance(row[3], int)):
-            raise ValueError(f"bad item {row!r:.80}")
-        items.append((row[0], row[1], row[2], row[3]))
-    return items
+            raise ValueError(f"bad link {row!r:.80}")
+        links.append((row[0], row[1], row[2], row[3]))
+    return links
 

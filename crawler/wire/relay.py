@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from crawler.config.settings import DistributedSettings
-from crawler.wire.protocol import Delivery, Item
+from crawler.wire.protocol import Delivery, RemoteLink
 from crawler.wire.recent import RecentKeys
 from crawler.wire.transport import RedisTransport
 
@@ -77,7 +77,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._recent = RecentKeys(settings.forward_cache_size)
         self._sending: dict[str, asyncio.Future[None]] = {}  # key -> the batch carrying it
-        self._outbox: list[Item] = []  # the batch being filled
+        self._outbox: list[RemoteLink] = []  # the batch being filled
         self._outbox_done: asyncio.Future[None] | None = None
         self._outbox_wake = asyncio.Event()
         self._stop_request: asyncio.Task[None] | None = None
@@ -100,7 +100,7 @@ class Relay:
 
     # -- forwarding -----------------------------------------------------------------------
 
-    async def forward(self, items: list[Item]) -> None:
+    async def forward(self, links: list[RemoteLink]) -> None:
         """Hand a page's remote links to the forwarder; return once Redis holds them all.
 
         A key sent lately is skipped; a key already in a batch on its way is not
@@ -109,8 +109,8 @@ class Relay:
         recent = self._recent
         sending = self._sending
         waits: set[asyncio.Future[None]] = set()
-        for item in items:
-            key = item[1]
+        for link in links:
+            key = link[1]
             if key in recent:
                 continue
             fut = sending.get(key)
@@ -118,7 +118,7 @@ class Relay:
                 if self._outbox_done is None:
                     self._outbox_done = asyncio.get_running_loop().create_future()
                 fut = sending[key] = self._outbox_done
-                self._outbox.append(item)
+                self._outbox.append(link)
             waits.add(fut)
         if not waits:
             return
@@ -151,9 +151,9 @@ class Relay:
                         else:
                             fut.cancel()
                     raise
-                for item in batch:  # only once Redis holds them
-                    self._recent.add(item[1])
-                    sending.pop(item[1], None)
+                for link in batch:  # only once Redis holds them
+                    self._recent.add(link[1])
+                    sending.pop(link[1], None)
                 self.forwarded += len(batch)
                 self.forward_batches += 1
                 done.set_result(None)
@@ -173,10 +173,10 @@ class Relay:
         """Admit forwarded links (one batch per depth), commit, then acknowledge."""
         t = self.transport
         by_depth: dict[int, list[tuple[str, str]]] = {}
-        foreign: list[Item] = []
+        foreign: list[RemoteLink] = []
         n = 0
         for d in deliveries:
-            for url, key, host, depth in d.items:
+            for url, key, host, depth in d.links:
                 n += 1
                 if t.is_local(host):
                     by_depth.setdefault(depth, []).append((url, key))

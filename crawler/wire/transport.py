@@ -73,7 +73,7 @@ from crawler.wire.protocol import (
     GROUP,
     PROTOCOL,
     Delivery,
-    Item,
+    RemoteLink,
     canonical_json,
     decode,
     first_difference,
@@ -172,14 +172,14 @@ class RedisTransport(FleetMonitor):
             raise TransportError("not connected to Redis (call connect() first)")
         self.outbox = outbox = Outbox(state_dir)
         held = outbox.epoch()
-        if outbox.items and held != self._epoch:
+        if outbox.links and held != self._epoch:
             if held is None:  # an outbox carried over by a resize that could not tell
                 log.info("worker %d: re-sending the %d links of its outbox",
-                         self.worker_id, outbox.items)
+                         self.worker_id, outbox.links)
             else:
                 log.warning("worker %d: fleet %s at %s lost its data since this worker "
                             "last ran (new epoch): re-sending the %d links it forwarded",
-                            self.worker_id, self.crawl_id, self.where, outbox.items)
+                            self.worker_id, self.crawl_id, self.where, outbox.links)
             await self._call("resend", self._resend)
         outbox.set_epoch(self._epoch)
 
@@ -222,7 +222,7 @@ class RedisTransport(FleetMonitor):
             log.warning("worker %d: Redis at %s lost the last links this worker forwarded "
                         "(it counts %d of %d): re-sending the %d links it forwarded",
                         self.worker_id, self.where, int(sent or 0), known,
-                        self.outbox.items)
+                        self.outbox.links)
             self._sent = 0
             await self._resend()
             self._claim_cursor, self._next_claim = "0-0", 0.0
@@ -235,7 +235,7 @@ class RedisTransport(FleetMonitor):
             new, stop = await self._register()
             log.warning("worker %d: Redis at %s lost fleet %s's data (restarted without "
                         "persistence?): re-sending the %d links this worker forwarded",
-                        self.worker_id, self.where, self.crawl_id, self.outbox.items)
+                        self.worker_id, self.where, self.crawl_id, self.outbox.links)
             self._sent = 0
             await self._resend()
             self._epoch, self._stop_base = new, stop
@@ -250,22 +250,22 @@ class RedisTransport(FleetMonitor):
         """
         assert self._redis is not None and self.outbox is not None
         sent = 0
-        pending: list[tuple[str, dict[str, Any]]] = []
+        entries_out: list[tuple[str, dict[str, Any]]] = []
         count = 0
 
         async def flush() -> None:
-            await self._send_entries(pending, count)
+            await self._send_entries(entries_out, count)
 
         for batch in self.outbox.batches():
-            items = [it for it in batch if not self.is_local(it[2])]
-            entries, total = self._entries(items)
-            pending += entries
+            links = [it for it in batch if not self.is_local(it[2])]
+            entries, total = self._entries(links)
+            entries_out += entries
             count += total
-            if len(pending) >= 100:
+            if len(entries_out) >= 100:
                 await flush()
                 sent += count
-                pending, count = [], 0
-        if pending:
+                entries_out, count = [], 0
+        if entries_out:
             await flush()
             sent += count
         self.stats["resent"] += sent
@@ -276,32 +276,32 @@ class RedisTransport(FleetMonitor):
     def is_local(self, host: str) -> bool:
         return owner_of(host, self.workers) == self.worker_id
 
-    async def forward(self, items: Sequence[Item]) -> int:
-        """Send ``(url, key, host, depth)`` items to their owners: one round trip in all.
+    async def forward(self, links: Sequence[RemoteLink]) -> int:
+        """Send ``(url, key, host, depth)`` links to their owners: one round trip in all.
 
-        Items are grouped by owner, cut into entries of at most ``batch``, and
+        Links are grouped by owner, cut into entries of at most ``batch``, and
         written with the ``forwarded`` counter in one MULTI/EXEC pipeline, so
-        the counter and the streams always agree. Items this worker owns are a
+        the counter and the streams always agree. Links this worker owns are a
         caller bug (they belong in its own seen-test) and raise ValueError.
         A retry after a lost reply may append an entry twice; the owner's
-        seen-test drops the repeat. Returns the number of items sent.
+        seen-test drops the repeat. Returns the number of links sent.
         """
-        for item in items:
-            if self.is_local(item[2]):
-                raise ValueError(f"forward() got a URL this worker owns: {item[0]}")
-        entries, total = self._entries(items)
+        for link in links:
+            if self.is_local(link[2]):
+                raise ValueError(f"forward() got a URL this worker owns: {link[0]}")
+        entries, total = self._entries(links)
         if not entries:
             return 0
 
         if self.outbox is not None:  # synced by the group commit that marks the page
-            self.outbox.append(items)
+            self.outbox.append(links)
         await self._call("forward", lambda: self._send_entries(entries, total))
         self.stats["forwarded"] += total
         self.stats["forward_calls"] += 1
         return total
 
     async def _send_entries(self, entries: list[tuple[str, dict[str, Any]]], count: int) -> None:
-        """Append ``entries`` (carrying ``count`` items) to their streams with the
+        """Append ``entries`` (carrying ``count`` links) to their streams with the
         ``forwarded`` and this worker's ``sent`` counters in one MULTI/EXEC, so the
         counters and the streams always agree; remember what Redis counts as sent."""
         assert self._redis is not None
@@ -312,12 +312,12 @@ class RedisTransport(FleetMonitor):
         pipe.hincrby(self.keys.counters, self._sent_field, count)
         self._sent = max(self._sent, int((await pipe.execute())[-1]))
 
-    def _entries(self, items: Sequence[Item]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-        """Stream entries for ``items`` (grouped by owner, at most ``batch`` each) and
-        the number of items they carry."""
-        by_owner: dict[int, list[Item]] = {}
-        for item in items:
-            by_owner.setdefault(owner_of(item[2], self.workers), []).append(item)
+    def _entries(self, links: Sequence[RemoteLink]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """Stream entries for ``links`` (grouped by owner, at most ``batch`` each) and
+        the number of links they carry."""
+        by_owner: dict[int, list[RemoteLink]] = {}
+        for link in links:
+            by_owner.setdefault(owner_of(link[2], self.workers), []).append(link)
         entries: list[tuple[str, dict[str, Any]]] = []
         for o in sorted(by_owner):
             group = by_owner[o]
@@ -402,7 +402,7 @@ class RedisTransport(FleetMonitor):
                 bad.append((entry_id, fields))
         if bad:
             await self._bury(bad)
-        self.stats["received"] += sum(len(d.items) for d in out)
+        self.stats["received"] += sum(len(d.links) for d in out)
         return out
 
     async def _bury(self, bad: list[tuple[str, dict[Any, Any] | None]]) -> None:

@@ -638,7 +638,8 @@ class Journal:
         self._forget_notes()
 
     @property
-    def pending(self) -> bool:
+    def in_transaction(self) -> bool:
+        """Writes are waiting for ``commit`` (the open transaction)."""
         return self._db.in_transaction
 
     def close(self, *, commit: bool = True) -> None:

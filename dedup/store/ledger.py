@@ -347,8 +347,9 @@ class Ledger:
         self._index.flush(self.journal.last_seq())
 
     @property
-    def pending(self) -> bool:
-        return self.journal.pending
+    def in_transaction(self) -> bool:
+        """Writes are waiting for ``commit`` (the open transaction)."""
+        return self.journal.in_transaction
 
     def index_stats(self) -> dict[str, Any]:
         return self.index.stats()

@@ -79,7 +79,7 @@ def test_append_refuses_bad_input_and_writes_nothing(j):
     with pytest.raises(ValueError, match="hosts for"):
         j.append(fps(range(2)), depth=0, urls=urls(range(2)), hosts=["a.test"])
     assert j.last_seq() == 0 and j.counts()["admitted"] == 0 and replay(j) == []
-    assert not j.pending
+    assert not j.in_transaction
     j.append(fp(1), depth=0)
     with pytest.raises(ValueError, match="is not a valid State"):
         j.mark_many([(1, State.FETCHED, 200, None), (1, 7, None, None)])
@@ -191,10 +191,10 @@ def test_group_commit_rollback_and_close(tmp_path):
     jr = Journal(path, autocommit=False)
     jr.append(fps(range(3)), depth=0, urls=urls(range(3)))
     jr.commit()
-    assert not jr.pending
+    assert not jr.in_transaction
     jr.append(fps(range(3, 5)), depth=0, urls=urls(range(3, 5)))
     jr.mark(1, State.FETCHED)
-    assert jr.pending and jr.counts()["fetched"] == 1
+    assert jr.in_transaction and jr.counts()["fetched"] == 1
     jr.rollback()
     assert jr.last_seq() == 3 and jr.counts()["fetched"] == 0 and len(jr.queued(10)) == 3
     jr.append(fps(range(3, 5)), depth=0)

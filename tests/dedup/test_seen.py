@@ -280,11 +280,11 @@ def test_group_commit_is_one_transaction(tmp_path):
     d = tmp_path / "s"
     with UrlSeen(d, capacity=1000, shards=1, autocommit=False) as s:
         s.filter_new(urls(5))
-        assert s.ledger.pending
+        assert s.ledger.in_transaction
         reader = UrlSeen(d, readonly=True)
         assert len(reader.ledger) == 0
         s.commit()
-        assert not s.ledger.pending
+        assert not s.ledger.in_transaction
         assert len(reader.ledger) == 5
         reader.close()
 

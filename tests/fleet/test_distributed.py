@@ -366,8 +366,8 @@ def outboxes(root: Path) -> Counter[str | None]:
     out: Counter[str | None] = Counter()
     for d in fleet_worker_dirs(root):
         box = Outbox(d)
-        if box.items:
-            out[box.epoch()] += box.items
+        if box.links:
+            out[box.epoch()] += box.links
         box.close()
     return out
 

@@ -91,7 +91,7 @@ async def until_blocked(url: str, *, timeout: float = 10.0) -> None:
 
 
 def urls(deliveries: list[Any]) -> list[str]:
-    return sorted(u for d in deliveries for u, *_ in d.items)
+    return sorted(u for d in deliveries for u, *_ in d.links)
 
 
 # -- forwarding -----------------------------------------------------------------------
@@ -139,8 +139,8 @@ async def test_forward_cuts_large_batches_and_keeps_items_intact(redis_server: R
              for h in hosts for j in range(5)]
     await a.forward(items)
     got = await drain(b)
-    assert all(len(d.items) <= 7 for d in got)
-    assert sorted(i for d in got for i in d.items) == sorted(items)
+    assert all(len(d.links) <= 7 for d in got)
+    assert sorted(i for d in got for i in d.links) == sorted(items)
     await a.close()
     await b.close()
 
@@ -236,7 +236,7 @@ async def test_undecodable_and_pickled_entries_go_to_dead_letters(
     await admin.xadd(stream, {"d": msgpack.packb([["only", "three", 1]]), "n": 1, "w": 0})
     await a.forward(items_for(not_owned_by(0, 2), 1))
     got = await drain(b)
-    assert got and all(len(d.items[0]) == 4 for d in got)
+    assert got and all(len(d.links[0]) == 4 for d in got)
     assert not canary.exists()
     assert b.stats["dead"] == 2
     assert await admin.xlen(b.keys.dead) == 2
@@ -502,11 +502,11 @@ def test_an_outbox_cuts_a_torn_tail_and_keeps_every_whole_batch(tmp_path: Path) 
         f.write(b"\x10\x00\x00\x00torn")  # a crash mid-append
     box = Outbox(tmp_path)
     assert [list(map(tuple, b)) for b in box.batches()] == [first, second]
-    assert (tmp_path / "outbox").stat().st_size == whole and box.items == len(first) + 3
+    assert (tmp_path / "outbox").stat().st_size == whole and box.links == len(first) + 3
     box.append(second)  # appends after the cut, readable
     assert len(list(box.batches())) == 3
     box.clear()
-    assert list(box.batches()) == [] and box.items == 0
+    assert list(box.batches()) == [] and box.links == 0
     box.close()
 
 
@@ -657,7 +657,7 @@ async def test_reshard_reroutes_unacked_links(redis_server: RedisServer, before:
     got: list[Any] = []
     for t in new:
         mine = await drain(t)
-        assert all(owner_of(h, after) == t.worker_id for d in mine for _, _, h, _ in d.items)
+        assert all(owner_of(h, after) == t.worker_id for d in mine for _, _, h, _ in d.links)
         got += mine
     assert urls(got) == sorted(u for u, *_ in sent)
     for t in new:

@@ -1,4 +1,4 @@
-"""Group commit: a group's links admitted, its output records, then its ledger marks.
+"""Group commit: a group's links admitted, its output records, then its URLs' outcomes.
 
 Durability, in this order, so a crash (even kill -9) never loses a URL:
 
@@ -15,7 +15,7 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    ``crawler.core.state.pagecounts``), the first capture of each new body digest
    and the page each run of new URLs was found on (the ledger's ``contents`` and
    ``notes``: pages.jsonl's ``duplicate_of`` and ``referrer``, WARC revisits) and
-   the pages' marks (fetched/failed/skipped) go into ONE ledger transaction with
+   the pages' outcomes (fetched/failed/skipped) go into ONE ledger transaction with
    the new URLs (a committer task batches whatever finished meanwhile; nothing
    else commits the ledger during a crawl).
    Reopening cuts each file back to its committed size, so a record is in the
@@ -50,28 +50,27 @@ from crawler.config.settings import OutputSettings
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
 from crawler.core.outputs.warc import Blob, WarcFiles, build_records
 from crawler.core.schedule.admission import Pairs
-from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.schedule.frontier import Frontier, QueuedUrl
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles
 from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.core.state.pagecounts import PageCounts
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
-from dedup import SeenPort, State
+from dedup import Outcome, SeenPort, State
 
 __all__ = ["GroupCommit", "Links", "items_file", "output_files"]
 
-Mark = tuple[int, State, int | None, str | None]  # (seq, state, status, error)
 Links = tuple[Pairs, int]  # routed links to admit, and their depth
 Content = tuple[str, str, str]  # (payload digest, url, date) of a page's 2xx body
 
 
 @dataclass(slots=True)
 class _Entry:
-    """One page (or a fleet delivery, or robots.txt exchanges: no record, no mark)
-    handed to the committer."""
+    """One page (or a fleet delivery, or robots.txt exchanges: no record, no outcome)
+    handed in to the committer."""
 
     record: dict[str, Any] | None
-    mark: Mark | None
+    outcome: Outcome | None
     links: Sequence[Links]
     fut: asyncio.Future[None] | None = field(repr=False)
     exchanges: Sequence[Exchange] = ()  # for the WARC, in the order they happened
@@ -115,13 +114,13 @@ def _dedupable(ex: Exchange) -> bool:
 
 
 class Syncable(Protocol):
-    """A file a group commit makes durable before its ledger marks (``sync``)."""
+    """A file a group commit makes durable before the outcomes it records (``sync``)."""
 
     async def sync(self) -> None: ...
 
 
 class GroupCommit:
-    """Group commit: pages.jsonl lines (and WARC records), then ledger marks.
+    """Group commit: pages.jsonl lines (and WARC records), then the outcomes in the ledger.
 
     Workers hand in one page each and wait; whatever accumulated while the
     previous group was being written goes out as the next group.
@@ -136,9 +135,9 @@ class GroupCommit:
                  counts: PageCounts | None = None, items: ItemLog | None = None,
                  sitemaps: SitemapFiles | None = None,
                  sitemap_counts: SitemapCounts | None = None) -> None:
-        """``before_commit(seqs)`` runs in every group commit just before the marks
+        """``before_commit(seqs)`` runs in every group commit just before the outcomes
         of ``seqs`` go into the transaction, so what it writes commits with them;
-        ``also_sync`` files are synced with pages.jsonl before the marks commit;
+        ``also_sync`` files are synced with pages.jsonl before the outcomes commit;
         ``counts`` counts the group's pages in the same transaction; ``items`` is
         items.jsonl (its size is committed with every group, written or not);
         a URL ``sitemaps`` knows is a sitemap file: marked and counted in
@@ -156,7 +155,7 @@ class GroupCommit:
         self._state = state
         self._frontier = frontier
         self._admit = admit
-        self._pending: list[_Entry] = []
+        self._handed_in: list[_Entry] = []  # waiting for the next group
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -165,7 +164,7 @@ class GroupCommit:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="bloomcrawl-committer")
 
-    async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
+    async def commit(self, record: dict[str, Any] | None, outcome: Outcome | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
                      items: bytes = b"", source: str | None = None,
@@ -178,7 +177,7 @@ class GroupCommit:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if source is None and record is not None:
             source = record["url"]
-        self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
+        self._handed_in.append(_Entry(record, outcome, links, fut, exchanges, content,
                                     page_exchange, items, source, sitemap))
         self._wake.set()
         await fut
@@ -189,7 +188,7 @@ class GroupCommit:
         the cached rules, so robots.txt is fetched (and recorded) again."""
         if self._warc is None or not exchanges or self.error is not None:
             return
-        self._pending.append(_Entry(None, None, (), None, exchanges))
+        self._handed_in.append(_Entry(None, None, (), None, exchanges))
         self._wake.set()
 
     async def _run(self) -> None:
@@ -200,17 +199,17 @@ class GroupCommit:
                 await self._flush()
             except Exception as exc:  # disk full, I/O error: fatal for the crawl
                 self.error = exc
-                for e in self._pending:
+                for e in self._handed_in:
                     if e.fut is not None and not e.fut.done():
                         e.fut.set_exception(exc)
-                self._pending.clear()
+                self._handed_in.clear()
                 return
-            if self._closing and not self._pending:
+            if self._closing and not self._handed_in:
                 return
 
     async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
+        while self._handed_in:
+            batch, self._handed_in = self._handed_in, []
             try:
                 self._admit_links(batch)
                 records = self._contents(batch)
@@ -224,27 +223,27 @@ class GroupCommit:
                     await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
-                marks = [e.mark for e in batch if e.mark is not None]
+                outcomes = [e.outcome for e in batch if e.outcome is not None]
                 state = self._state
                 state.set_committed(self.offsets())
                 if self._totals is not None:
                     state.set_totals(self._totals())
                 if self._before_commit is not None:
-                    self._before_commit([m[0] for m in marks])
+                    self._before_commit([o[0] for o in outcomes])
                 if self._counts is not None:
-                    self._counts.add((e.record["url"], *e.mark[1:]) for e in batch
-                                     if e.record is not None and e.mark is not None)
+                    self._counts.add((e.record["url"], *e.outcome[1:]) for e in batch
+                                     if e.record is not None and e.outcome is not None)
                 if self._sitemap_counts is not None:
                     self._sitemap_counts.add((*e.sitemap, e.new) for e in batch
                                              if e.sitemap is not None)
-                state.record_outcomes(marks)
+                state.record_outcomes(outcomes)
                 self._seen.commit()
             except BaseException as exc:
                 for e in batch:
                     if e.fut is not None and not e.fut.done():
                         e.fut.set_exception(exc)
                 raise
-            self._frontier.settled(m[0] for m in marks)
+            self._frontier.settled(o[0] for o in outcomes)
             for e in batch:
                 if e.fut is not None and not e.fut.done():
                     e.fut.set_result(None)
@@ -323,17 +322,17 @@ class GroupCommit:
         if self.error is not None:
             raise self.error
 
-    async def commit_page(self, item: Item, res: FetchResult | None, final_url: str | None,
+    async def commit_page(self, queued: QueuedUrl, res: FetchResult | None, final_url: str | None,
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool,
                           attempts: int | None = None, items: bytes = b"",
                           extra: dict[str, Any] | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
-        mark. ``attempts``: the requests sent for the URL over every round and run
+        outcome. ``attempts``: the requests sent for the URL over every round and run
         (default: this fetch's). ``items``: its handler's items.jsonl lines;
         ``extra``: fields added to its record. A sitemap file gets no record: its
-        WARC records, its mark, its links and its counts."""
+        WARC records, its outcome, its links and its counts."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -346,25 +345,25 @@ class GroupCommit:
         fetched_at = iso_time(now)
         content = None
         if digest is not None and payload and status is not None and 200 <= status < 300:
-            content = (digest, ex.url if ex is not None else item.url,
+            content = (digest, ex.url if ex is not None else queued.url,
                        iso_time(ex.started) if ex is not None else fetched_at)
-        mark = (item.seq, state, status, error)
+        outcome = (queued.seq, state, status, error)
         exchanges = (ex,) if ex is not None else ()
-        if self._sitemaps is not None and self._sitemaps.level(item.url) is not None:
-            await self.commit(None, mark, (links,) if links is not None else (),
+        if self._sitemaps is not None and self._sitemaps.level(queued.url) is not None:
+            await self.commit(None, outcome, (links,) if links is not None else (),
                               exchanges=exchanges, content=content, page_exchange=ex,
-                              source=item.url, sitemap=(state, error, links_found))
+                              source=queued.url, sitemap=(state, error, links_found))
             return
         record = {
-            "url": item.url,
+            "url": queued.url,
             "final_url": final_url,
-            "referrer": self._state.referrer_of(item.seq) if item.depth else None,
+            "referrer": self._state.referrer_of(queued.seq) if queued.depth else None,
             "status": status,
             "content_type": res.content_type if res is not None else None,
             "bytes": res.nbytes if res is not None else 0,
             "payload_digest": digest,
             "duplicate_of": None,
-            "depth": item.depth,
+            "depth": queued.depth,
             "links_found": links_found,
             "links_new": 0,
             "fetched_at": fetched_at,
@@ -375,5 +374,5 @@ class GroupCommit:
         }
         if extra:
             record.update(extra)
-        await self.commit(record, mark, (links,) if links is not None else (),
+        await self.commit(record, outcome, (links,) if links is not None else (),
                           exchanges=exchanges, content=content, page_exchange=ex, items=items)

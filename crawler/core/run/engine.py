@@ -14,11 +14,11 @@ with a response also becomes a ``Page``: its handler's items are committed with
 it (items.jsonl), ``follow`` chooses which of its links are admitted, and the
 page is handed on (``deliver``) once committed.
 
-Whether anything is left is decided in one place, ``crawler.core.run.pending``
+Whether anything is left is decided in one place, ``crawler.core.run.underway``
 (the frontier, the pages under way and, in a fleet, the deliveries being
-received: ``Pending.idle``). The crawl ends in one place, ``Engine.end``: the
+received: ``UnderWay.idle``). The crawl ends in one place, ``Engine.end``: the
 frontier closes, every worker returns after its current page, and ``run``
-snapshots. Three things call it: ``Pending.idle`` turning true in a single
+snapshots. Three things call it: ``UnderWay.idle`` turning true in a single
 process, the fleet being done (``crawler.wire.relay``), and ``stop`` (a signal,
 a fleet-wide stop request, an error).
 
@@ -43,12 +43,12 @@ from crawler.config.settings import Settings
 from crawler.core.durability.checkpoint import Checkpoint
 from crawler.core.durability.commit import GroupCommit, Links, items_file, output_files
 from crawler.core.outputs.output import read_json
-from crawler.core.run.page import HandlerError, Hooks, Outcome, Page
-from crawler.core.run.pending import Pending
+from crawler.core.run.page import HandlerError, HookResult, Hooks, Page
 from crawler.core.run.progress import LIMIT_REACHED, Progress, SessionCounts, crawl_status
 from crawler.core.run.signals import stop_on_signals
-from crawler.core.schedule.admission import Admission, Remote
-from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.run.underway import UnderWay
+from crawler.core.schedule.admission import Admission
+from crawler.core.schedule.frontier import Frontier, QueuedUrl
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
@@ -62,7 +62,8 @@ from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
 from dedup import CrawlPort, State, host_of
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cli.py)
+    from crawler.wire.protocol import RemoteLink
     from crawler.wire.relay import Relay
     from crawler.wire.transport import RedisTransport
 
@@ -102,8 +103,8 @@ class Engine:
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
         self.frontier = Frontier(state, self.politeness, memory=c.frontier_memory,
-                                 max_take=max_take, on_idle=self._settle)
-        self.pending = Pending(self.frontier, self._settle)
+                                 max_take=max_take, on_idle=self._maybe_end)
+        self.under_way = UnderWay(self.frontier, self._maybe_end)
         self._canon = seen.canonicalizer
         cap = c.max_pages_per_host
         host_counts: dict[str, int] = (
@@ -193,22 +194,22 @@ class Engine:
         if self.relay is not None:  # every worker of the fleet stops too
             self.relay.request_stop()
 
-    def _settle(self) -> None:
+    def _maybe_end(self) -> None:
         """The frontier ran dry, or a page or a delivery finished: a single process
-        ends the crawl if nothing is pending; locally idle is not the end of a fleet
+        ends the crawl if nothing is under way; locally idle is not the end of a fleet
         worker, whose relay asks the fleet (see crawler.wire.relay)."""
         if self.relay is not None:
             self.relay.wake()
-        elif self.pending.idle():
+        elif self.under_way.idle():
             self.end()
 
     def locally_idle(self) -> bool:
         """Nothing to fetch, nothing in flight or being forwarded, no delivery un-acked."""
-        return self.pending.idle() and not self.stopping
+        return self.under_way.idle() and not self.stopping
 
     def receiving(self) -> AbstractContextManager[None]:
         """Held by the relay while a delivery is read, admitted and acked."""
-        return self.pending.delivery()
+        return self.under_way.delivery()
 
     async def admit_received(self, by_depth: Sequence[Links]) -> None:
         """Admit links another fleet worker forwarded, with the next group commit,
@@ -263,13 +264,13 @@ class Engine:
                 await asyncio.wait([ended, all_done], return_when=asyncio.FIRST_COMPLETED)
                 ended.cancel()
                 if self.stopping and not all_done.done():  # in-flight fetches get a deadline
-                    _, pending = await asyncio.wait(workers, timeout=s.crawl.stop_grace)
-                    if pending:  # said, so that a resume's refetches are not a surprise
+                    _, late = await asyncio.wait(workers, timeout=s.crawl.stop_grace)
+                    if late:  # said, so that a resume's refetches are not a surprise
                         self.message(
-                            f"bloomcrawl: {len(pending)} page(s) still under way after "
+                            f"bloomcrawl: {len(late)} page(s) still under way after "
                             f"{s.crawl.stop_grace:g} s (crawl.stop_grace): cut short; a "
                             "resume fetches again those not yet committed")
-                    for t in pending:
+                    for t in late:
                         t.cancel()
                 await all_done
                 # A delivery being committed when cancelled stays un-acked: re-read on resume.
@@ -294,24 +295,24 @@ class Engine:
     async def _worker(self) -> None:
         frontier = self.frontier
         while True:
-            item = await frontier.get()
-            if item is None:
+            queued = await frontier.get()
+            if queued is None:
                 return
-            with self.pending.page():
+            with self.under_way.page():
                 try:
-                    await self._process(item)
+                    await self._process(queued)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # run() raises it: said once, by whoever runs it
                     self.abort(exc)
                     return
 
-    async def _process(self, item: Item) -> None:
-        url = item.url
+    async def _process(self, queued: QueuedUrl) -> None:
+        url = queued.url
         frontier = self.frontier
         robots = self.robots
         refused = not self.settings.fetch.allow_private and \
-            check_literal_host(hostname_of(item.host)) is not None
+            check_literal_host(hostname_of(queued.host)) is not None
         if refused:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
         sitemap_level = self.sitemaps.level(url) if self.sitemaps is not None else None
@@ -319,32 +320,32 @@ class Engine:
             try:
                 answer = await robots.check(url)
             except BaseException:
-                frontier.done(item, requested=False, counted=False)
+                frontier.done(queued, requested=False, counted=False)
                 raise
-            self.politeness.set_crawl_delay(item.host, robots.crawl_delay(url))
+            self.politeness.set_crawl_delay(queued.host, robots.crawl_delay(url))
             if not answer.allowed:
-                await self._not_allowed(item, answer.unavailable, answer.retryable)
+                await self._not_allowed(queued, answer.unavailable, answer.retryable)
                 return
-        if self.sitemaps is not None and sitemap_level is None and item.depth == 0 and \
-                not refused and item.host not in self._sitemap_hosts:
-            self._sitemap_hosts.add(item.host)
+        if self.sitemaps is not None and sitemap_level is None and queued.depth == 0 and \
+                not refused and queued.host not in self._sitemap_hosts:
+            self._sitemap_hosts.add(queued.host)
             try:
                 await self._queue_sitemaps(url)
             except BaseException:
-                frontier.done(item, requested=False, counted=False)
+                frontier.done(queued, requested=False, counted=False)
                 raise
         retries = self.retries
-        seq = item.seq
+        seq = queued.seq
         allowed = retries.allowance(seq)
         if allowed == 0:  # spent before a restart (its last round counted in advance)
-            frontier.done(item, requested=False, counted=sitemap_level is None)
-            await self._give_up(item, retries.tried(seq).error or "retries exhausted")
+            frontier.done(queued, requested=False, counted=sitemap_level is None)
+            await self._give_up(queued, retries.tried(seq).error or "retries exhausted")
             return
         reserved = allowed if retries.reserve(seq, allowed) else 0
         try:
             if reserved:  # a retry round: its requests are durable before they are sent
                 await self.committer.commit(None, None)
-            wait = self.politeness.reserve_send(item.host, asyncio.get_running_loop().time())
+            wait = self.politeness.reserve_send(queued.host, asyncio.get_running_loop().time())
             if wait > 0:
                 await asyncio.sleep(wait)
             if sitemap_level is None:
@@ -353,78 +354,78 @@ class Engine:
                 res = await self.fetcher.fetch_raw(
                     url, limit=self.settings.crawl.sitemap_max_bytes + 1, attempts=allowed)
         except BaseException:
-            frontier.done(item)
+            frontier.done(queued)
             raise
         tried = retries.spent(seq, reserved, res.attempts, res.error)
         if res.failed and res.retryable and await self._retry_later(
-                item, hold_host=res.status is None or res.interrupted,
+                queued, hold_host=res.status is None or res.interrupted,
                 at_least=res.retry_after or 0.0):
             return
         links_found = 0
         links: Links | None = None
-        remote: list[Remote] = []
+        remote: list[RemoteLink] = []
         final_url: str | None = url
         error = res.error
         failed = res.failed
         page: Page | None = None
-        outcome: Outcome | None = None
+        hooked: HookResult | None = None
         try:
             status = res.status
             if sitemap_level is not None:
-                links_found, links, remote, final_url, sm_error, outcome = \
-                    await self._sitemap_links(item, res, sitemap_level)
+                links_found, links, remote, final_url, sm_error, hooked = \
+                    await self._sitemap_links(queued, res, sitemap_level)
                 if sm_error is not None:  # an answer, unreadable: counted with errors
                     error = f"sitemap: {sm_error}"
                     log.warning("sitemap %s: %s", url, sm_error)  # no pages.jsonl line says it
             elif self.hooks is not None and status is not None:
-                links_found, final_url, page, outcome, links, remote = await self._hooked(
-                    item, res)
+                links_found, final_url, page, hooked, links, remote = await self._hooked(
+                    queued, res)
             elif status is not None and 300 <= status < 400 and res.location is not None:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
                 final_url = target[0] if target is not None else None
                 # A redirect target is a level deeper: an endless chain of unique
                 # redirects ends at max_depth like an endless chain of links.
-                if target is not None and item.depth < self.settings.crawl.max_depth:
-                    links, remote = self.admission.route((target,), item.depth + 1,
+                if target is not None and queued.depth < self.settings.crawl.max_depth:
+                    links, remote = self.admission.route((target,), queued.depth + 1,
                                                          self._local)
             elif res.body is not None:
                 base, hrefs = extract_links(res.body, url, charset=res.charset,
                                             nofollow=self.settings.crawl.honor_nofollow)
                 links_found = len(hrefs)
-                if item.depth < self.settings.crawl.max_depth and hrefs:
+                if queued.depth < self.settings.crawl.max_depth and hrefs:
                     links, remote = self.admission.route(
-                        self._canon.resolve_many(hrefs, base), item.depth + 1, self._local)
+                        self._canon.resolve_many(hrefs, base), queued.depth + 1, self._local)
         finally:
-            frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
+            frontier.done(queued, retry_after=res.retry_after if res.status in (429, 503)
                           else None, counted=sitemap_level is None)
-        if outcome is not None and outcome.error is not None and self.hooks is not None \
+        if hooked is not None and hooked.error is not None and self.hooks is not None \
                 and self.hooks.stops:
             # not committed: the URL stays queued, and a resume handles it again
             retries.forget(seq)
-            self.abort(HandlerError(url, outcome.error))
+            self.abort(HandlerError(url, hooked.error))
             return
         if remote:  # with their owners before this page counts as done
             assert self.relay is not None  # only a fleet worker has remote links
             await self.relay.forward(remote)
-        self._count_done(item, State.FAILED if failed else State.FETCHED)
+        self._count_done(queued, State.FAILED if failed else State.FETCHED)
         retries.forget(seq)
         hooks = self.hooks
-        extra = ({"items": outcome.count, "handler_error": outcome.error}
-                 if outcome is not None and hooks is not None and hooks.records else None)
-        await self.committer.commit_page(item, res, final_url, links_found, links,
+        extra = ({"items": hooked.count, "handler_error": hooked.error}
+                 if hooked is not None and hooks is not None and hooks.records else None)
+        await self.committer.commit_page(queued, res, final_url, links_found, links,
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests,
-                                         items=outcome.items if outcome is not None else b"",
+                                         items=hooked.items if hooked is not None else b"",
                                          extra=extra)
         if page is not None and hooks is not None and hooks.deliver is not None:
             await hooks.deliver(page)
 
-    async def _hooked(self, item: Item, res: FetchResult
-                      ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote]]:
+    async def _hooked(self, queued: QueuedUrl, res: FetchResult
+                      ) -> tuple[int, str | None, Page, HookResult, Links | None, list[RemoteLink]]:
         """A response as a ``Page`` through the hooks: ``(links found, final url, page,
         what the hooks made of it, links to admit, links for other fleet workers)``."""
-        url = item.url
+        url = queued.url
         status = res.status
         assert status is not None
         found = 0
@@ -443,27 +444,27 @@ class Engine:
             if hrefs:
                 pairs = self._canon.resolve_many(hrefs, base)
             text = decode_text(res.body, res.charset)
-        page = self._page(item, res, final_url, self._in_scope(pairs), body=res.body or b"",
+        page = self._page(queued, res, final_url, self._in_scope(pairs), body=res.body or b"",
                           text=text)
         assert self.hooks is not None
-        deeper = item.depth < self.settings.crawl.max_depth
-        outcome = await self.hooks.run(page, follow=deeper)
+        deeper = queued.depth < self.settings.crawl.max_depth
+        hooked = await self.hooks.run(page, follow=deeper)
         links: Links | None = None
-        remote: list[Remote] = []
-        if deeper and not (outcome.error is not None and self.hooks.stops):
-            if outcome.follow is not None:
-                pairs = self._canon.resolve_many(outcome.follow, base) \
-                    if outcome.follow else []
+        remote: list[RemoteLink] = []
+        if deeper and not (hooked.error is not None and self.hooks.stops):
+            if hooked.follow is not None:
+                pairs = self._canon.resolve_many(hooked.follow, base) \
+                    if hooked.follow else []
             if pairs:
-                links, remote = self.admission.route(pairs, item.depth + 1, self._local)
-        return found, final_url, page, outcome, links, remote
+                links, remote = self.admission.route(pairs, queued.depth + 1, self._local)
+        return found, final_url, page, hooked, links, remote
 
-    def _page(self, item: Item, res: FetchResult, final_url: str | None, links: list[str],
+    def _page(self, queued: QueuedUrl, res: FetchResult, final_url: str | None, links: list[str],
               *, body: bytes, text: str | None, sitemap: bool = False) -> Page:
         assert res.status is not None
-        return Page(url=item.url, final_url=final_url, status=res.status,
-                    headers=res.headers or {}, depth=item.depth,
-                    referrer=self.state.referrer_of(item.seq) if item.depth else None,
+        return Page(url=queued.url, final_url=final_url, status=res.status,
+                    headers=res.headers or {}, depth=queued.depth,
+                    referrer=self.state.referrer_of(queued.seq) if queued.depth else None,
                     content_type=res.content_type, body=body, text=text, links=links,
                     error=res.error, sitemap=sitemap)
 
@@ -498,9 +499,9 @@ class Engine:
         if links is not None:
             await self.committer.commit(None, None, [links])
 
-    async def _sitemap_links(self, item: Item, res: FetchResult, level: int
-                             ) -> tuple[int, Links | None, list[Remote], str | None,
-                                        str | None, Outcome | None]:
+    async def _sitemap_links(self, queued: QueuedUrl, res: FetchResult, level: int
+                             ) -> tuple[int, Links | None, list[RemoteLink], str | None,
+                                        str | None, HookResult | None]:
         """A fetched sitemap's URLs, routed at the sitemap's own depth: ``(found,
         links, remote, final url, what was wrong with it or None, what ``follow`` made
         of it)``. An index's sitemaps are queued (level 1) only from a level-0
@@ -509,9 +510,9 @@ class Engine:
         (it sees the sitemap as a ``Page`` with ``sitemap=True``; no handler runs)."""
         assert self.sitemaps is not None
         c = self.settings.crawl
-        url = item.url
+        url = queued.url
         status = res.status
-        if item.depth > c.max_depth:
+        if queued.depth > c.max_depth:
             return 0, None, [], url, None, None
         note = None
         child: int | None = level  # what the URLs are: sitemaps of this level, or pages
@@ -531,62 +532,63 @@ class Engine:
                 return found, None, [], url, "an index listed by an index (not read)", None
             child = level + 1 if parsed.index else None
             pairs = self._canon.resolve_many(parsed.locs, url)
-        outcome = None
+        hooked = None
         hooks = self.hooks
         if hooks is not None and hooks.follow is not None:
-            page = self._page(item, res, final, self._in_scope(pairs, patterns=child is None),
+            page = self._page(queued, res, final, self._in_scope(pairs, patterns=child is None),
                               body=res.body or b"", text=None, sitemap=True)
-            outcome = await hooks.run(page, follow=True, handle=False)
-            if outcome.error is not None:
+            hooked = await hooks.run(page, follow=True, handle=False)
+            if hooked.error is not None:
                 log.warning("follow raised on the sitemap %s%s", url,
                             "" if hooks.stops else " (its URLs are all queued)")
-            elif outcome.follow is not None:
-                pairs = self._canon.resolve_many(outcome.follow, url) if outcome.follow else []
+            elif hooked.follow is not None:
+                pairs = self._canon.resolve_many(hooked.follow, url) if hooked.follow else []
         if child is not None:
-            links, _ = self.admission.route(self.sitemaps.register(pairs, child), item.depth,
+            links, _ = self.admission.route(self.sitemaps.register(pairs, child), queued.depth,
                                             self._local, patterns=False)
-            return found, links, [], final, note, outcome
-        links, remote = self.admission.route(pairs, item.depth, self._local)
-        return found, links, remote, final, note, outcome
+            return found, links, [], final, note, hooked
+        links, remote = self.admission.route(pairs, queued.depth, self._local)
+        return found, links, remote, final, note, hooked
 
-    async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
+    async def _not_allowed(self, queued: QueuedUrl, unavailable: str | None,
+                           retryable: bool) -> None:
         """robots.txt says no: skipped for good, retried later, or given up (failed)."""
         frontier = self.frontier
         if unavailable is None:  # a real Disallow
-            frontier.done(item, requested=False, counted=False)
-            self._count_done(item, State.SKIPPED)
-            tried = self.retries.tried(item.seq)
-            self.retries.forget(item.seq)
-            await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
+            frontier.done(queued, requested=False, counted=False)
+            self._count_done(queued, State.SKIPPED)
+            tried = self.retries.tried(queued.seq)
+            self.retries.forget(queued.seq)
+            await self.committer.commit_page(queued, None, queued.url, 0, None, State.SKIPPED,
                                              "robots.txt", warc=self._warc_pages,
                                              attempts=tried.requests)
             return
         if retryable:
             error = f"robots.txt unavailable: {unavailable}"
-            self.retries.lost_round(item.seq, error)
-            if await self._retry_later(item, hold_host=True, requested=False):
+            self.retries.lost_round(queued.seq, error)
+            if await self._retry_later(queued, hold_host=True, requested=False):
                 return
         else:  # refused for good (an SSRF refusal names itself, not robots.txt:
             error = unavailable  # the page would be refused just the same)
-        frontier.done(item, requested=False, counted=not self._is_sitemap(item))
-        await self._give_up(item, error)
+        frontier.done(queued, requested=False, counted=not self._is_sitemap(queued))
+        await self._give_up(queued, error)
 
-    async def _give_up(self, item: Item, error: str) -> None:
-        """Record ``item`` failed without a fetch this round (its frontier slot released)."""
-        tried = self.retries.tried(item.seq)
-        self.retries.forget(item.seq)
-        self._count_done(item, State.FAILED)
-        await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
+    async def _give_up(self, queued: QueuedUrl, error: str) -> None:
+        """Record ``queued`` failed without a fetch this round (its frontier slot released)."""
+        tried = self.retries.tried(queued.seq)
+        self.retries.forget(queued.seq)
+        self._count_done(queued, State.FAILED)
+        await self.committer.commit_page(queued, None, queued.url, 0, None, State.FAILED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
 
-    def _is_sitemap(self, item: Item) -> bool:
-        return self.sitemaps is not None and self.sitemaps.level(item.url) is not None
+    def _is_sitemap(self, queued: QueuedUrl) -> bool:
+        return self.sitemaps is not None and self.sitemaps.level(queued.url) is not None
 
-    def _count_done(self, item: Item, state: State) -> None:
+    def _count_done(self, queued: QueuedUrl, state: State) -> None:
         """This run's figures, for a URL about to be marked ``state``: a page, or a
         sitemap file (no page: ``crawler.core.schedule.sitemaps``)."""
         s = self.session
-        if self._is_sitemap(item):
+        if self._is_sitemap(queued):
             s.sitemaps += 1
         elif state == State.SKIPPED:
             s.skipped += 1
@@ -594,26 +596,26 @@ class Engine:
             s.pages += 1
             s.failed += int(state == State.FAILED)
 
-    async def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
+    async def _retry_later(self, queued: QueuedUrl, *, hold_host: bool, requested: bool = True,
                            at_least: float = 0.0) -> bool:
-        """Put ``item`` back for a later round; False: its budget is spent, give it up.
+        """Put ``queued`` back for a later round; False: its budget is spent, give it up.
 
         Its tries so far are committed first, so a restart goes on from them.
         While stopping, nothing is retried: the URL just stays QUEUED for resume.
         """
         retries = self.retries
-        if not self.stopping and not retries.can_retry(item.seq):
+        if not self.stopping and not retries.can_retry(queued.seq):
             return False
-        retries.keep(item.seq)
+        retries.keep(queued.seq)
         try:
             await self.committer.commit(None, None)
         except BaseException:
-            self.frontier.done(item, requested=requested, counted=False)
+            self.frontier.done(queued, requested=requested, counted=False)
             raise
         if self.stopping:
-            self.frontier.done(item, requested=requested, counted=False)
+            self.frontier.done(queued, requested=requested, counted=False)
             return True
-        return retries.later(item, hold_host=hold_host, requested=requested,
+        return retries.later(queued, hold_host=hold_host, requested=requested,
                              at_least=at_least)
 
     async def _progress_loop(self) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from crawler.core.state.state import CrawlError
 
-__all__ = ["Follow", "Handler", "HandlerError", "Hooks", "Outcome", "Page"]
+__all__ = ["Follow", "Handler", "HandlerError", "HookResult", "Hooks", "Page"]
 
 
 @dataclass(slots=True)
@@ -76,7 +76,7 @@ class HandlerError(CrawlError):
 
 
 @dataclass(slots=True)
-class Outcome:
+class HookResult:
     """What the hooks made of one page."""
 
     items: bytes = b""  # items.jsonl lines
@@ -114,11 +114,11 @@ class Hooks:
         """Pages get ``items`` and ``handler_error`` fields (there is user code)."""
         return self.handler is not None or self.follow is not None
 
-    async def run(self, page: Page, *, follow: bool, handle: bool = True) -> Outcome:
+    async def run(self, page: Page, *, follow: bool, handle: bool = True) -> HookResult:
         """The handler's items (encoded) when ``handle``, then ``follow``'s URLs when
         ``follow`` (the page's links are enqueued at all). Never raises for user
         code's errors."""
-        out = Outcome()
+        out = HookResult()
         try:
             if handle and self.handler is not None:
                 lines = [_dumps(_item(x)) for x in await _collect(self.handler(page))]
@@ -132,7 +132,7 @@ class Hooks:
                 out.follow = [_url(u) for u in (urls or ())]
         except Exception:
             self.errors += 1
-            return Outcome(error=traceback.format_exc())
+            return HookResult(error=traceback.format_exc())
         self.items += out.count
         return out
 

@@ -18,15 +18,18 @@ and a page's new URLs become durable in the same transaction as its record.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from crawler.config.scope import Scope
 from crawler.core.schedule.frontier import Frontier
 from crawler.core.state.crawlstate import CrawlState
 from dedup import SeenPort, State, host_of
 
-__all__ = ["Admission", "Pairs", "Remote"]
+if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cli.py)
+    from crawler.wire.protocol import RemoteLink
 
-Remote = tuple[str, str, str, int]  # a link for another worker: (url, key, host, depth)
+__all__ = ["Admission", "Pairs"]
+
 Pairs = list[tuple[str, str]]  # resolved links: (fetch url, dedup key)
 
 
@@ -46,14 +49,14 @@ class Admission:
 
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
               local: Callable[[str], bool] | None = None, *, patterns: bool = True
-              ) -> tuple[tuple[Pairs, int] | None, list[Remote]]:
+              ) -> tuple[tuple[Pairs, int] | None, list[RemoteLink]]:
         """``((links to admit here, depth) or None, in-scope links of hosts another
         worker owns as (url, key, host, depth))``: scope, ownership and the per-host
         cap as it stands. ``local(host)`` says which hosts this worker owns (None:
         all). ``patterns=False`` skips include/exclude (for sitemap files: the
         URLs they list are checked against them). The links are admitted by
         ``admit_pages`` at the page's group commit; until it returns the page is
-        pending (``crawler.core.run.pending``), so the crawl cannot end before."""
+        under way (``crawler.core.run.underway``), so the crawl cannot end before."""
         keep, remote = self._split(pairs, depth, local, patterns)
         if not keep:
             return None, remote
@@ -61,7 +64,7 @@ class Admission:
 
     def _split(self, pairs: Sequence[tuple[str, str] | None], depth: int,
                local: Callable[[str], bool] | None, patterns: bool = True
-               ) -> tuple[Pairs, list[Remote]]:
+               ) -> tuple[Pairs, list[RemoteLink]]:
         allows = self.scope.allows_host
         url_ok = self.scope.url_filter() if patterns else None
         cap = self.cap
@@ -69,7 +72,7 @@ class Admission:
             return self.scope.keep_hosts(pairs, self.host_counts if cap else None, cap), []
         counts = self.host_counts
         keep: Pairs = []
-        remote: list[Remote] = []
+        remote: list[RemoteLink] = []
         for pair in pairs:
             if pair is None:
                 continue

@@ -37,11 +37,12 @@ from typing import Protocol
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.state.crawlstate import CrawlState
 
-__all__ = ["Frontier", "Item"]
+__all__ = ["Frontier", "QueuedUrl"]
 
 
-class Item(Protocol):
-    """What the frontier schedules: ``dedup.NewUrl`` and ``dedup.QueuedRow`` both fit."""
+class QueuedUrl(Protocol):
+    """A queued URL, what the frontier schedules: ``dedup.NewUrl`` (just admitted) and
+    ``dedup.QueuedRow`` (paged in from the ledger) both are one."""
 
     @property
     def seq(self) -> int: ...
@@ -58,7 +59,7 @@ class _Host:
 
     def __init__(self, name: str, *, spilled: bool = False) -> None:
         self.name = name
-        self.queue: deque[Item] = deque()
+        self.queue: deque[QueuedUrl] = deque()
         self.last_seq = 0  # highest seq ever put in memory for this host
         self.spilled = spilled  # the ledger may hold QUEUED rows past last_seq
         self.in_heap = False
@@ -91,7 +92,7 @@ class Frontier:
         self._heap: list[tuple[float, int, str]] = []
         self._tick = itertools.count()
         self._busy: set[int] = set()  # seqs handed out and not yet settled in the ledger
-        self._waiters: deque[asyncio.Future[Item | None]] = deque()
+        self._waiters: deque[asyncio.Future[QueuedUrl | None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closed = False
@@ -116,18 +117,18 @@ class Frontier:
         self._dispatch()
         return len(hosts)
 
-    def add(self, items: Iterable[Item]) -> None:
+    def add(self, new: Iterable[QueuedUrl]) -> None:
         """New URLs, already recorded QUEUED in the ledger, in ascending seq order."""
         hosts = self._hosts
-        for item in items:
-            h = hosts.get(item.host)
+        for queued in new:
+            h = hosts.get(queued.host)
             if h is None:
-                h = hosts[item.host] = _Host(item.host)
+                h = hosts[queued.host] = _Host(queued.host)
             if h.spilled or self.in_memory >= self.memory:
                 h.spilled = True  # keep the deque a prefix: later rows are paged in
             else:
-                h.queue.append(item)
-                h.last_seq = item.seq
+                h.queue.append(queued)
+                h.last_seq = queued.seq
                 self.in_memory += 1
             if not h.in_heap:
                 self._schedule(h)
@@ -135,16 +136,16 @@ class Frontier:
 
     # -- taking ----------------------------------------------------------------------
 
-    async def get(self) -> Item | None:
+    async def get(self) -> QueuedUrl | None:
         """The next URL to fetch, waiting until one is ready; None when the crawl is over.
 
-        The caller owns a slot of the item's host until ``done(item)``.
+        The caller owns a slot of the URL's host until ``done(queued)``.
         """
         if self._closed:
             return None
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Item | None] = self._loop.create_future()
+        fut: asyncio.Future[QueuedUrl | None] = self._loop.create_future()
         self._waiters.append(fut)
         self._dispatch()
         try:
@@ -154,20 +155,20 @@ class Frontier:
                 self._give_back(fut.result())  # handed out just as we were cancelled
             raise
 
-    def done(self, item: Item, *, retry_after: float | None = None, requested: bool = True,
+    def done(self, queued: QueuedUrl, *, retry_after: float | None = None, requested: bool = True,
              counted: bool = True) -> None:
-        """Release the host slot taken by ``item``.
+        """Release the host slot taken by ``queued``.
 
         ``requested=False``: nothing was sent to the host (politeness spacing is
         given back). ``counted=False``: it does not count against ``max_take``.
-        The item stays *busy* until ``settled`` (its ledger row is marked).
+        The URL stays *busy* until ``settled`` (its ledger row is marked).
         """
         self.in_flight -= 1
         if not counted:
             self.taken -= 1
         now = self._now()
-        self.politeness.release(item.host, now, retry_after=retry_after, requested=requested)
-        h = self._hosts.get(item.host)
+        self.politeness.release(queued.host, now, retry_after=retry_after, requested=requested)
+        h = self._hosts.get(queued.host)
         if h is not None:
             if h.has_work():
                 if not h.in_heap:
@@ -177,8 +178,9 @@ class Frontier:
                 self.politeness.forget_idle(h.name, now)
         self._dispatch()
 
-    def defer(self, item: Item, delay: float, *, hold_host: bool, requested: bool = True) -> None:
-        """Release ``item``'s slot and hand it out again in ``delay`` seconds.
+    def defer(self, queued: QueuedUrl, delay: float, *, hold_host: bool,
+              requested: bool = True) -> None:
+        """Release ``queued``'s slot and hand it out again in ``delay`` seconds.
 
         It does not count against ``max_take``; with ``hold_host`` nothing else
         of its host starts before then either (the host seems down).
@@ -186,14 +188,14 @@ class Frontier:
         now = self._now()
         loop = self._loop or asyncio.get_running_loop()
         # registered first: done() must not find the frontier finished meanwhile
-        self._deferred[item.seq] = loop.call_at(now + delay, self._come_back, item)
+        self._deferred[queued.seq] = loop.call_at(now + delay, self._come_back, queued)
         if hold_host:
-            self.politeness.hold(item.host, now + delay)
-        self.done(item, requested=requested, counted=False)
+            self.politeness.hold(queued.host, now + delay)
+        self.done(queued, requested=requested, counted=False)
 
-    def _come_back(self, item: Item) -> None:
-        self._deferred.pop(item.seq, None)
-        self._requeue(item)
+    def _come_back(self, queued: QueuedUrl) -> None:
+        self._deferred.pop(queued.seq, None)
+        self._requeue(queued)
 
     @property
     def deferred(self) -> int:
@@ -222,7 +224,7 @@ class Frontier:
 
     def finished(self) -> bool:
         """Nothing left to hand out, nothing in flight or deferred. Pages done but not
-        yet committed may still add URLs: ``crawler.core.run.pending`` counts them."""
+        yet committed may still add URLs: ``crawler.core.run.underway`` counts them."""
         if self.in_flight or self._deferred:
             return False
         if self.max_take is not None and self.taken >= self.max_take:
@@ -267,24 +269,24 @@ class Frontier:
         h.in_heap = True
         heapq.heappush(self._heap, (self.politeness.ready_at(h.name), next(self._tick), h.name))
 
-    def _give_back(self, item: Item) -> None:
+    def _give_back(self, queued: QueuedUrl) -> None:
         self.in_flight -= 1
         self.taken -= 1
-        self.politeness.release(item.host, self._now(), requested=False)
-        self._requeue(item)
+        self.politeness.release(queued.host, self._now(), requested=False)
+        self._requeue(queued)
 
-    def _requeue(self, item: Item) -> None:
-        """``item`` goes back to the front of its host's queue, to be handed out again."""
-        self._busy.discard(item.seq)
-        h = self._hosts.get(item.host)
+    def _requeue(self, queued: QueuedUrl) -> None:
+        """``queued`` goes back to the front of its host's queue, to be handed out again."""
+        self._busy.discard(queued.seq)
+        h = self._hosts.get(queued.host)
         if h is None:
-            h = self._hosts[item.host] = _Host(item.host)
-        h.queue.appendleft(item)
+            h = self._hosts[queued.host] = _Host(queued.host)
+        h.queue.appendleft(queued)
         self.in_memory += 1
         self._schedule(h)
         self._dispatch()
 
-    def _pop_item(self, h: _Host) -> Item | None:
+    def _pop_queued(self, h: _Host) -> QueuedUrl | None:
         if not h.queue and h.spilled:
             self._page_in(h)
         if not h.queue:
@@ -332,8 +334,8 @@ class Frontier:
             if ready > now:  # a crawl-delay or Retry-After arrived meanwhile
                 self._schedule(h)
                 continue
-            item = self._pop_item(h)
-            if item is None:
+            queued = self._pop_queued(h)
+            if queued is None:
                 if pol.active(name) == 0:
                     del self._hosts[name]
                     pol.forget_idle(name, now)
@@ -341,10 +343,10 @@ class Frontier:
             pol.start(name, now)
             self.in_flight += 1
             self.taken += 1
-            self._busy.add(item.seq)
+            self._busy.add(queued.seq)
             if h.has_work():
                 self._schedule(h)
-            waiters.popleft().set_result(item)
+            waiters.popleft().set_result(queued)
         if self.finished():
             self.on_idle()
             if self._closed:

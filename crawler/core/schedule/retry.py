@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from crawler.config.settings import Settings
-from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.schedule.frontier import Frontier, QueuedUrl
 from crawler.core.state.crawlstate import CrawlState
 
 __all__ = ["Retries", "Tried"]
@@ -107,11 +107,11 @@ class Retries:
         """Store ``seq``'s totals in the open transaction (it stays queued)."""
         self._store(seq, self.tried(seq))
 
-    def later(self, item: Item, *, hold_host: bool, requested: bool = True,
+    def later(self, queued: QueuedUrl, *, hold_host: bool, requested: bool = True,
               at_least: float = 0.0) -> bool:
-        """Defer ``item`` to its next round (its host held back with ``hold_host``);
+        """Defer ``queued`` to its next round (its host held back with ``hold_host``);
         False when its budget is spent. The caller commits the stored totals first."""
-        seq = item.seq
+        seq = queued.seq
         if not self.can_retry(seq):
             return False
         c = self.crawl
@@ -119,7 +119,7 @@ class Retries:
         self._rounds[seq] = n + 1
         self.retried += 1
         delay = max(at_least, min(c.retry_delay_max, c.retry_delay * 2 ** n))
-        self.frontier.defer(item, delay, hold_host=hold_host, requested=requested)
+        self.frontier.defer(queued, delay, hold_host=hold_host, requested=requested)
         return True
 
     def forget(self, seq: int) -> None:

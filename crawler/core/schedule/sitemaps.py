@@ -39,7 +39,7 @@ SITEMAPS_FILE = "sitemaps.json"
 # ledger state failed), "skipped" (disallowed by robots.txt), "urls" (the URLs the
 # readable ones listed) and "new" (of those, the ones the seen-test admitted).
 _FIELDS = ("fetched", "with_errors", "failed", "skipped", "urls", "new")
-Outcome = tuple[State, str | None, int, int]  # (ledger state, error, URLs listed, new)
+SitemapResult = tuple[State, str | None, int, int]  # (ledger state, error, URLs listed, new)
 
 
 class SitemapFiles:
@@ -95,10 +95,10 @@ class SitemapCounts:
         self.counts: dict[str, int] = dict.fromkeys(_FIELDS, 0)
         self.counts.update(state.sitemap_counts())
 
-    def add(self, outcomes: Iterable[Outcome]) -> None:
+    def add(self, results: Iterable[SitemapResult]) -> None:
         c = self.counts
         changed = False
-        for state, error, listed, new in outcomes:
+        for state, error, listed, new in results:
             changed = True
             if state == State.FETCHED:
                 c["fetched"] += 1

@@ -11,7 +11,7 @@ nothing more can come once
 - no fleet delivery is being received: taken from Redis and not yet admitted
   and acknowledged.
 
-``Pending.idle`` is that test, the crawler's ``queue.join()``: a single process
+``UnderWay.idle`` is that test, the crawler's ``queue.join()``: a single process
 ends the crawl when it holds; a fleet worker reports itself idle to the fleet,
 which ends when every worker is (``crawler.wire.relay``). ``on_change`` is
 called whenever the answer may have turned (the frontier ran dry, a page or a
@@ -25,10 +25,10 @@ from contextlib import contextmanager
 
 from crawler.core.schedule.frontier import Frontier
 
-__all__ = ["Pending"]
+__all__ = ["UnderWay"]
 
 
-class Pending:
+class UnderWay:
     """Pages and fleet deliveries under way, beside the frontier: ``idle()``."""
 
     def __init__(self, frontier: Frontier, on_change: Callable[[], None] | None = None) -> None:
@@ -59,18 +59,18 @@ class Pending:
 
 
 class _Page:
-    """``Pending.page()``: counts a page under way while entered (one shared
-    instance: the count lives in ``Pending``)."""
+    """``UnderWay.page()``: counts a page under way while entered (one shared
+    instance: the count lives in ``UnderWay``)."""
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_under_way",)
 
-    def __init__(self, pending: Pending) -> None:
-        self._pending = pending
+    def __init__(self, under_way: UnderWay) -> None:
+        self._under_way = under_way
 
     def __enter__(self) -> None:
-        self._pending.pages += 1
+        self._under_way.pages += 1
 
     def __exit__(self, *exc: object) -> None:
-        pending = self._pending
-        pending.pages -= 1
-        pending.on_change()
+        under_way = self._under_way
+        under_way.pages -= 1
+        under_way.on_change()

@@ -1,5 +1,6 @@
 """The compiled modules, or None where they did not build: ``compiled.kernel``,
-``compiled.lookup``, ``compiled.canon`` and ``compiled.rowcrc`` at the call sites.
+``compiled.lookup``, ``compiled.canon``, ``compiled.rowcrc`` and ``compiled.simhash`` at
+the call sites.
 
 ``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
 hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
@@ -12,9 +13,11 @@ its Python path, and the seen-test's pass over a page's links that also looks th
 up (``confirm_links``, ``OneLink``: :mod:`dedup.store.confirmed`). ``rowcrc``
 (``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
-Python loop. All are optional because they are only speed: the Python code they
-replace runs without them, with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs
-without any of them (to compare, or rule them out).
+Python loop. ``simhash`` (``dedup/native/_simhash.c``): a page's near-duplicate
+fingerprint, :func:`dedup.learn.simhash.text_print`. All are optional because they
+are only speed: the Python code they replace runs without them, with the same
+answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs without any of them (to compare, or rule
+them out).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ kernel: ModuleType | None = None
 lookup: ModuleType | None = None
 canon: ModuleType | None = None
 rowcrc: ModuleType | None = None
+simhash: ModuleType | None = None
 if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
     try:
         from dedup.native import _kernel as kernel
@@ -43,5 +47,9 @@ if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
         from dedup.native import _rowcrc as rowcrc
     except ImportError:  # also: built without SQLite's or zlib's headers
         rowcrc = None
+    try:
+        from dedup.native import _simhash as simhash
+    except ImportError:
+        simhash = None
 
-__all__ = ["canon", "kernel", "lookup", "rowcrc"]
+__all__ = ["canon", "kernel", "lookup", "rowcrc", "simhash"]

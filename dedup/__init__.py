@@ -13,9 +13,12 @@ layers (README.md, "Architecture"). They come in two groups:
 
 - the library: the seen-test and its parts (``UrlSeen``, ``BloomFilter``,
   ``ShardedBloom``, ``Ledger``, ``canonicalize``, ``fingerprint``, ...) and its
-  errors. ``UrlSeen.filter_new`` keeps keys only; ``UrlSeen.admit`` and the
-  methods of ``dedup.store.crawl`` are its crawl-specific part (frontier text,
-  hosts, fetch outcomes ``State``, referrers): dedup keeps them because they
+  errors; what a crawl learns about content (``dedup.learn``: ``text_print``,
+  ``NearIndex``, ``RuleLearner``, ``Rule``, ``Budgets``) and the ledger rows it
+  keeps it in (``PrintRow``, ``RuleRow``, ``HeldRow``). ``UrlSeen.filter_new``
+  keeps keys only; ``UrlSeen.admit`` and the methods of ``dedup.store.crawl`` are
+  its crawl-specific part (frontier text, hosts, fetch outcomes ``State``,
+  referrers, content prints, rules): dedup keeps them because they
   commit in the same transaction as the keys, and says so there;
 - state-directory administration, what tools over a state directory need
   (inspect, merge, resize, repair, migrate: the crawler's commands of those names)
@@ -46,6 +49,12 @@ from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom, merge_files, planned_capacity
 from dedup.filter.snapshot import CRAWL_ID_BYTES, read_header
 from dedup.journal.format import PortableRow
+from dedup.journal.learned import HELD_KINDS, NOVELTY, HeldRow, PrintRow, RuleRow
+from dedup.learn.learner import LearnConfig, RuleLearner, RuleState
+from dedup.learn.nearindex import NearIndex
+from dedup.learn.novelty import BudgetConfig, Budgets
+from dedup.learn.rules import Rule, apply_rules, parse_key, pattern_of, rule_from_spec
+from dedup.learn.simhash import Shingles, distance, text_print
 from dedup.store.ledger import Ledger, State
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
 from dedup.store.statedir import LEDGER_FILE, in_use, is_state_dir, shards_dir
@@ -65,31 +74,46 @@ __all__ = [
     "CRAWL_ID_BYTES",
     "DEFAULT_TRACKING_PARAMS",
     "HASH_ALGO",
+    "HELD_KINDS",
     "LEDGER_FILE",
+    "NOVELTY",
     "V1_BACKUP",
     "BloomFilter",
+    "BudgetConfig",
+    "Budgets",
     "CanonRules",
     "Canonicalizer",
     "Diagnosis",
     "Geometry",
     "GeometryMismatch",
+    "HeldRow",
     "IndexDamaged",
+    "LearnConfig",
     "Ledger",
     "LedgerDamaged",
+    "NearIndex",
     "NewUrl",
     "PortableRow",
+    "PrintRow",
     "RepairReport",
+    "Rule",
+    "RuleLearner",
+    "RuleRow",
+    "RuleState",
     "ShardedBloom",
+    "Shingles",
     "SnapshotError",
     "State",
     "StateFormatError",
     "StateLocked",
     "UrlRejected",
     "UrlSeen",
+    "apply_rules",
     "atomic_write_bytes",
     "canonicalize",
     "check_compatible",
     "diagnose",
+    "distance",
     "fingerprint",
     "fingerprint_many",
     "first_difference",
@@ -104,9 +128,13 @@ __all__ = [
     "merge_states",
     "migrate",
     "normalize",
+    "parse_key",
+    "pattern_of",
     "planned_capacity",
     "read_header",
     "repair",
     "resize",
+    "rule_from_spec",
     "shards_dir",
+    "text_print",
 ]

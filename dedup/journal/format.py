@@ -50,14 +50,40 @@ CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL
 """
 NOTES_TABLES = ("notes", "contents")
 SCHEMA += NOTES_SCHEMA
+# What a crawl learns about its hosts' content (dedup.journal.learned): ``prints``, a
+# fetched page's content fingerprints (payload digest, SimHash of its main text, the
+# first page within the near-duplicate distance, its content class); ``rules``, the
+# URL rewrite rules proposed, accepted or revoked per host with their evidence;
+# ``held``, the URLs a rule or a trap budget kept from being fetched (and the keys a
+# rule made), so that revoking the rule admits them again. Added to older format-2
+# ledgers on open, like the notes tables, with the same crc; repair, resize and
+# merge do not carry them (a repaired crawl learns again).
+LEARN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS prints (seq INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                   url TEXT NOT NULL, digest TEXT, simhash INTEGER,
+                                   near INTEGER, cls INTEGER NOT NULL, novel INTEGER NOT NULL,
+                                   crc INTEGER);
+CREATE TABLE IF NOT EXISTS rules (id INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                  rule TEXT NOT NULL, state TEXT NOT NULL,
+                                  evidence TEXT NOT NULL, crc INTEGER);
+CREATE TABLE IF NOT EXISTS held (seq INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                 kind INTEGER NOT NULL, why TEXT NOT NULL, url TEXT NOT NULL,
+                                 key TEXT NOT NULL, depth INTEGER NOT NULL, crc INTEGER);
+"""
+LEARN_TABLES = ("prints", "rules", "held")
+SCHEMA += LEARN_SCHEMA
 CRC_TABLES = ("log", "queue", "outcomes")
 # the columns a row's crc covers, in order (the crc is the last column of each table)
 ROW_COLUMNS = {"log": ("seq", "n", "kind", "depth", "fps"),
                "queue": ("id", "host", "depth", "seqs", "urls"),
                "outcomes": ("seq", "state", "status", "error", "at"),
                "notes": ("first", "last", "text"),
-               "contents": ("digest", "name", "at")}
-CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES)  # every table whose rows carry a crc
+               "contents": ("digest", "name", "at"),
+               "prints": ("seq", "host", "url", "digest", "simhash", "near", "cls", "novel"),
+               "rules": ("id", "host", "rule", "state", "evidence"),
+               "held": ("seq", "host", "kind", "why", "url", "key", "depth")}
+# every table whose rows carry a crc
+CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES, *LEARN_TABLES)
 
 
 def row_crc(values: Sequence[object]) -> int:

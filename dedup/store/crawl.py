@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from dedup.journal.format import QueuedRow, State
+from dedup.journal.learned import HeldRow, PrintRow, RuleRow
 from dedup.store.ledger import Ledger
+from dedup.url.fingerprint import fingerprint
 
 __all__ = ["CrawlRecords", "Outcome"]
 
@@ -36,6 +38,7 @@ class CrawlRecords:
     """Crawler-facing methods of :class:`~dedup.store.seen.UrlSeen` (``self.ledger``)."""
 
     ledger: Ledger
+    seed: int
 
     def _flush_pending(self) -> None:
         """Write the pending admissions (``UrlSeen``'s): every method here that reads
@@ -106,6 +109,51 @@ class CrawlRecords:
         """``(digest, url, date)``: first captures, in the open transaction (a digest
         already known keeps its first)."""
         self.ledger.journal.content_add(rows)
+
+    # -- what the crawl learns: content prints, rules, held URLs ----------------------
+
+    def note_prints(self, rows: Iterable[PrintRow]) -> None:
+        """Fetched pages' content prints, in the open transaction (with their marks)."""
+        self.ledger.journal.add_prints(rows)
+
+    def prints(self, after: int = 0) -> Iterator[PrintRow]:
+        """Every page's content print past seq ``after``, in seq order."""
+        return self.ledger.journal.learned.prints(after)
+
+    def print_of(self, seq: int) -> PrintRow | None:
+        """The content print of the page with this seq, or None."""
+        return self.ledger.journal.learned.print_of(seq)
+
+    def note_rules(self, rows: Iterable[RuleRow]) -> None:
+        """Learned rules as they now stand, in the open transaction."""
+        self.ledger.journal.put_rules(rows)
+
+    def learned_rules(self, host: str | None = None) -> list[RuleRow]:
+        """Every learned rule (one host's), by id."""
+        return self.ledger.journal.learned.rules(host)
+
+    def note_held(self, rows: Iterable[HeldRow]) -> None:
+        """Admissions a rule or a budget made or held, in the open transaction."""
+        self._flush_pending()
+        self.ledger.journal.add_held(rows)
+
+    def held(self, host: str | None = None, kinds: Iterable[int] | None = None
+             ) -> Iterator[HeldRow]:
+        """Held rows (one host's, some kinds'), in seq order: a scan."""
+        return self.ledger.journal.learned.held(host, kinds)
+
+    def held_of(self, seq: int) -> HeldRow | None:
+        return self.ledger.journal.learned.held_of(seq)
+
+    def drop_held(self, seqs: Iterable[int]) -> None:
+        """Held rows done with (admitted again, or their keys forgotten)."""
+        self.ledger.journal.drop_held(seqs)
+
+    def lookup_key(self, key: str) -> dict[str, Any] | None:
+        """What the ledger holds for a key as it is (not canonicalized: a rule's
+        rewritten key), or None."""
+        self._flush_pending()
+        return self.ledger.get(fingerprint(key, self.seed))
 
     # -- checks and figures ------------------------------------------------------------
 

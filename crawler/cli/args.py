@@ -166,6 +166,11 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--no-sitemaps", dict(action="store_true",
                            help="do not read the seed hosts' sitemaps (robots.txt Sitemap: "
                            "lines, else /sitemap.xml) for URLs (default: read them)")),
+    ("--no-learn", dict(action="store_true",
+                        help="do not learn which URLs of a host hold the same content: no "
+                        "content fingerprints (near_duplicate_of), no learned URL rules, no "
+                        "trap budgets (default: learn; README, 'Learned rules and trap "
+                        "budgets')")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
                            help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
@@ -217,7 +222,7 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
                 "--parse-limit": ("fetch", "parse_limit")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps",
+FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps", "--no-learn",
                 "--allow-private", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
@@ -309,7 +314,7 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in _LIST_FLAGS:
         for value in getattr(args, _dest(flag)):
             out += [flag, value]
-    for flag in ("--allow-private", "--cookies", "--no-sitemaps"):
+    for flag in ("--allow-private", "--cookies", "--no-sitemaps", "--no-learn"):
         if getattr(args, _dest(flag)):
             out.append(flag)
     for flag in ("--handler", "--follow", "--on-error"):  # each worker runs the same code

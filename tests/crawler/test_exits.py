@@ -112,7 +112,7 @@ async def test_a_disk_error_in_the_group_commit_exits_1_and_the_state_resumes(tm
 async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         tmp_path, site, monkeypatch):
     from tests.crawler.test_resume import SPEC
-    real = crawler.core.run.engine.extract_links
+    real = crawler.core.run.engine.extract_page
     calls = []
 
     def broken(body, url, **kw):
@@ -125,14 +125,14 @@ async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         seeds, _, state = setup_crawl(tmp_path, running)
         settings = fast_settings(crawl={"concurrency": 4})
         seen, scope, _ = create_crawl(state, settings, seeds)
-        monkeypatch.setattr(crawler.core.run.engine, "extract_links", broken)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_page", broken)
         try:
             with pytest.raises(RuntimeError, match="parser bug"):
                 await Engine(seen, settings, scope).run()
             assert seen.ledger.counts()["queued"] > 0
         finally:
             seen.close()
-        monkeypatch.setattr(crawler.core.run.engine, "extract_links", real)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_page", real)
         seen, settings, scope = open_crawl(state)
         try:
             summary = await Engine(seen, settings, scope).run()

@@ -14,7 +14,10 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    counts (fetched, failed by cause and host: ``crawler.core.state.pagecounts``), the first capture
    of each new body digest and the page each run of new URLs was found on (the
    ledger's ``contents`` and ``notes``: pages.jsonl's ``duplicate_of`` and
-   ``referrer``, WARC revisits) and the pages' marks (fetched/failed/skipped) go
+   ``referrer``, WARC revisits), the pages' content prints and what the rule
+   learner and trap budgets made of them (``crawler.core.schedule.learning``:
+   ``near_duplicate_of``, rules, held URLs), the decisions taken at queued URLs'
+   turns (``turn``) and the pages' marks (fetched/failed/skipped) go
    into ONE ledger transaction with the new URLs (a committer task batches
    whatever finished meanwhile; nothing else commits the ledger during a crawl).
    Reopening cuts each file back to its committed size, so a record is in the
@@ -49,11 +52,12 @@ from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog
 from crawler.core.outputs.warc import Blob, WarcFiles, build_records
 from crawler.core.schedule.admission import Pairs
 from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.schedule.learning import Learning
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
-from dedup import State, UrlSeen
+from dedup import State, UrlSeen, host_of
 
 __all__ = ["GroupCommit", "Links", "items_file", "output_files"]
 
@@ -75,6 +79,11 @@ class _Entry:
     content: Content | None = None  # the page's body, for revisits and duplicate_of
     page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
     items: bytes = b""  # items.jsonl lines of the page's handler
+    text_print: tuple[int, int, int] | None = None  # its main text's (Learning.text_print)
+    # a queued URL's turn: decides, in the commit, whether it is fetched (None) or
+    # why not (the item's seq is then marked skipped with that reason)
+    turn: tuple[Item, Callable[[Item], str | None]] | None = None
+    reason: str | None = None
 
 
 def output_files(seen: UrlSeen, output: OutputSettings) -> tuple[PageLog, WarcFiles | None]:
@@ -126,12 +135,15 @@ class GroupCommit:
                  totals: Callable[[], dict[str, int]] | None = None,
                  before_commit: Callable[[list[int]], None] | None = None,
                  also_sync: Sequence[Syncable] = (),
-                 counts: PageCounts | None = None, items: ItemLog | None = None) -> None:
+                 counts: PageCounts | None = None, items: ItemLog | None = None,
+                 learning: Learning | None = None) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the marks
         of ``seqs`` go into the transaction, so what it writes commits with them;
         ``also_sync`` files are synced with pages.jsonl before the marks commit;
         ``counts`` counts the group's pages in the same transaction; ``items`` is
-        items.jsonl (its size is committed with every group, written or not)."""
+        items.jsonl (its size is committed with every group, written or not);
+        ``learning`` classifies the group's pages with content (None: --no-learn)."""
+        self._learning = learning
         self._counts = counts
         self._items = items
         self._pagelog = pagelog
@@ -154,17 +166,31 @@ class GroupCommit:
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
-                     items: bytes = b"") -> None:
+                     items: bytes = b"", text_print: tuple[int, int, int] | None = None
+                     ) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
-        ``Admission.route``;
-        ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
+        ``Admission.route``; ``record["links_new"]``, ``record["duplicate_of"]`` and
+        ``record["near_duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
-                                    page_exchange, items))
+                                    page_exchange, items, text_print))
         self._wake.set()
         await fut
+
+    async def turn(self, item: Item, decide: Callable[[Item], str | None]) -> str | None:
+        """A queued URL's turn, decided in the next group commit by ``decide(item)``:
+        None, fetch it; else why not, and its seq is marked skipped with that reason
+        in the same transaction as what ``decide`` wrote (held URLs, counters)."""
+        if self.error is not None:
+            raise self.error
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = _Entry(None, None, (), fut, turn=(item, decide))
+        self._pending.append(entry)
+        self._wake.set()
+        await fut
+        return entry.reason
 
     def add_exchanges(self, exchanges: Sequence[Exchange]) -> None:
         """Exchanges of no page (robots.txt) for the WARC, written with the next
@@ -197,6 +223,8 @@ class GroupCommit:
             try:
                 self._admit_links(batch)
                 records = self._contents(batch)
+                if self._learning is not None:
+                    self._learn(batch)
                 await self._pagelog.append([e.record for e in batch if e.record is not None])
                 if self._items is not None:
                     await self._items.append_bytes(b"".join(e.items for e in batch))
@@ -207,6 +235,12 @@ class GroupCommit:
                     await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
+                for e in batch:
+                    if e.turn is not None:
+                        item, decide = e.turn
+                        e.reason = decide(item)
+                        if e.reason is not None:
+                            e.mark = (item.seq, State.SKIPPED, None, e.reason)
                 marks = [e.mark for e in batch if e.mark is not None]
                 seen = self._seen
                 seen.meta_set(OUTPUTS_KEY, self.offsets())
@@ -266,6 +300,20 @@ class GroupCommit:
         seen.note_captures(added)
         return out
 
+    def _learn(self, batch: list[_Entry]) -> None:
+        """The group's pages with a 2xx body through ``Learning.pages``, in order: each
+        record's ``near_duplicate_of``; prints, rules and budgets in the transaction."""
+        assert self._learning is not None
+        pages = [e for e in batch if e.content is not None and e.record is not None
+                 and e.mark is not None]
+        if not pages:
+            return
+        near = self._learning.pages([(e.mark[0], host_of(e.record["url"]),  # type: ignore
+                                      e.record["url"], e.content[0], e.text_print)  # type: ignore
+                                     for e in pages])
+        for e, url in zip(pages, near, strict=True):
+            e.record["near_duplicate_of"] = url  # type: ignore[index]
+
     def _admit_links(self, batch: list[_Entry]) -> None:
         """Every page's links through the seen-test at once; each record's ``links_new``;
         the page each run of new URLs was found on (their ``referrer``)."""
@@ -311,12 +359,14 @@ class GroupCommit:
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool,
                           attempts: int | None = None, items: bytes = b"",
-                          extra: dict[str, Any] | None = None) -> None:
+                          extra: dict[str, Any] | None = None,
+                          text_print: tuple[int, int, int] | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
         mark. ``attempts``: the requests sent for the URL over every round and run
         (default: this fetch's). ``items``: its handler's items.jsonl lines;
-        ``extra``: fields added to its record."""
+        ``extra``: fields added to its record; ``text_print``: its main text's
+        print (``Learning.text_print``)."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -340,6 +390,7 @@ class GroupCommit:
             "bytes": res.nbytes if res is not None else 0,
             "payload_digest": digest,
             "duplicate_of": None,
+            "near_duplicate_of": None,
             "depth": item.depth,
             "links_found": links_found,
             "links_new": 0,
@@ -354,4 +405,4 @@ class GroupCommit:
         await self.commit(record, (item.seq, state, status, error),
                           (links,) if links is not None else (),
                           exchanges=(ex,) if ex is not None else (), content=content,
-                          page_exchange=ex, items=items)
+                          page_exchange=ex, items=items, text_print=text_print)

@@ -54,8 +54,8 @@ __all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "Crawler", "HandlerError", "Page",
 # The crawl options: the command line's long options, with underscores.
 CRAWL_OPTIONS = (
     "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "no_sitemaps",
-    "concurrency", "per_host", "delay", "allow_private", "user_agent", "header", "cookies",
-    "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
+    "no_learn", "concurrency", "per_host", "delay", "allow_private", "user_agent", "header",
+    "cookies", "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
 )
 # What a resume may change (stored as the crawl's new values), and where it lives.
 RESUME_OPTIONS = {
@@ -125,6 +125,7 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
     if o.get("no_sitemaps"):
         crawl["sitemaps"] = False
     politeness = {k: o[k] for k in ("per_host", "delay") if k in o}
+    learn: dict[str, Any] = {"enabled": False} if o.get("no_learn") else {}
     fetch: dict[str, Any] = {"allow_private": True} if o.get("allow_private") else {}
     if "user_agent" in o:
         fetch["user_agent"] = str(o["user_agent"]).strip()
@@ -150,7 +151,8 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
         except (re.error, TypeError) as exc:
             raise ConfigError(f"warc_content_type {o['warc_content_type']!r}: {exc}") from None
         output["warc_content_types"] = o["warc_content_type"]
-    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output)
+    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output,
+                                learn=learn)
 
 
 def _check_env_proxies() -> None:

@@ -1,9 +1,11 @@
 """The crawl loop: N worker coroutines pull URLs from the frontier.
 
-Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
-HTML page's links, resolved in one batch, filtered by scope, depth and the
-per-host cap -> the group commit, where the pages of a group go through
-``UrlSeen.admit_resolved_pages`` together (one call per group) -> frontier.
+Per page: its turn (learned rules and trap budgets may skip it) -> robots.txt
+check -> one fetch (one hop) -> a redirect target, or the HTML page's links (and
+its main text's fingerprint), resolved in one batch, filtered by scope, depth and
+the per-host cap -> the group commit, where the pages of a group go through the
+learned rules and ``UrlSeen.admit_resolved_pages`` together (one call per group)
+-> frontier. What is learned, and where it acts: ``crawler.core.schedule.learning``.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
 holds for each URL are ``crawler.core.durability.commit``'s; snapshots
@@ -49,13 +51,14 @@ from crawler.core.run.progress import Progress, SessionCounts, crawl_status
 from crawler.core.run.signals import stop_on_signals
 from crawler.core.schedule.admission import Admission, Remote
 from crawler.core.schedule.frontier import Frontier, Item
+from crawler.core.schedule.learning import Learning
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
 from crawler.core.schedule.sitemaps import SitemapFiles
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
-from crawler.net.links import extract_links
+from crawler.net.links import extract_page
 from crawler.net.netguard import check_literal_host
 from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
@@ -125,12 +128,18 @@ class Engine:
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
         self.pages = PageCounts(seen)
+        self.learning = (Learning(seen, settings.learn, self.frontier)
+                         if settings.learn.enabled else None)
+        if self.learning is not None:
+            self.admission.learning = self.learning
+            self.learning.admit = self.admission.admit_pages
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
                                      also_sync=[outbox] if outbox is not None else [],
-                                     counts=self.pages, items=self.items)
+                                     counts=self.pages, items=self.items,
+                                     learning=self.learning)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -303,6 +312,21 @@ class Engine:
     async def _process(self, item: Item) -> None:
         url = item.url
         frontier = self.frontier
+        learning = self.learning
+        if learning is not None and learning.later(item):
+            frontier.push_back(item)
+            return
+        if learning is not None and learning.may_hold(item.host):
+            try:
+                reason = await self.committer.turn(item, learning.at_turn)
+            except BaseException:
+                frontier.done(item, requested=False, counted=False)
+                raise
+            if reason is not None:  # a duplicate under a learned rule, a closed budget
+                frontier.done(item, requested=False, counted=False)
+                self.session.skipped += 1
+                self.retries.forget(item.seq)
+                return
         robots = self.robots
         refused = not self.settings.fetch.allow_private and \
             check_literal_host(hostname_of(item.host)) is not None
@@ -364,6 +388,7 @@ class Engine:
         failed = res.failed
         page: Page | None = None
         outcome: Outcome | None = None
+        text_print = None
         try:
             status = res.status
             if sitemap_level is not None:
@@ -373,8 +398,8 @@ class Engine:
                     error = f"sitemap: {sm_error}"
                     failed = failed or not sm_error.startswith(("over ", "an index"))
             elif self.hooks is not None and status is not None:
-                links_found, final_url, page, outcome, links, remote = await self._hooked(
-                    item, res)
+                links_found, final_url, page, outcome, links, remote, text_print = \
+                    await self._hooked(item, res)
             elif status is not None and 300 <= status < 400 and res.location is not None:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
@@ -385,8 +410,11 @@ class Engine:
                     links, remote = self.admission.route((target,), item.depth + 1,
                                                          self._local)
             elif res.body is not None:
-                base, hrefs = extract_links(res.body, url, charset=res.charset,
-                                            nofollow=self.settings.crawl.honor_nofollow)
+                base, hrefs, text = extract_page(res.body, url, charset=res.charset,
+                                                 nofollow=self.settings.crawl.honor_nofollow,
+                                                 text=learning is not None)
+                if learning is not None:
+                    text_print = learning.text_print(item.host, text)
                 links_found = len(hrefs)
                 if item.depth < self.settings.crawl.max_depth and hrefs:
                     links, remote = self.admission.route(
@@ -414,14 +442,16 @@ class Engine:
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests,
                                          items=outcome.items if outcome is not None else b"",
-                                         extra=extra)
+                                         extra=extra, text_print=text_print)
         if page is not None and hooks is not None and hooks.deliver is not None:
             await hooks.deliver(page)
 
     async def _hooked(self, item: Item, res: FetchResult
-                      ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote]]:
+                      ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote],
+                                 tuple[int, int, int] | None]:
         """A response as a ``Page`` through the hooks: ``(links found, final url, page,
-        what the hooks made of it, links to admit, links for other fleet workers)``."""
+        what the hooks made of it, links to admit, links for other fleet workers, its
+        main text's print)``."""
         url = item.url
         status = res.status
         assert status is not None
@@ -430,13 +460,18 @@ class Engine:
         base = url
         pairs: list[tuple[str, str] | None] = []
         text = None
+        text_print = None
         if 300 <= status < 400 and res.location is not None:
             found = 1
             pairs = self._canon.resolve_many((res.location,), url)
             final_url = pairs[0][0] if pairs[0] is not None else None
         elif res.body is not None:
-            base, hrefs = extract_links(res.body, url, charset=res.charset,
-                                        nofollow=self.settings.crawl.honor_nofollow)
+            learning = self.learning
+            base, hrefs, main = extract_page(res.body, url, charset=res.charset,
+                                             nofollow=self.settings.crawl.honor_nofollow,
+                                             text=learning is not None)
+            if learning is not None:
+                text_print = learning.text_print(item.host, main)
             found = len(hrefs)
             if hrefs:
                 pairs = self._canon.resolve_many(hrefs, base)
@@ -462,7 +497,7 @@ class Engine:
                     if outcome.follow else []
             if pairs:
                 links, remote = self.admission.route(pairs, item.depth + 1, self._local)
-        return found, final_url, page, outcome, links, remote
+        return found, final_url, page, outcome, links, remote, text_print
 
     async def _queue_sitemaps(self, url: str) -> None:
         """Queue the sitemaps of a seed's host (its robots.txt's ``Sitemap:`` lines,
@@ -617,6 +652,8 @@ class Engine:
         if self.hooks is not None and self.hooks.records:
             out["items"] = self.hooks.items
             out["handler_errors"] = self.hooks.errors
+        if self.learning is not None:
+            out["learn"] = self.learning.status()
         if final:
             out["totals"] = self.checkpoint.totals()
         return out

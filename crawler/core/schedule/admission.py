@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from crawler.config.scope import Scope
 from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.learning import Learning
 from dedup import State, UrlSeen, host_of
 
 __all__ = ["Admission", "Pairs", "Remote"]
@@ -41,6 +42,8 @@ class Admission:
         self.cap = cap
         self.host_counts = host_counts
         self.queued = 0  # URLs this process queued
+        # learned rules rewrite links before the seen-test (None: --no-learn)
+        self.learning: Learning | None = None
 
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
               local: Callable[[str], bool] | None = None, *, patterns: bool = True
@@ -95,13 +98,22 @@ class Admission:
         The same URLs are queued as page by page in order, except that a host's
         links past its cap on two pages of one group are both recorded (skipped)
         where page by page the second would not be asked about: neither is fetched.
+        With ``learning``, a link its host's learned rules rewrite is tested under its
+        rule key (``crawler.core.schedule.learning``).
         """
+        learning = self.learning
+        rewrites = None
+        if learning is not None:  # rule keys for the links the hosts' rules rewrite
+            pages, rewrites = learning.rewrite(pages)
         per_page = self.seen.admit_resolved_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
             self.seen.note_referrers(
                 (page[0].seq, page[-1].seq, source)
                 for page, source in zip(per_page, sources, strict=True) if page)
+        if rewrites is not None:  # duplicates under the rules: recorded, or checks queued
+            assert learning is not None
+            learning.settle(pages, per_page, rewrites, sources)
         cap = self.cap
         counts = self.host_counts
         queued = []

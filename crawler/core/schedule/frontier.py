@@ -190,6 +190,23 @@ class Frontier:
             self.politeness.hold(item.host, now + delay)
         self.done(item, requested=requested, counted=False)
 
+    def push_back(self, item: Item) -> None:
+        """Release ``item``'s slot (nothing sent, not counted) and hand it out again
+        after what its host has queued in memory: a URL that may soon be known a
+        duplicate (``crawler.core.schedule.learning``) waits for the rest."""
+        self.in_flight -= 1
+        self.taken -= 1
+        now = self._now()
+        self.politeness.release(item.host, now, requested=False)
+        self._busy.discard(item.seq)
+        h = self._hosts.get(item.host)
+        if h is None:
+            h = self._hosts[item.host] = _Host(item.host)
+        h.queue.append(item)
+        self.in_memory += 1
+        self._schedule(h)
+        self._dispatch()
+
     def _come_back(self, item: Item) -> None:
         self._deferred.pop(item.seq, None)
         self._requeue(item)

@@ -1,0 +1,505 @@
+"""The crawl's side of learning: content classes, rules before the seen-test, budgets.
+
+``dedup.learn`` decides (which pages are copies, which rules hold, which budgets
+close); this module makes those decisions act on one crawl, in four places:
+
+1. **a fetched page** (the worker): its main text's SimHash (``text_print``);
+2. **the group commit** (``pages``): each page with a 2xx body, in commit order,
+   gets its content class (the first page of its host with the same payload
+   digest or within ``near_distance`` bits: pages.jsonl's ``near_duplicate_of``),
+   a ``prints`` row in the ledger, and goes to the host's rule learner and trap
+   budgets; what they decide (a rule accepted or revoked, a budget reopened) acts
+   at once, in the same transaction;
+3. **the links of a group, before the seen-test** (``rewrite`` and ``settle``,
+   called by ``Admission.admit_pages``): a link a host's accepted rules rewrite is
+   tested under its *rule key* (``RULE_KEY`` + the rewritten key: its own key
+   space, so a rule never makes a real URL look seen). A rule key seen before
+   means a duplicate: the link is recorded under its own key, skipped, and held
+   (``held`` table) so that revoking the rule admits it again; a share of them is
+   fetched anyway, as checks (``RuleLearner.judge``);
+4. **a queued URL's turn** (``at_turn``, in the worker before robots.txt): one
+   queued before its host's rules existed is re-keyed (queued again under its
+   rule key, or recorded as a duplicate like a link); one whose pattern's budget
+   is closed is held (skipped, reason "budget: PATTERN"), or let through as a probe.
+
+Why rule keys are in the ledger and not in memory: the seen-test is what makes a
+decision exact across kill -9 and at any scale; a rule key costs one ledger row
+like a URL. What the learner and the budgets hold in memory (recent pages,
+windows) is rebuilt on resume by reading ``prints`` in commit order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from crawler.config.settings import LearnSettings
+from crawler.core.schedule.frontier import Frontier, Item
+from dedup import (
+    HELD_KINDS,
+    NOVELTY,
+    BudgetConfig,
+    Budgets,
+    HeldRow,
+    LearnConfig,
+    NearIndex,
+    NewUrl,
+    PrintRow,
+    RuleLearner,
+    RuleRow,
+    Shingles,
+    State,
+    UrlRejected,
+    UrlSeen,
+)
+
+__all__ = ["BUDGETS_KEY", "COUNTS_KEY", "RULE_KEY", "Learning", "PageContent"]
+
+RULE_KEY = "~"  # a rule key is this + the rewritten canonical key (no URL starts so)
+BUDGETS_KEY = "learn_budgets"  # ledger meta: the closed budgets and their counters
+# ledger meta: the URLs learning marked skipped, by why (kept with their marks):
+# "suppressed" (a duplicate under a rule), "budget" (held by a closed budget),
+# "rekeyed" (queued again under its rule key), "aliases" (rule keys of fetched pages)
+COUNTS_KEY = "learn_counts"
+_SUPPRESSED, _KEY, _CHECK, _BUDGET, _ALIAS = (HELD_KINDS[k] for k in (
+    "suppressed", "key", "check", "budget", "alias"))
+
+# A page's main text: (simhash, shingles, shingles new to its host) (``text_print``)
+TextPrint = tuple[int, int, int]
+# (seq, host, url, payload digest, its TextPrint or None) of a committed 2xx page
+PageContent = tuple[int, str, str, str | None, TextPrint | None]
+_OLD, _NEW, _EXPLAINED = NOVELTY["old"], NOVELTY["new"], NOVELTY["explained"]
+Pairs = list[tuple[str, str]]
+# per page: rewritten link index -> (its own (url, key), its rule key, the rules' ids)
+Rewrites = list[dict[int, tuple[tuple[str, str], str, tuple[int, ...]]]]
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def _parse_ids(why: str) -> tuple[set[int], int | None]:
+    ids, _, page = why.partition("@")
+    return {int(i) for i in ids.split(",") if i}, int(page) if page else None
+
+
+class Learning:
+    """One crawl's learning, over its open ``UrlSeen``; ``admit`` re-admits URLs (a
+    revoked rule's, a reopened budget's) through the crawl's admission, which
+    applies the rules again."""
+
+    def __init__(self, seen: UrlSeen, settings: LearnSettings, frontier: Frontier) -> None:
+        self.seen = seen
+        self.settings = settings
+        self.frontier = frontier
+        self.canon = seen.canonicalizer
+        self.admit: Callable[[Sequence[tuple[Pairs, int]], Sequence[str | None]], list[int]] \
+            | None = None
+        self.near = NearIndex(settings.near_distance)
+        # text-less pages' classes: (host, digest) -> (first seq, its URL)
+        self._digests: dict[tuple[str, str], tuple[int, str]] = {}
+        self._shingles: dict[str, Shingles] = {}  # per host: the shingles its pages had
+        self.learner = RuleLearner(LearnConfig(
+            history=settings.history, min_pairs=settings.min_pairs,
+            min_contents=settings.min_contents, check_first=settings.check_first,
+            check_rate=settings.check_rate), lookup=self._lookup)
+        self.budgets = Budgets(BudgetConfig(
+            window=settings.budget_window, host_window=settings.budget_host_window,
+            max_novel=settings.budget_max_novel, probe_first=settings.budget_probe_first))
+        self._checks: dict[int, str] = {}  # seq of a URL queued as a check -> its host
+        self._later: set[int] = set()  # seqs put back once (``later``)
+        self._prefixes: tuple[str, ...] = ()  # origins of hosts with rules
+        self._version = -1
+        self.events: list[dict[str, Any]] = []  # what was decided, newest last (summary)
+        self.counts: dict[str, int] = {"suppressed": 0, "budget": 0, "rekeyed": 0,
+                                       "aliases": 0}
+        self._counts_changed = False
+        self._restore()
+
+    # -- restart ------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        """The learner's rules, recent pages and the budgets' windows, from the ledger."""
+        seen = self.seen
+        self.learner.restore(r for r in seen.learned_rules())
+        history = self.settings.history
+        recent: dict[str, list[PrintRow]] = {}
+        for row in seen.prints():
+            self._classify_restored(row)
+            if row.novel != _EXPLAINED:
+                self.budgets.replay(row.host, self._budget_key(row.host, self._key(row.url)),
+                                    row.novel == _NEW)
+            pages = recent.setdefault(row.host, [])
+            pages.append(row)
+            if len(pages) > 2 * history:
+                del pages[:history]
+        for host, pages in recent.items():
+            for row in pages[-history:]:
+                self.learner.replay(host, self._key(row.url), row.cls, row.seq)
+        self.budgets.restore(seen.meta_get(BUDGETS_KEY) or {})
+        self.counts.update(seen.meta_get(COUNTS_KEY) or {})
+        for h in seen.held(kinds=(_CHECK,)):
+            if seen.print_of(h.seq) is None:  # not fetched yet
+                self._checks[h.seq] = h.host
+
+    def _classify_restored(self, row: PrintRow) -> None:
+        if row.simhash is not None and row.near is None:
+            self.near.add(row.host, row.simhash, (row.seq, row.url))
+        elif row.simhash is None and row.digest is not None:
+            self._digests.setdefault((row.host, row.digest), (row.seq, row.url))
+
+    def _budget_key(self, host: str, key: str) -> str:
+        """What a budget files a key under: the key as its host's rules rewrite it
+        (a session id is not a pattern)."""
+        return self.learner.rewrite(host, key)[0]
+
+    def _key(self, url: str) -> str:
+        try:
+            return self.canon.resolve(url)[1]
+        except UrlRejected:
+            return url
+
+    # -- a fetched page -----------------------------------------------------------------
+
+    def text_print(self, host: str, text: str | None) -> TextPrint | None:
+        """``(simhash, shingles, shingles new to the host)`` of a page's main text (its
+        shingles join the host's), None without a word of text."""
+        if not text:
+            return None
+        shingles = self._shingles.get(host)
+        if shingles is None:
+            shingles = self._shingles[host] = Shingles()
+        out = shingles.print(text, self.settings.shingle)
+        return out if out[1] else None
+
+    # -- the group commit: pages with content, in commit order ------------------------
+
+    def pages(self, pages: Sequence[PageContent], now: float | None = None) -> list[str | None]:
+        """Each page's ``near_duplicate_of`` (the URL of its host's first page within
+        the distance, None if it is that page or has too little text); their prints
+        rows and what the learner and budgets decide, in the open transaction."""
+        now = time.time() if now is None else now
+        out: list[str | None] = []
+        rows: list[PrintRow] = []
+        firsts: dict[int, str] = {}  # seq -> URL of the first page of its content
+        st = self.settings
+        min_shingles = max(1, st.near_min_words - st.shingle + 1)
+        for seq, host, url, digest, fp in pages:
+            near = None
+            near_url = None
+            simhash = None
+            if fp is not None and fp[1] >= min_shingles:
+                simhash = fp[0]
+                found = self.near.find_or_add(host, simhash, (seq, url))
+                if found is not None:
+                    near, near_url = found  # type: ignore[misc]
+                cls = near if near is not None else seq
+            elif digest is not None:
+                cls, first_url = self._digests.setdefault((host, digest), (seq, url))
+                if cls != seq:
+                    firsts[seq] = first_url
+            else:
+                cls = seq
+            if fp is not None:  # new shingles: at least so many, or half of a short text
+                new = fp[2] >= min(st.budget_new_shingles, (fp[1] + 1) // 2)
+            else:
+                new = cls == seq
+            out.append(near_url)
+            if near_url is not None:
+                firsts[seq] = near_url
+            rows.append(PrintRow(seq, host, url, digest, simhash, near, cls,
+                                 _NEW if new else _OLD))
+        for i, row in enumerate(rows):
+            rows[i] = self._observe(row, now, firsts.get(row.seq))
+        self.seen.note_prints(rows)
+        self._save()
+        return out
+
+    def _save(self) -> None:
+        """The rules, budgets and counts that changed, in the open transaction."""
+        changed = self.learner.changed()
+        if changed:
+            self.seen.note_rules(RuleRow(*s.row()) for s in changed)
+        if self.budgets.changed:
+            self.seen.meta_set(BUDGETS_KEY, self.budgets.state())
+        if self._counts_changed:
+            self.seen.meta_set(COUNTS_KEY, self.counts)
+            self._counts_changed = False
+
+    def _count(self, what: str, n: int = 1) -> None:
+        self.counts[what] += n
+        self._counts_changed = True
+
+    def _observe(self, row: PrintRow, now: float, first_url: str | None) -> PrintRow:
+        """A page through the learner, then (unless a URL rule explains it) the
+        budgets; the row as stored (``novel`` says which)."""
+        key = self._key(row.url)
+        check = self._checks.pop(row.seq, None) is not None
+        events, explained = self.learner.observe(
+            row.host, key, row.cls, row.seq, now=now, check=check,
+            first=self._key(first_url) if first_url is not None else None)
+        accepted = False
+        for kind, s in events:
+            self._event(kind, host=row.host, rule=s.id, what=s.rule.describe(), at=now)
+            if kind == "accepted":
+                accepted = True
+            elif kind == "revoked":
+                self._release(row.host, lambda h, rid=s.id: h.kind != _BUDGET and
+                              rid in _parse_ids(h.why)[0])
+        if accepted:  # the recent pages' rule keys, this one's included
+            self._alias(row.host, self.learner.recent(row.host))
+        elif self.learner.has_rules(row.host):
+            rkey, applied = self.learner.rewrite(row.host, key)
+            self._alias(row.host, [(key, row.seq, rkey, applied)])
+        if explained and row.novel != _NEW:
+            return row._replace(novel=_EXPLAINED)
+        for event, host, pattern, held in self.budgets.observe(
+                row.host, self._budget_key(row.host, key), row.novel == _NEW):
+            self._event(f"budget {event}", host=host, pattern=pattern, held=held, at=now)
+            if event == "reopened":
+                self._release(host, lambda h, p=pattern: h.kind == _BUDGET and h.why == p)
+        return row
+
+    def _event(self, kind: str, **what: Any) -> None:
+        self.events.append({"event": kind, **what})
+        del self.events[:-100]
+
+    def _lookup(self, host: str, rkey: str) -> tuple[int, str] | None:
+        """The content class and key of the page fetched under a rule key (a check
+        whose partner left the learner's history)."""
+        row = self.seen.lookup_key(RULE_KEY + rkey)
+        if row is None:
+            return None
+        seq = row["seq"]
+        held = self.seen.held_of(seq)
+        if held is not None and held.kind == _ALIAS:
+            seq = _parse_ids(held.why)[1] or seq
+        p = self.seen.print_of(seq)
+        return None if p is None else (p.cls, self._key(p.url))
+
+    def _alias(self, host: str, pages: list[tuple[str, int, str, tuple[int, ...]]]) -> None:
+        """Fetched pages of a host with rules (``(key, seq, rewritten key, rules that
+        rewrote it)``): each one's rule key is recorded (skipped, and held as an alias
+        to forget if a rule that made it goes), so that another URL of the page is a
+        known duplicate. A page fetched under its rule key has it already."""
+        pairs: list[tuple[str, str]] = []
+        why: dict[str, str] = {}
+        for key, seq, rkey, applied in pages:
+            pairs.append((key, RULE_KEY + rkey))
+            why[RULE_KEY + rkey] = f"{_ids(applied)}@{seq}"
+        if not pairs:
+            return
+        new = self.seen.admit_resolved(pairs)
+        if not new:
+            return
+        self.seen.record_outcomes((n.seq, State.SKIPPED, None,
+                                   f"learned rule key of a page fetched as {n.url}")
+                                  for n in new)
+        self.seen.note_held(HeldRow(n.seq, host, _ALIAS, why[n.key], n.url, n.key, 0)
+                            for n in new)
+        self._count("aliases", len(new))
+
+    def _release(self, host: str, which: Callable[[HeldRow], bool]) -> None:
+        """Held rows of ``host`` that ``which`` picks: their keys forgotten, the URLs
+        a rule or a budget kept admitted again (through the rules as they now are)."""
+        rows = [h for h in self.seen.held(host=host) if which(h)]
+        if not rows:
+            return
+        requeue: dict[int, list[tuple[str, str]]] = {}
+        keys = []
+        for h in rows:
+            if h.kind in (_KEY, _ALIAS):
+                state = (self.seen.lookup_key(h.key) or {}).get("state")
+                keys.append(h.key)
+                if h.kind == _KEY and state == "queued":  # forgetting it unqueues it
+                    requeue.setdefault(h.depth, []).append((h.url, self._key(h.url)))
+            elif h.kind in (_SUPPRESSED, _BUDGET):
+                keys.append(h.key)
+                requeue.setdefault(h.depth, []).append((h.url, self._key(h.url)))
+        self.seen.forget_keys(keys)
+        self.seen.drop_held(h.seq for h in rows)
+        if requeue and self.admit is not None:
+            pages = sorted(requeue.items())
+            self.admit([(pairs, depth) for depth, pairs in pages], [None] * len(pages))
+
+    # -- links before the seen-test -----------------------------------------------------
+
+    def _hosts_prefixes(self) -> tuple[str, ...]:
+        if self._version != self.learner.version:
+            self._version = self.learner.version
+            self._prefixes = tuple(f"{scheme}://{host}/" for host in
+                                   self.learner.hosts_with_rules()
+                                   for scheme in ("http", "https"))
+        return self._prefixes
+
+    def rewrite(self, pages: Sequence[tuple[Pairs, int]]
+                ) -> tuple[Sequence[tuple[Pairs, int]], Rewrites | None]:
+        """Pages' links with the keys their hosts' rules rewrite replaced by rule keys,
+        and what was rewritten (None: nothing, the pages are returned as they were)."""
+        prefixes = self._hosts_prefixes()
+        if not prefixes:
+            return pages, None
+        learner = self.learner
+        out: list[tuple[Pairs, int]] = []
+        rewrites: Rewrites = []
+        any_ = False
+        for pairs, depth in pages:
+            done: dict[int, tuple[tuple[str, str], str, tuple[int, ...]]] = {}
+            new_pairs = pairs
+            for i, (url, key) in enumerate(pairs):
+                if not key.startswith(prefixes):
+                    continue
+                rkey, ids = learner.rewrite(key.split("/", 3)[2], key)
+                if not ids:
+                    continue
+                if new_pairs is pairs:
+                    new_pairs = list(pairs)
+                new_pairs[i] = (url, RULE_KEY + rkey)
+                done[i] = ((url, key), RULE_KEY + rkey, ids)
+            any_ = any_ or bool(done)
+            out.append((new_pairs, depth))
+            rewrites.append(done)
+        return (out, rewrites) if any_ else (pages, None)
+
+    def settle(self, pages: Sequence[tuple[Pairs, int]], per_page: list[list[NewUrl]],
+               rewrites: Rewrites, sources: Sequence[str | None] | None) -> None:
+        """After the seen-test of rewritten pages: rule-key admissions are recorded;
+        a rewritten link whose rule key was seen is a duplicate: its own key goes
+        through the seen-test, and a new one is recorded skipped (and held), or
+        queued as a check (appended to its page's ``per_page`` list)."""
+        seen = self.seen
+        held: list[HeldRow] = []
+        raw_pages: list[tuple[Pairs, int]] = []
+        raw_ids: list[dict[str, tuple[tuple[int, ...], str]]] = []
+        for (pairs, depth), new, done in zip(pages, per_page, rewrites, strict=True):
+            if not done:
+                raw_pages.append(([], depth))
+                raw_ids.append({})
+                continue
+            admitted = {(n.url, n.key) for n in new}
+            by_key = {rk: ids for _, rk, ids in done.values()}
+            for n in new:
+                ids = by_key.get(n.key)
+                if ids is not None:
+                    held.append(HeldRow(n.seq, n.host, _KEY, _ids(ids), n.url, n.key, depth))
+            raw: Pairs = []
+            ids_of: dict[str, tuple[tuple[int, ...], str]] = {}
+            for i, (pair, rk, ids) in done.items():
+                if (pairs[i][0], rk) not in admitted:
+                    raw.append(pair)
+                    ids_of[pair[1]] = (ids, rk)
+            raw_pages.append((raw, depth))
+            raw_ids.append(ids_of)
+        if held:
+            seen.note_held(held)
+        if not any(raw for raw, _ in raw_pages):
+            return
+        again = seen.admit_resolved_pages(raw_pages)
+        if sources is not None:
+            seen.note_referrers((page[0].seq, page[-1].seq, source)
+                                for page, source in zip(again, sources, strict=True) if page)
+        held = []
+        skipped = []
+        for new, ids_of, queued, (_, depth) in zip(again, raw_ids, per_page, raw_pages,
+                                                    strict=True):
+            for n in new:
+                ids, rk = ids_of[n.key]
+                if self.learner.judge(n.host, ids, n.key, rk):
+                    held.append(HeldRow(n.seq, n.host, _CHECK, _ids(ids), n.url, n.key, depth))
+                    self._checks[n.seq] = n.host
+                    queued.append(n)
+                else:
+                    held.append(HeldRow(n.seq, n.host, _SUPPRESSED, _ids(ids), n.url, n.key,
+                                        depth))
+                    skipped.append((n.seq, State.SKIPPED, None,
+                                    f"duplicate under learned rule {_ids(ids)}"))
+        seen.note_held(held)
+        if skipped:
+            seen.record_outcomes(skipped)
+            self._count("suppressed", len(skipped))
+        self._save()
+
+    # -- a queued URL's turn ------------------------------------------------------------
+
+    def later(self, item: Item) -> bool:
+        """Whether to put a queued URL back, once, behind the rest of its host: an open
+        proposal with support would make it a duplicate of a page already fetched,
+        and may be accepted meanwhile (then the URL is not fetched at all)."""
+        if item.seq in self._later or not self.learner.speculative(item.host,
+                                                                   self._key(item.url)):
+            return False
+        self._later.add(item.seq)
+        return True
+
+    def may_hold(self, host: str) -> bool:
+        """Whether a queued URL of ``host`` may not be fetched at its turn (its host has
+        rules, or a closed budget): only then is ``at_turn`` asked."""
+        return self.learner.has_rules(host) or self.budgets.has_closed(host)
+
+    def at_turn(self, item: Item) -> str | None:
+        """Before a queued URL is fetched: None to fetch it, or why it is not (the
+        caller records it skipped in the same transaction: the group commit runs
+        this). One queued before its host's rules is re-keyed or held as a
+        duplicate; one whose budget is closed is held, or let through as a probe."""
+        host = item.host
+        seq = item.seq
+        key = self._key(item.url)
+        rule_keyed = getattr(item, "key", "").startswith(RULE_KEY)  # a NewUrl knows
+        if not rule_keyed and seq not in self._checks and self.learner.has_rules(host):
+            rkey, ids = self.learner.rewrite(host, key)
+            if ids:
+                reason = self._rekey(item, key, RULE_KEY + rkey, ids)
+                if reason is not None or seq in self._checks:
+                    self._save()
+                    return reason
+        verdict, pattern = self.budgets.decide(host, self._budget_key(host, key))
+        if verdict == "hold":
+            self.seen.note_held([HeldRow(seq, host, _BUDGET, pattern, item.url, key,
+                                         item.depth)])
+            self._count("budget")
+        self._save()
+        return f"budget: {pattern}" if verdict == "hold" else None
+
+    def _rekey(self, item: Item, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
+        """A queued URL its host's rules rewrite. Queued under its rule key (its turn
+        as that key's page): fetched. Queued before the rules: queued again under its
+        rule key if that is new, else a duplicate (held, or fetched as a check)."""
+        new = self.seen.admit_resolved([(item.url, rkey)], depth=item.depth)
+        if new:
+            n = new[0]
+            self.seen.note_held([HeldRow(n.seq, n.host, _KEY, _ids(ids), n.url, n.key,
+                                         item.depth)])
+            self.frontier.add(new)
+            self._count("rekeyed")
+            return f"queued again under its learned rule key (rule {_ids(ids)})"
+        holder = self.seen.lookup_key(rkey)
+        if holder is not None and holder["seq"] == item.seq:
+            return None  # it is the rule key's own page
+        if self.learner.judge(item.host, ids, key, rkey):
+            self.seen.note_held([HeldRow(item.seq, item.host, _CHECK, _ids(ids), item.url,
+                                         key, item.depth)])
+            self._checks[item.seq] = item.host
+            return None
+        self.seen.note_held([HeldRow(item.seq, item.host, _SUPPRESSED, _ids(ids), item.url,
+                                     key, item.depth)])
+        self._count("suppressed")
+        return f"duplicate under learned rule {_ids(ids)}"
+
+    # -- figures ------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What the summary and the dashboard show: rules, fetches saved, budgets."""
+        rules = self.learner.rules()
+        accepted = [s for s in rules if s.state == "accepted"]
+        return {
+            "rules": len(accepted),
+            "revoked": sum(s.state == "revoked" for s in rules),
+            "hosts": len({s.host for s in accepted}),
+            "saved_by_rules": self.counts["suppressed"],
+            "saved_by_budgets": self.counts["budget"],
+            "checks": sum(s.sent for s in rules),
+            "skipped": dict(self.counts),
+            "budgets": self.budgets.closed(),
+            "events": list(self.events[-20:]),
+        }

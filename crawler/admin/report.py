@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crawler.admin.learned import learning_summary
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
@@ -24,6 +25,7 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
         hosts = len(seen.queued_hosts()) if st.get("queued") else 0
         config = seen.meta_get(CONFIG_KEY)
         pages = PageCounts(seen).counts  # O(1): kept in the ledger's meta
+        learn = learning_summary(seen)  # O(rules): kept in the ledger
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     out.update(st)
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})
@@ -41,6 +43,8 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     out["index_damage"] = index_damage(d, records=False)
     if config is not None:
         out["config"] = config
+    if learn is not None:
+        out["learn"] = learn
     return out
 
 

@@ -201,3 +201,105 @@ async def test_the_engine_status_reports_what_learning_saved(tmp_path):
     assert learn["rules"] >= 1 and learn["saved_by_rules"] > 0
     assert learn["budgets"] and learn["saved_by_budgets"] > 0
     json.dumps(learn)
+
+
+async def test_rules_and_explain_say_what_was_learned_and_why_a_url_was_not_fetched(tmp_path):
+    from tests.support.helpers import run_cli
+
+    site = build(seed=13, hosts=[{"sid_query", "calendar", "noise"}], pages=120)
+    async with site.serve() as running:
+        on = await crawl(tmp_path, running)
+    state = str(tmp_path / "state")
+    done = await run_cli("rules", state)
+    assert done.rc == 0, done.stderr
+    assert "query parameter sid ignored" in done.stdout
+    assert "kept " in done.stdout and "trap budgets closed" in done.stdout
+    data = json.loads((await run_cli("rules", state, "--json")).stdout)
+    sid = next(r for r in data["rules"] if r["rule"] == {"kind": "drop_params",
+                                                          "names": ["sid"]})
+    assert sid["state"] == "accepted" and sid["pairs"] >= 4 and sid["against"] == 0
+    assert sid["suppressed"] > 0 and data["skipped"]["suppressed"] >= sid["suppressed"]
+    assert data["budgets"] and data["budgets"][0]["pattern"] == "/calendar/*/*"
+    every = json.loads((await run_cli("rules", state, "--json", "--all")).stdout)
+    assert len(every["rules"]) > len(data["rules"])  # proposals rejected or still open
+    with UrlSeen(state, readonly=True) as seen:
+        held = {h.kind: h for h in seen.held()}
+    # a URL a rule kept: not fetched, a duplicate under the rule; its rule key fetched
+    kept = held[0].url
+    e = json.loads((await run_cli("explain", state, kept, "--json")).stdout)
+    assert e["rules_applied"][0]["description"] == "query parameter sid ignored"
+    assert e["ledger"]["state"] == "skipped" and "learned rule" in e["ledger"]["error"]
+    assert e["ledger"]["found_on"] and e["seen"]
+    assert e["outcome"].startswith("a duplicate under learned rules of http")
+    assert e["ledger_under_rule_key"] is not None
+    # a month a budget held
+    month = held[3].url
+    e = json.loads((await run_cli("explain", state, month, "--json")).stdout)
+    assert e["outcome"].startswith("not fetched: budget: /calendar/*/*")
+    assert e["budget"]["closed"] and e["pattern"] == "/calendar/*/*"
+    text = (await run_cli("explain", state, month)).stdout
+    assert "budget closed" in text and "outcome: not fetched: budget" in text
+    # a page fetched, and one never seen, and one out of scope
+    page = next(r["url"] for r in on["records"] if r["status"] == 200)
+    assert json.loads((await run_cli("explain", state, page, "--json")).stdout)[
+        "outcome"] == "fetched"
+    e = json.loads((await run_cli("explain", state, running.seeds[0] + "nowhere",
+                                  "--json")).stdout)
+    assert not e["seen"] and e["outcome"] == "never found on a fetched page"
+    e = json.loads((await run_cli("explain", state, "http://elsewhere.test/", "--json")).stdout)
+    assert not e["in_scope"] and e["outcome"].startswith("out of the crawl's scope")
+    bad = await run_cli("explain", state, "mailto:x@y")
+    assert bad.rc == 1 and "rejected" in bad.stdout
+
+
+async def test_summary_stats_and_report_show_fetches_saved_per_host_and_per_rule(tmp_path):
+    import re
+
+    from crawler.core.run.progress import format_summary
+    from tests.support.helpers import run_cli
+
+    site = build(seed=14, hosts=[{"sid_query", "noise"}, {"calendar", "noise"}], pages=120)
+    async with site.serve() as running:
+        on = await crawl(tmp_path, running)
+    text = format_summary(on["summary"])
+    assert re.search(r"learn:  \d+ URL rule\(s\) on 1 host\(s\): \d+ duplicate", text), text
+    assert "no new content, stopped:" in text and "/calendar/*/*" in text
+    state = str(tmp_path / "state")
+    stats = json.loads((await run_cli("stats", state, "--json")).stdout)
+    learn = stats["learn"]
+    sid_host = running.origins[0].split("//")[1]
+    assert learn["by_host"][0]["host"] == sid_host
+    assert learn["by_host"][0]["saved_by_rules"] == learn["saved_by_rules"] > 0
+    assert learn["by_rule"][0]["description"] == "query parameter sid ignored"
+    assert [b["pattern"] for b in learn["budgets"]] == ["/calendar/*/*"]
+    assert "learn:" in (await run_cli("stats", state)).stdout
+    out = tmp_path / "report.html"
+    assert (await run_cli("report", state, "-o", str(out))).rc == 0
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>',
+                     out.read_text(), re.S)
+    assert data is not None
+    doc = json.loads(data.group(1))
+    assert doc["learning"]["by_host"] == learn["by_host"]
+    assert doc["learning"]["by_rule"] == learn["by_rule"]
+
+
+async def test_no_learn_is_frozen_with_the_crawl(tmp_path):
+    from tests.support.helpers import config_toml, run_cli
+
+    site = build(seed=15, hosts=[{"sid_query", "noise"}], pages=60)
+    async with site.serve() as running:
+        seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
+        config = tmp_path / "c.toml"
+        config.write_text(config_toml(fast_settings(crawl={"max_pages": 40})))
+        state = tmp_path / "state"
+        done = await run_cli("crawl", str(seeds), "--state", str(state), "--config",
+                             str(config), "--no-learn", "--quiet")
+        assert done.rc == 0, done.stderr
+        refused = await run_cli("resume", str(state), "--no-learn")
+        assert refused.rc == 2 and "--no-learn" in refused.stderr
+    with UrlSeen(state, readonly=True) as seen:
+        assert list(seen.prints()) == [] and seen.learned_rules() == []
+        assert seen.meta_get("config")["learn"]["enabled"] is False
+    assert "learn" not in json.loads((await run_cli("stats", str(state), "--json")).stdout)
+    rules = await run_cli("rules", str(state))
+    assert "learning is off for this crawl" in rules.stdout

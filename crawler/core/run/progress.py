@@ -81,6 +81,31 @@ def _host_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _learn_lines(s: dict[str, Any]) -> list[str]:
+    """What learning did: rules, fetches it saved, trap budgets it closed."""
+    learn = s.get("learn")
+    if not learn:
+        return []
+    line = (f"  learn:  {learn['rules']} URL rule(s) on {learn['hosts']} host(s)"
+            + (f" ({learn['revoked']} revoked)" if learn["revoked"] else "")
+            + f": {learn['saved_by_rules']} duplicate(s) not fetched ({learn['checks']} "
+            f"fetched anyway as checks), {learn['saved_by_budgets']} URL(s) held by "
+            f"{len(learn['budgets'])} trap budget(s)")
+    sk = learn.get("skipped") or {}
+    if sk.get("aliases") or sk.get("rekeyed"):
+        line += (f"; skipped also counts {sk.get('aliases', 0)} rule key(s) of fetched pages "
+                 f"and {sk.get('rekeyed', 0)} URL(s) queued again under theirs")
+    lines = [line]
+    budgets = sorted(learn["budgets"], key=lambda b: -b["held"])
+    if budgets:
+        shown = ", ".join(f"{b['host']} {b['pattern']} ({b['held']} held)"
+                          for b in budgets[:TOP_HOSTS])
+        more = f", ... and {len(budgets) - TOP_HOSTS} more" if len(budgets) > TOP_HOSTS else ""
+        lines.append(f"          no new content, stopped: {shown}{more} "
+                     "(bloomcrawl rules DIR lists them)")
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """Multi-line end-of-run report."""
     elapsed = s.get("elapsed", 0.0)
@@ -96,6 +121,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        *_learn_lines(s),
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, expected FPR "
         f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
     ]
@@ -115,6 +141,7 @@ def format_stats(s: dict[str, Any]) -> str:
         *_host_lines(s),
         f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
         f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        *_learn_lines(s),
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
         f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",

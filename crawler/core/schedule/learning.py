@@ -54,14 +54,18 @@ from dedup import (
     UrlSeen,
 )
 
-__all__ = ["BUDGETS_KEY", "COUNTS_KEY", "RULE_KEY", "Learning", "PageContent"]
+__all__ = ["BUDGETS_KEY", "COUNTS_KEY", "RULE_KEY", "Learning", "PageContent",
+           "learning_figures", "merge_figures"]
 
 RULE_KEY = "~"  # a rule key is this + the rewritten canonical key (no URL starts so)
 BUDGETS_KEY = "learn_budgets"  # ledger meta: the closed budgets and their counters
 # ledger meta: the URLs learning marked skipped, by why (kept with their marks):
 # "suppressed" (a duplicate under a rule), "budget" (held by a closed budget),
-# "rekeyed" (queued again under its rule key), "aliases" (rule keys of fetched pages)
+# "rekeyed" (queued again under its rule key), "aliases" (rule keys of fetched pages);
+# "hosts": {host: [suppressed, held by budgets]} for up to MAX_HOSTS hosts
 COUNTS_KEY = "learn_counts"
+MAX_HOSTS = 500
+OTHER_HOSTS = "(other hosts)"
 _SUPPRESSED, _KEY, _CHECK, _BUDGET, _ALIAS = (HELD_KINDS[k] for k in (
     "suppressed", "key", "check", "budget", "alias"))
 
@@ -112,8 +116,8 @@ class Learning:
         self._prefixes: tuple[str, ...] = ()  # origins of hosts with rules
         self._version = -1
         self.events: list[dict[str, Any]] = []  # what was decided, newest last (summary)
-        self.counts: dict[str, int] = {"suppressed": 0, "budget": 0, "rekeyed": 0,
-                                       "aliases": 0}
+        self.counts: dict[str, Any] = {"suppressed": 0, "budget": 0, "rekeyed": 0,
+                                       "aliases": 0, "hosts": {}}
         self._counts_changed = False
         self._restore()
 
@@ -227,9 +231,15 @@ class Learning:
             self.seen.meta_set(COUNTS_KEY, self.counts)
             self._counts_changed = False
 
-    def _count(self, what: str, n: int = 1) -> None:
+    def _count(self, what: str, n: int = 1, host: str | None = None) -> None:
         self.counts[what] += n
         self._counts_changed = True
+        if host is not None and what in ("suppressed", "budget"):
+            hosts = self.counts["hosts"]
+            if host not in hosts and len(hosts) >= MAX_HOSTS:
+                host = OTHER_HOSTS
+            row = hosts.setdefault(host, [0, 0])
+            row[what == "budget"] += n
 
     def _observe(self, row: PrintRow, now: float, first_url: str | None) -> PrintRow:
         """A page through the learner, then (unless a URL rule explains it) the
@@ -417,7 +427,9 @@ class Learning:
         seen.note_held(held)
         if skipped:
             seen.record_outcomes(skipped)
-            self._count("suppressed", len(skipped))
+            for h in held:
+                if h.kind == _SUPPRESSED:
+                    self._count("suppressed", 1, h.host)
         self._save()
 
     # -- a queued URL's turn ------------------------------------------------------------
@@ -457,7 +469,7 @@ class Learning:
         if verdict == "hold":
             self.seen.note_held([HeldRow(seq, host, _BUDGET, pattern, item.url, key,
                                          item.depth)])
-            self._count("budget")
+            self._count("budget", 1, host)
         self._save()
         return f"budget: {pattern}" if verdict == "hold" else None
 
@@ -483,23 +495,64 @@ class Learning:
             return None
         self.seen.note_held([HeldRow(item.seq, item.host, _SUPPRESSED, _ids(ids), item.url,
                                      key, item.depth)])
-        self._count("suppressed")
+        self._count("suppressed", 1, item.host)
         return f"duplicate under learned rule {_ids(ids)}"
 
     # -- figures ------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         """What the summary and the dashboard show: rules, fetches saved, budgets."""
-        rules = self.learner.rules()
-        accepted = [s for s in rules if s.state == "accepted"]
-        return {
-            "rules": len(accepted),
-            "revoked": sum(s.state == "revoked" for s in rules),
-            "hosts": len({s.host for s in accepted}),
-            "saved_by_rules": self.counts["suppressed"],
-            "saved_by_budgets": self.counts["budget"],
-            "checks": sum(s.sent for s in rules),
-            "skipped": dict(self.counts),
-            "budgets": self.budgets.closed(),
-            "events": list(self.events[-20:]),
-        }
+        rules = [{"id": st.id, "host": st.host, "state": st.state,
+                  "description": st.rule.describe(), "suppressed": st.suppressed,
+                  "checks": st.sent} for st in self.learner.rules()]
+        out = learning_figures(rules, self.budgets.closed(), self.counts)
+        out["events"] = list(self.events[-20:])
+        return out
+
+
+def learning_figures(rules: Sequence[dict[str, Any]], budgets: Sequence[dict[str, Any]],
+                     counts: dict[str, Any], *, top: int = 20) -> dict[str, Any]:
+    """The figures of a crawl's learning (the summary, ``stats``, the dashboard and the
+    report show them): ``rules`` as ``{id, host, state, description, suppressed,
+    checks}``, ``budgets`` as ``{host, pattern, held, probes}``, ``counts`` as kept under
+    ``COUNTS_KEY``. A URL kept by two rules counts for each in ``by_rule``, once in
+    ``saved_by_rules`` and ``by_host``."""
+    accepted = [r for r in rules if r["state"] == "accepted"]
+    hosts = counts.get("hosts") or {}
+    by_host = sorted(({"host": h, "rules": sum(r["host"] == h for r in accepted),
+                       "saved_by_rules": v[0], "saved_by_budgets": v[1]}
+                      for h, v in hosts.items()),
+                     key=lambda r: (-(r["saved_by_rules"] + r["saved_by_budgets"]), r["host"]))
+    by_rule = sorted((r for r in rules if r["state"] in ("accepted", "revoked")),
+                     key=lambda r: (-r["suppressed"], r["id"]))
+    return {
+        "rules": len(accepted),
+        "revoked": sum(r["state"] == "revoked" for r in rules),
+        "hosts": len({r["host"] for r in accepted}),
+        "saved_by_rules": int(counts.get("suppressed", 0)),
+        "saved_by_budgets": int(counts.get("budget", 0)),
+        "checks": sum(r["checks"] for r in rules),
+        "skipped": {k: v for k, v in counts.items() if k != "hosts"},
+        "by_host": by_host[:top],
+        "by_rule": [{k: r[k] for k in ("id", "host", "state", "description", "suppressed",
+                                       "checks")} for r in by_rule[:top]],
+        "budgets": list(budgets),
+    }
+
+
+def merge_figures(figures: Sequence[dict[str, Any]], *, top: int = 20) -> dict[str, Any]:
+    """A fleet's ``learning_figures`` from its workers' (each learns its own hosts)."""
+    out: dict[str, Any] = {k: sum(int(f.get(k) or 0) for f in figures)
+                           for k in ("rules", "revoked", "hosts", "saved_by_rules",
+                                     "saved_by_budgets", "checks")}
+    skipped: dict[str, int] = {}
+    for f in figures:
+        for k, v in (f.get("skipped") or {}).items():
+            skipped[k] = skipped.get(k, 0) + int(v)
+    out["skipped"] = skipped
+    out["by_host"] = sorted((h for f in figures for h in f.get("by_host", ())),
+                            key=lambda h: -(h["saved_by_rules"] + h["saved_by_budgets"]))[:top]
+    out["by_rule"] = sorted((r for f in figures for r in f.get("by_rule", ())),
+                            key=lambda r: -r["suppressed"])[:top]
+    out["budgets"] = [b for f in figures for b in f.get("budgets", ())]
+    return out

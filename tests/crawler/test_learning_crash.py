@@ -32,7 +32,7 @@ async def _wait_for_rules(proc, state, n: int, timeout: float = 60.0) -> None:
             try:
                 if len(_accepted(state)) >= n:
                     return
-            except Exception:  # noqa: BLE001 - a ledger being created: look again
+            except Exception:  # a ledger being created: look again
                 pass
         assert loop.time() < deadline, "the crawl learned no rule"
         await asyncio.sleep(0.02)

@@ -167,7 +167,7 @@ def test_the_main_text_leaves_out_menus_link_lists_and_scripts():
             b"<p>The first paragraph, with <a href='/in'>a link in it</a>.</p>"
             b"<ul><li><a href='/r1'>Related one</a></li><li><a href='/r2'>Related two</a></li>"
             b"</ul><aside>Ad text</aside><footer>Copyright</footer></body></html>")
-    base, hrefs, text = extract_page(page, "http://h/")
+    _, hrefs, text = extract_page(page, "http://h/")
     assert hrefs == ["/a", "/in", "/r1", "/r2"]  # every link still found
     assert text.split() == ["The", "first", "paragraph,", "with", "a", "link", "in", "it", "."]
     with_main = page.replace(b"<p>", b"<main><p>").replace(b"</ul>", b"</ul></main>")

@@ -50,6 +50,8 @@ BENCHES = [
     Bench("html_parsers", "html_parsers.py", quick=("--pages", "20", "--repeat", "1")),
     Bench("crawl", "crawl_bench.py"),
     Bench("dist", "dist_bench.py"),
+    Bench("dup", "dup_bench.py", ("--pages", "1500", "--cap", "12000"),
+          quick=("--pages", "600", "--cap", "2000")),
     Bench("scrapy_dupefilter", "scrapy_dupefilter.py",
           ("--requests", "1000000", "--crawl", "--crawl-pages", "300"),
           quick=("--requests", "20000", "--crawl", "--crawl-pages", "50")),

@@ -79,8 +79,8 @@ PATTERNS: dict[str, str] = {
     "case_alias": "paths are case-insensitive (/News/ is /news/)",
     "ignored_slug": "/news/123/any-slug (or none) is article 123",
     # URL spaces without end, or wide and shallow
-    "calendar": "/calendar/YYYY/MM links to the next and previous month forever; "
-                "months without events are near-identical trap pages",
+    "calendar": "/calendar/YYYY/MM links to the next and previous month and year "
+                "forever; months without events are near-identical trap pages",
     "facets": "/shop/CAT/?color=&size=&material= combinations: a few listings, "
               "the rest of the combinations equal to one of them or empty",
     "rel_loop": "help pages link to 'topic/' relatively: /help/a/b/c/ is topic c, "
@@ -691,11 +691,11 @@ class _Host:
                     link(f"h{h}:event:{eid}")
             else:
                 y, m = int(node.path[10:14]), int(node.path[15:17])
-            for k in (-1, 1):
+            for k, text in ((-12, "Previous year"), (-1, "Previous month"),
+                            (1, "Next month"), (12, "Next year")):
                 py, pm = _month_add(y, m, k)
                 if 1000 <= py <= 9999:
-                    out.append((f"/calendar/{py:04d}/{pm:02d}",
-                                "Previous month" if k < 0 else "Next month"))
+                    out.append((f"/calendar/{py:04d}/{pm:02d}", text))
         elif kind == "event":
             eid = int(node.id.rsplit(":", 1)[1])
             y, m = self.event_month[eid]

@@ -136,7 +136,7 @@ class LearnSettings:
     check_rate: float = 0.02
     budget_window: int = 12
     budget_host_window: int = 200
-    budget_max_novel: int = 0
+    budget_grace: int = 4
     budget_probe_first: int = 8
     budget_new_shingles: int = 8
 
@@ -336,7 +336,7 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("learn", "check_rate"): (lambda v: 0 <= v <= 1, "between 0 and 1"),
     ("learn", "budget_window"): (lambda v: v >= 1, ">= 1"),
     ("learn", "budget_host_window"): (lambda v: v >= 1, ">= 1"),
-    ("learn", "budget_max_novel"): (lambda v: v >= 0, ">= 0"),
+    ("learn", "budget_grace"): (lambda v: v >= 0, ">= 0"),
     ("learn", "budget_probe_first"): (lambda v: v >= 1, ">= 1"),
     ("learn", "budget_new_shingles"): (lambda v: v >= 1, ">= 1"),
 }

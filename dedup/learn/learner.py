@@ -454,12 +454,12 @@ class RuleLearner:
         self._rebuild(h)
         return False
 
-    @staticmethod
-    def _blamed(h: _Host, a: str, b: str) -> list[int]:
-        """The accepted rules to revoke so that ``a`` and ``b`` are not one key: those
-        without which they would not be, and where two rules each do it alone (one
-        parameter dropped by two), every rule that changes either key, until the
-        keys are two."""
+    def _blamed(self, h: _Host, a: str, b: str) -> list[int]:
+        """The accepted rules to revoke so that ``a`` and ``b`` are not one key: the
+        newest of the rules without which they would be two (the one with the least
+        time behind it: a rule that held for long is not revoked for a newer one's
+        mistake); if no rule alone does it (a parameter dropped by two rules), the
+        newest ones until the keys are two."""
         pa, pb = parse_key(a), parse_key(b)
         if pa is None or pb is None:
             return []
@@ -469,14 +469,18 @@ class RuleLearner:
         def one(rs: list[tuple[int, Rule]]) -> bool:
             return apply_rules(rs, pa)[0].key() == apply_rules(rs, pb)[0].key()
 
-        while rules and one(rules):
-            need = [i for i, _ in rules if not one([x for x in rules if x[0] != i])]
-            if not need:
-                need = [i for i, r in rules if r.apply(pa) is not pa or r.apply(pb) is not pb]
-            if not need:
+        order = sorted((x for x in rules if x[1].apply(pa) is not pa or
+                        x[1].apply(pb) is not pb),
+                       key=lambda x: (-self._states[x[0]].decided, -x[0]))
+        # a rule without which the keys are two: the newest such one
+        for rid, _ in order:
+            if not one([x for x in rules if x[0] != rid]):
+                return [rid]
+        for rid, _ in order:  # none alone: the newest ones until the keys are two
+            if not one(rules):
                 break
-            out += need
-            rules = [x for x in rules if x[0] not in need]
+            out.append(rid)
+            rules = [x for x in rules if x[0] != rid]
         return out
 
     def _propose(self, h: _Host, page: _Page, now: float, events: list[Event],

@@ -9,8 +9,11 @@ caller's to say: crawler.core.schedule.learning counts the shingles a page's tex
 has that the host's earlier pages did not). Duplicates that a URL rule explains
 are the rule learner's and are not counted here.
 
-When none of a budget's last pages was new (at most ``max_novel``), it closes: its
-URLs are no longer fetched but *held* (the caller keeps them, visible and
+When none of a budget's last ``window`` pages was new, it closes, or later if the
+pattern brought new content before: it must then stay dry ``grace`` pages longer
+for each new page it brought (a calendar whose months with events come mixed, in
+breadth-first order, with empty ones must not close before its last event month).
+Its URLs are then no longer fetched but *held* (the caller keeps them, visible and
 re-admittable), except a probe now and then, after ``probe_first`` held URLs, then
 twice as many each time. A probe that brings new content reopens the budget (the
 caller admits what it held again); probes that do not make the next one twice as
@@ -32,8 +35,7 @@ Pure bookkeeping over keys and booleans. Windows are rebuilt after a restart by
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dedup.learn.rules import pattern_of
@@ -50,7 +52,7 @@ class BudgetConfig:
 
     window: int = 12
     host_window: int = 200
-    max_novel: int = 0
+    grace: int = 4
     probe_first: int = 8
 
 
@@ -64,18 +66,24 @@ def _family(pattern: str) -> tuple[str, str, int]:
 @dataclass(slots=True)
 class _Budget:
     size: int
-    bits: deque[bool] = field(default_factory=deque)
-    novel: int = 0
+    dry: int = 0  # pages since the last new one
+    novel: int = 0  # new pages it brought, ever (since it last reopened)
     closed: bool = False
     held: int = 0  # URLs held since it closed
     probes: int = 0
     next_probe: int = 0  # ``held`` at which the next probe goes
 
     def push(self, novel: bool) -> None:
-        self.bits.append(novel)
-        self.novel += novel
-        if len(self.bits) > self.size:
-            self.novel -= self.bits.popleft()
+        if novel:
+            self.dry = 0
+            self.novel += 1
+        else:
+            self.dry += 1
+
+    def spent(self, grace: int) -> bool:
+        """Dry long enough to close: ``size`` pages, longer after new ones (at most
+        eight windows)."""
+        return self.dry >= self.size + min(grace * self.novel, 7 * self.size)
 
 
 class Budgets:
@@ -125,15 +133,14 @@ class Budgets:
             b = self._b[host, holder]
             out.append(("reopened", host, holder, b.held))
             b.closed = False
-            b.bits.clear()
-            b.novel = 0
+            b.dry = b.novel = 0
             b.held = b.probes = b.next_probe = 0
             self._closed[host].discard(holder)
             self.changed = True
         for p in (HOST, pattern):
             b = self._get(host, p)
             b.push(novel)
-            if not b.closed and len(b.bits) >= b.size and b.novel <= self.config.max_novel:
+            if not b.closed and b.spent(self.config.grace):
                 b.closed = True
                 b.next_probe = self.config.probe_first
                 self._closed.setdefault(host, set()).add(p)

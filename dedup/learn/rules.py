@@ -313,7 +313,10 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
                     break
                 head = _head(long[:i])
                 out = [Rule("drop_segment", suffix=seg, head=head, pos=i)]
-                if head:  # under a head: any such segment (a relative-link loop)
+                # a relative-link loop, /help/a/b/ = /help/b/: under a head, the segment
+                # dropped is followed by the last one only, of the same shape
+                rest = [x for x in long[i + 1:] if x]
+                if head and len(rest) == 1 and segment_class(rest[0]) == shape:
                     out.append(Rule("drop_segment", head=head, pos=i, shape=shape))
                 return out
         return []

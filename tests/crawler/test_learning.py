@@ -121,7 +121,8 @@ async def test_an_endless_calendar_and_facets_end_by_themselves_without_a_page_c
     assert on["summary"]["outcome"] == "finished"
     assert on["found"] == running.truth
     months = [r for r in on["records"] if "/calendar/" in r["url"]]
-    assert len(months) < 60  # a handful of probes past the months with events
+    # the months with events, dry months for the window and its grace, a few probes
+    assert len(months) < 150
 
 
 async def test_a_relative_link_loop_ends_long_before_the_depth_limit(tmp_path):

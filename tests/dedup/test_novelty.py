@@ -7,7 +7,7 @@ from dedup.learn.novelty import FETCH, HOLD, HOST, PROBE, BudgetConfig, Budgets
 
 H = "h.test"
 U = "http://h.test"
-CFG = BudgetConfig(window=5, host_window=50, max_novel=0, probe_first=2)
+CFG = BudgetConfig(window=5, host_window=50, grace=0, probe_first=2)
 
 
 def _month(i: int) -> str:
@@ -77,3 +77,14 @@ def test_state_and_replay_restore_the_budgets():
     assert b.closed() == a.closed()
     assert [b.decide(H, _month(41 + i)) for i in range(5)] == \
         [a.decide(H, _month(41 + i)) for i in range(5)]
+
+
+def test_a_pattern_that_brought_new_pages_must_stay_dry_longer_before_it_closes():
+    """A calendar's months with events come mixed with empty ones: after 3 new pages,
+    the 5-page window closes only after 5 + 3 x 2 dry pages."""
+    b = Budgets(BudgetConfig(window=5, host_window=500, grace=2, probe_first=2))
+    for i in range(3):
+        b.observe(H, _month(i), True)
+    closed_at = next(i for i in range(1, 50)
+                     if b.observe(H, _month(10 + i), False))
+    assert closed_at == 11

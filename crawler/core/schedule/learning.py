@@ -110,7 +110,7 @@ class Learning:
             check_rate=settings.check_rate), lookup=self._lookup)
         self.budgets = Budgets(BudgetConfig(
             window=settings.budget_window, host_window=settings.budget_host_window,
-            max_novel=settings.budget_max_novel, probe_first=settings.budget_probe_first))
+            grace=settings.budget_grace, probe_first=settings.budget_probe_first))
         self._checks: dict[int, str] = {}  # seq of a URL queued as a check -> its host
         self._later: set[int] = set()  # seqs put back once (``later``)
         self._prefixes: tuple[str, ...] = ()  # origins of hosts with rules

@@ -48,6 +48,9 @@ def _proposed(a: str, b: str) -> list[Rule]:
      [Rule("ignore_segment", head=("s",), pos=1, shape="hex")]),
     ("/a;jsessionid=1/b", "/a;jsessionid=2/b", [Rule("path_param", names=("jsessionid",))]),
     ("/print/news/7/x", "/news/7/x", [Rule("drop_segment", suffix="print", pos=0)]),
+    # a view prefix under a head: the literal segment only, not "any word there"
+    ("/s/0ddb5e66/print/a/b", "/s/0ddb5e66/a/b",
+     [Rule("drop_segment", suffix="print", head=("s", "*"), pos=2)]),
     ("/help/install/configure/", "/help/configure/",
      [Rule("drop_segment", suffix="install", head=("help",), pos=1),
       Rule("drop_segment", head=("help",), pos=1, shape="word")]),

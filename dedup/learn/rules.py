@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["ORDER", "Rule", "UrlParts", "apply_rules", "parse_key", "pattern_of", "propose",
@@ -85,6 +86,7 @@ _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)+")
 _WORD = re.compile(r"[A-Za-z]+")
 
 
+@lru_cache(maxsize=1 << 16)  # a site's segments repeat: its sections, its words
 def segment_class(value: str) -> str:
     """The shape of a path segment's value: ``hex`` (8+ hex digits: a session id
     drawn at random is all digits or all letters now and then, and keeps its
@@ -342,17 +344,23 @@ def pattern_of(key: str) -> str:
     sorted: ``/calendar/*/*``, ``/shop/*/?color&size``, ``/news/*/*?lang`` (a
     trailing slash as ``/``). The depth keeps a section's listings, articles and a
     relative-link loop's levels apart; the parameter names keep a page's views
-    apart."""
-    parts = parse_key(key)
-    if parts is None:
+    apart. (Once a page at commit: cut by hand, not through ``parse_key``.)"""
+    start = key.find("://")
+    if start < 0 or not key.startswith(("http://", "https://")):
         return "?"
-    segs = [s.split(";", 1)[0] for s in parts.path[1:].split("/")]
-    first = segs[0]
+    slash = key.find("/", start + 3)
+    if slash < 0:
+        return "/"
+    path, _, query = key[slash + 1:].partition("?")
+    segs = path.split("/")
+    first = segs[0].split(";", 1)[0]
     if first and segment_class(first) in _ID_CLASSES:
         first = "*"
-    rest = "".join("/*" if s else "/" for s in segs[1:])  # a directory ends in "/"
-    names = sorted({n for n, _ in parts.params})
-    return f"/{first}{rest}" + (f"?{'&'.join(names)}" if names else "")
+    rest = "".join("/*" if s.split(";", 1)[0] else "/" for s in segs[1:])
+    if not query:
+        return f"/{first}{rest}"
+    names = sorted({p.partition("=")[0] for p in query.split("&")})
+    return f"/{first}{rest}?{'&'.join(names)}"
 
 
 def shape_of(key: str) -> str:

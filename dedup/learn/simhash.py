@@ -16,10 +16,10 @@ definition of a word, of a shingle's hash and of the vote is in
 kernel did not build (slower: a few hundred microseconds a page), and the tests
 compare the two.
 
-``Shingles`` is one host's set of the shingles its pages had: ``print`` also says
-how many of a page's shingles are new to the host, what a trap budget asks
-(``dedup.learn.novelty``): an empty calendar month or a facet combination brings
-a few, a page of content dozens. The compiled set holds 4 bytes a shingle (at
+``Shingles`` is one host's set of the shingles its pages had (of ``NOVEL_SHINGLE``
+words): ``print`` also says how many of a page's shingles are new to the host, what
+a trap budget asks (``dedup.learn.novelty``): an empty calendar month or a facet
+combination brings a few, a page of content dozens. The compiled set holds 4 bytes a shingle (at
 most 3/4 full), up to ``limit`` of them; past that a shingle it does not hold
 counts as new (a full set makes pages look newer, never older).
 """
@@ -33,7 +33,8 @@ import numpy as np
 
 from dedup.native import compiled
 
-__all__ = ["MAX_SHINGLE", "SHINGLES_LIMIT", "Shingles", "distance", "text_print"]
+__all__ = ["MAX_SHINGLE", "NOVEL_SHINGLE", "SHINGLES_LIMIT", "Shingles", "distance",
+           "text_print"]
 
 MAX_SHINGLE = 8
 _WORD = re.compile(rb"[0-9A-Za-z\x80-\xff]+")
@@ -41,6 +42,11 @@ _WORD_BYTES = 64
 _MASK = (1 << 64) - 1
 _BITS = np.arange(64, dtype=np.uint64)
 SHINGLES_LIMIT = 1 << 22  # shingles a host's set holds (16 MiB of table when full)
+# words in the shingles a host's set keeps: wider than the fingerprint's three, so that
+# pages of a small vocabulary (19 words: 6,859 three-word shingles in all) still bring
+# shingles of their own, while a page that differs from another by a word or two (a
+# calendar month) brings a handful
+NOVEL_SHINGLE = 5
 
 
 def _rot(x: int, r: int) -> int:
@@ -113,17 +119,18 @@ class _PythonShingles:
         self.keys: set[int] = set()
         self.limit = limit
 
-    def print(self, data: bytes, w: int) -> tuple[int, int, int]:
+    def print(self, data: bytes, w: int, wset: int) -> tuple[int, int, int, int]:
         feats = _features(data, w)
         keys = self.keys
         new = 0
-        for f in feats:
+        others = _features(data, wset)
+        for f in others:
             k = (f >> 32) | 1
             if k not in keys:
                 new += 1
                 if len(keys) < self.limit:
                     keys.add(k)
-        return _vote(feats), len(feats), new
+        return _vote(feats), len(feats), new, len(others)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -139,10 +146,15 @@ class Shingles:
         kernel = compiled.simhash
         self._set = kernel.Shingles(limit) if kernel is not None else _PythonShingles(limit)
 
-    def print(self, text: str | bytes, shingle: int = 3) -> tuple[int, int, int]:
-        """``(fingerprint, shingles, new)``: ``text_print``'s, and how many of the
-        shingles this set did not hold."""
-        return self._set.print(_data(text, shingle), shingle)
+    def print(self, text: str | bytes, shingle: int = 3, novel: int = NOVEL_SHINGLE
+              ) -> tuple[int, int, int, int]:
+        """``(fingerprint, shingles, new, counted)``: ``text_print``'s, then of the
+        text's ``novel``-word shingles how many this set did not hold (now added) and
+        how many there were."""
+        data = _data(text, shingle)
+        if not 1 <= novel <= MAX_SHINGLE:
+            raise ValueError(f"shingle must be 1 to {MAX_SHINGLE} words, not {novel!r}")
+        return self._set.print(data, shingle, novel)
 
     def __len__(self) -> int:
         return len(self._set)

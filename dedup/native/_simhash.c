@@ -102,16 +102,28 @@ static inline int set_add(Shingles *s, uint32_t key) {
     return 1;
 }
 
-/* The fingerprint of `n` bytes at `p`; *features: the shingles counted; with `set`,
-   *fresh: how many of them it did not hold (they are added). -1 in *features on an
+/* With `set`, shingles of `wset` words go to it: *fresh counts those it did not hold
+   (they are added), *held all of them. */
+static int add_shingle(Shingles *set, uint64_t f, Py_ssize_t *fresh) {
+    int added = set_add(set, (uint32_t)(f >> 32) | 1);
+    if (added < 0) return -1;
+    *fresh += added;
+    return 0;
+}
+
+/* The fingerprint of `n` bytes at `p` (shingles of `w` words); *features: the
+   shingles counted. With `set`: its shingles of `wset` words are added to it,
+   *fresh counting those it did not hold, *total all of them. -1 in *features on an
    allocation failure. */
 static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize_t *features,
-                            Shingles *set, Py_ssize_t *fresh) {
+                            Shingles *set, unsigned wset, Py_ssize_t *fresh,
+                            Py_ssize_t *total) {
     counter ones;
     memset(&ones, 0, sizeof ones);
     uint64_t ring[MAX_SHINGLE];
     uint8_t word[WORD_BYTES];
     Py_ssize_t words = 0, feats = 0, i = 0;
+    *fresh = *total = 0;
     while (i < n) {
         while (i < n && !word_byte(p[i])) i++;
         if (i >= n) break;
@@ -126,24 +138,27 @@ static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize
         ring[words % MAX_SHINGLE] = h[0];
         words++;
         if (words >= (Py_ssize_t)w) {
-            uint64_t f = shingle_hash(ring, (unsigned)((words - w) % MAX_SHINGLE), w);
-            count_bits(f, &ones);
+            count_bits(shingle_hash(ring, (unsigned)((words - w) % MAX_SHINGLE), w), &ones);
             feats++;
-            if (set) {
-                int added = set_add(set, (uint32_t)(f >> 32) | 1);
-                if (added < 0) { *features = -1; return 0; }
-                *fresh += added;
+        }
+        if (set && words >= (Py_ssize_t)wset) {
+            (*total)++;
+            if (add_shingle(set, shingle_hash(ring, (unsigned)((words - wset) % MAX_SHINGLE),
+                                              wset), fresh) < 0) {
+                *features = -1;
+                return 0;
             }
         }
     }
     if (words > 0 && words < (Py_ssize_t)w) {  /* one shingle of every word */
-        uint64_t f = shingle_hash(ring, 0, (unsigned)words);
-        count_bits(f, &ones);
+        count_bits(shingle_hash(ring, 0, (unsigned)words), &ones);
         feats = 1;
-        if (set) {
-            int added = set_add(set, (uint32_t)(f >> 32) | 1);
-            if (added < 0) { *features = -1; return 0; }
-            *fresh += added;
+    }
+    if (set && words > 0 && words < (Py_ssize_t)wset) {
+        *total = 1;
+        if (add_shingle(set, shingle_hash(ring, 0, (unsigned)words), fresh) < 0) {
+            *features = -1;
+            return 0;
         }
     }
     spill(&ones);
@@ -164,14 +179,16 @@ static PyObject *simhash(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d", MAX_SHINGLE, w);
         return NULL;
     }
-    Py_ssize_t feats, fresh = 0;
+    Py_ssize_t feats, fresh, total;
     uint64_t fp;
     if (view.len > (1 << 16)) {  /* a long text: other threads run meanwhile */
         Py_BEGIN_ALLOW_THREADS
-        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, &fresh);
+        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, 1,
+                         &fresh, &total);
         Py_END_ALLOW_THREADS
     } else {
-        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, &fresh);
+        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, 1,
+                         &fresh, &total);
     }
     PyBuffer_Release(&view);
     return Py_BuildValue("(Kn)", (unsigned long long)fp, feats);
@@ -200,24 +217,26 @@ static void shingles_dealloc(Shingles *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-/* Shingles.print(data, w) -> (fingerprint, shingles, new): simhash's, and how many
-   of the shingles the set did not hold (now added). */
+/* Shingles.print(data, w, wset) -> (fingerprint, shingles, new, counted): simhash's
+   over w-word shingles, and of the text's wset-word shingles how many the set did not
+   hold (now added) and how many there were. */
 static PyObject *shingles_print(Shingles *self, PyObject *args) {
     Py_buffer view;
-    int w;
-    if (!PyArg_ParseTuple(args, "y*i", &view, &w)) return NULL;
-    if (w < 1 || w > MAX_SHINGLE) {
+    int w, wset;
+    if (!PyArg_ParseTuple(args, "y*ii", &view, &w, &wset)) return NULL;
+    if (w < 1 || w > MAX_SHINGLE || wset < 1 || wset > MAX_SHINGLE) {
         PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d", MAX_SHINGLE, w);
+        PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d and %d",
+                     MAX_SHINGLE, w, wset);
         return NULL;
     }
-    Py_ssize_t feats, fresh = 0;
+    Py_ssize_t feats, fresh, total;
     /* the GIL is held: the table is this object's, and another thread could use it */
     uint64_t fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, self,
-                              &fresh);
+                              (unsigned)wset, &fresh, &total);
     PyBuffer_Release(&view);
     if (feats < 0) return PyErr_NoMemory();
-    return Py_BuildValue("(Knn)", (unsigned long long)fp, feats, fresh);
+    return Py_BuildValue("(Knnn)", (unsigned long long)fp, feats, fresh, total);
 }
 
 static Py_ssize_t shingles_len(Shingles *self) { return (Py_ssize_t)self->used; }
@@ -228,8 +247,8 @@ static PyObject *shingles_bytes(Shingles *self, void *Py_UNUSED(c)) {
 
 static PyMethodDef shingles_methods[] = {
     {"print", (PyCFunction)shingles_print, METH_VARARGS,
-     "print(data, w) -> (fingerprint, shingles, new): the SimHash, and the shingles new "
-     "to the set (added)"},
+     "print(data, w, wset) -> (fingerprint, shingles, new, counted): the SimHash over w-word "
+     "shingles; of the wset-word ones, those new to the set (added) and all"},
     {NULL, NULL, 0, NULL},
 };
 

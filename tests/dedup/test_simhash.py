@@ -94,24 +94,34 @@ def test_a_shingle_set_counts_what_a_page_brings_that_the_host_had_not(impl):
     rng = random.Random(3)
     host = Shingles()
     page = _text(rng, 100)
-    fp, shingles, new = host.print(page)
-    assert (fp, shingles) == text_print(page) and new == shingles == 98
-    assert host.print(page)[2] == 0  # the same text again: nothing new
+    fp, shingles, new, counted = host.print(page)
+    assert (fp, shingles) == text_print(page) and new == counted == 96  # 5-word shingles
+    assert host.print(page)[2:] == (0, 96)  # the same text again: nothing new
     month = "No events are scheduled here yet in May 2031 please check back later"
     host.print(month)
-    # another month: the three shingles with its name are new
-    assert host.print(month.replace("May 2031", "June 2031"))[2] == 3
-    assert host.print(_text(rng, 50))[2] == 48  # another text: all of it
-    assert len(host) == 98 + 11 + 3 + 48
+    # another month: the six shingles with its name or year are new
+    assert host.print(month.replace("May 2031", "June 2032"))[2] == 6
+    assert host.print(_text(rng, 50))[2] == 46  # another text: all of it
+    assert len(host) == 96 + 9 + 6 + 46
+
+
+def test_a_small_vocabulary_still_brings_new_shingles():
+    """The sample site's pages: 60 words drawn from 19. Three-word shingles run out
+    after a few hundred pages (6,859 in all); five-word ones do not."""
+    rng = random.Random(5)
+    vocab = VOCAB[:19]
+    host = Shingles()
+    new = [host.print(" ".join(rng.choice(vocab) for _ in range(60)))[2] for _ in range(2000)]
+    assert min(new[-100:]) >= 40
 
 
 def test_a_full_shingle_set_counts_what_it_does_not_hold_as_new(impl):
     rng = random.Random(4)
     host = Shingles(limit=10)
     page = _text(rng, 40)
-    assert host.print(page)[2] == 38
+    assert host.print(page)[2] == 36
     assert len(host) == 10
-    assert host.print(page)[2] == 28  # only the ten it holds are known
+    assert host.print(page)[2] == 26  # only the ten it holds are known
 
 
 def test_bad_arguments_are_refused():
@@ -122,5 +132,7 @@ def test_bad_arguments_are_refused():
     if compiled.simhash is not None:
         with pytest.raises(ValueError, match="limit"):
             compiled.simhash.Shingles(-1)
+        with pytest.raises(ValueError, match="shingle"):
+            compiled.simhash.Shingles().print(b"a", 3, 9)
         with pytest.raises(TypeError):
             compiled.simhash.simhash("text, not bytes", 3)

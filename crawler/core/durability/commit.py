@@ -79,7 +79,7 @@ class _Entry:
     content: Content | None = None  # the page's body, for revisits and duplicate_of
     page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
     items: bytes = b""  # items.jsonl lines of the page's handler
-    text_print: tuple[int, int, int] | None = None  # its main text's (Learning.text_print)
+    text_print: tuple[int, int, int, int] | None = None  # its main text's (Learning.text_print)
     # a queued URL's turn: decides, in the commit, whether it is fetched (None) or
     # why not (the item's seq is then marked skipped with that reason)
     turn: tuple[Item, Callable[[Item], str | None]] | None = None
@@ -166,7 +166,7 @@ class GroupCommit:
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
-                     items: bytes = b"", text_print: tuple[int, int, int] | None = None
+                     items: bytes = b"", text_print: tuple[int, int, int, int] | None = None
                      ) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
         ``Admission.route``; ``record["links_new"]``, ``record["duplicate_of"]`` and
@@ -360,7 +360,7 @@ class GroupCommit:
                           error: str | None, *, warc: bool,
                           attempts: int | None = None, items: bytes = b"",
                           extra: dict[str, Any] | None = None,
-                          text_print: tuple[int, int, int] | None = None) -> None:
+                          text_print: tuple[int, int, int, int] | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
         mark. ``attempts``: the requests sent for the URL over every round and run

@@ -448,7 +448,7 @@ class Engine:
 
     async def _hooked(self, item: Item, res: FetchResult
                       ) -> tuple[int, str | None, Page, Outcome, Links | None, list[Remote],
-                                 tuple[int, int, int] | None]:
+                                 tuple[int, int, int, int] | None]:
         """A response as a ``Page`` through the hooks: ``(links found, final url, page,
         what the hooks made of it, links to admit, links for other fleet workers, its
         main text's print)``."""

@@ -69,8 +69,9 @@ OTHER_HOSTS = "(other hosts)"
 _SUPPRESSED, _KEY, _CHECK, _BUDGET, _ALIAS = (HELD_KINDS[k] for k in (
     "suppressed", "key", "check", "budget", "alias"))
 
-# A page's main text: (simhash, shingles, shingles new to its host) (``text_print``)
-TextPrint = tuple[int, int, int]
+# A page's main text: (simhash, its shingles, of its wider shingles those new to its
+# host, and all of those) (``text_print``)
+TextPrint = tuple[int, int, int, int]
 # (seq, host, url, payload digest, its TextPrint or None) of a committed 2xx page
 PageContent = tuple[int, str, str, str | None, TextPrint | None]
 _OLD, _NEW, _EXPLAINED = NOVELTY["old"], NOVELTY["new"], NOVELTY["explained"]
@@ -167,8 +168,8 @@ class Learning:
     # -- a fetched page -----------------------------------------------------------------
 
     def text_print(self, host: str, text: str | None) -> TextPrint | None:
-        """``(simhash, shingles, shingles new to the host)`` of a page's main text (its
-        shingles join the host's), None without a word of text."""
+        """``(simhash, shingles, new wider shingles, wider shingles)`` of a page's main
+        text (its wider shingles join the host's), None without a word of text."""
         if not text:
             return None
         shingles = self._shingles.get(host)
@@ -206,7 +207,7 @@ class Learning:
             else:
                 cls = seq
             if fp is not None:  # new shingles: at least so many, or half of a short text
-                new = fp[2] >= min(st.budget_new_shingles, (fp[1] + 1) // 2)
+                new = fp[2] >= min(st.budget_new_shingles, (fp[3] + 1) // 2)
             else:
                 new = cls == seq
             out.append(near_url)

@@ -88,9 +88,8 @@ def format_rules(r: dict[str, Any]) -> str:
     s = r["skipped"]
     if s:
         lines.append(f"  not fetched: {s.get('suppressed', 0)} duplicates under rules, "
-                     f"{s.get('budget', 0)} held by budgets, {s.get('rekeyed', 0)} queued "
-                     f"again under their rule key; {s.get('aliases', 0)} rule keys of "
-                     "fetched pages recorded")
+                     f"{s.get('budget', 0)} held by budgets; {s.get('aliases', 0)} rule keys "
+                     "of fetched pages recorded")
     return "\n".join(lines)
 
 

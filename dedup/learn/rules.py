@@ -195,7 +195,10 @@ class Rule:
             if len(segs) <= pos or segs[pos] in ("", "*") or segment_class(segs[pos]) != \
                     self.shape or _head(segs[:pos]) != self.head:
                 return u
-            segs[pos] = "*"
+            if pos == len(segs) - 1:  # a last one (a slug) goes: /item/7/x is /item/7
+                del segs[pos]
+            else:
+                segs[pos] = "*"
             return UrlParts(u.prefix, "/" + "/".join(segs), u.params)
         raise ValueError(f"unknown rule kind {kind!r}")
 
@@ -301,8 +304,14 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
     out = []
     for x, y in ((pa, pb), (pb, pa)):
         base = y if y.endswith("/") else y + "/"
-        if x.startswith(base) and "/" not in x[len(base):] and x[len(base):]:
-            out.append(Rule("strip_suffix", suffix=x[len(base):]))
+        last = x[len(base):]
+        if x.startswith(base) and "/" not in last and last:
+            if "." in last or y.endswith("/"):  # an index file of a directory
+                out.append(Rule("strip_suffix", suffix=last))
+            elif segment_class(last) in ("slug", "word", "token"):  # /item/7/slug = /item/7
+                segs = x[1:].split("/")
+                out.append(Rule("ignore_segment", head=_head(segs[:-1]), pos=len(segs) - 1,
+                                shape=segment_class(last)))
     if out:
         return out
     sa, sb = a.segments(), b.segments()

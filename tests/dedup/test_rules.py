@@ -57,6 +57,10 @@ def _proposed(a: str, b: str) -> list[Rule]:
     # two ways of differing at once propose nothing; nor do other hosts or equal keys
     ("/a/b?sid=1", "/a/c?sid=2", []),
     ("/item/7/x", "/item/8/y", []),
+    # a slug or none: the last segment goes; an index file of a directory is stripped
+    ("/item/7/blue-widget", "/item/7",
+     [Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug")]),
+    ("/docs/", "/docs/guide", [Rule("strip_suffix", suffix="guide")]),
     ("/p", "/p", []),
 ])
 def test_a_pair_of_duplicate_urls_proposes_the_rule_that_makes_them_one(a, b, want):
@@ -85,7 +89,9 @@ STEPWISE = {("/p?sid=1", "/p?ref=x&sid=2")}
     (Rule("strip_suffix", suffix="index.html"), "/myindex.html", "/myindex.html"),
     (Rule("lower_case"), "/A/B?Q=X", "/a/b?Q=X"),
     (Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug"),
-     "/item/9/any-slug-here", "/item/9/*"),
+     "/item/9/any-slug-here", "/item/9"),  # a last segment goes
+    (Rule("ignore_segment", head=("s",), pos=1, shape="hex"),
+     "/s/0ddb5e66/page", "/s/*/page"),  # one inside stays, as "*"
     (Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug"),
      "/item/9/reviews", "/item/9/reviews"),  # a word, not a slug
     (Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug"),

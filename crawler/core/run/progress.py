@@ -92,9 +92,8 @@ def _learn_lines(s: dict[str, Any]) -> list[str]:
             f"fetched anyway as checks), {learn['saved_by_budgets']} URL(s) held by "
             f"{len(learn['budgets'])} trap budget(s)")
     sk = learn.get("skipped") or {}
-    if sk.get("aliases") or sk.get("rekeyed"):
-        line += (f"; skipped also counts {sk.get('aliases', 0)} rule key(s) of fetched pages "
-                 f"and {sk.get('rekeyed', 0)} URL(s) queued again under theirs")
+    if sk.get("aliases"):
+        line += f"; skipped also counts {sk['aliases']} learned rule key(s) of fetched pages"
     lines = [line]
     budgets = sorted(learn["budgets"], key=lambda b: -b["held"])
     if budgets:

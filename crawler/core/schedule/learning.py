@@ -17,10 +17,11 @@ close); this module makes those decisions act on one crawl, in four places:
    means a duplicate: the link is recorded under its own key, skipped, and held
    (``held`` table) so that revoking the rule admits it again; a share of them is
    fetched anyway, as checks (``RuleLearner.judge``);
-4. **a queued URL's turn** (``at_turn``, in the worker before robots.txt): one
-   queued before its host's rules existed is re-keyed (queued again under its
-   rule key, or recorded as a duplicate like a link); one whose pattern's budget
-   is closed is held (skipped, reason "budget: PATTERN"), or let through as a probe.
+4. **a queued URL's turn** (``at_turn``, run by the group commit): one queued before
+   its host's rules (or under an earlier rule key) gets its rule key recorded, or
+   is a duplicate, held or checked like a link; one whose pattern's budget is
+   closed is held (skipped, reason "budget: PATTERN"), or let through as a probe;
+   one an open proposal would make a duplicate is put back once (``later``).
 
 Why rule keys are in the ledger and not in memory: the seen-test is what makes a
 decision exact across kill -9 and at any scale; a rule key costs one ledger row
@@ -61,7 +62,7 @@ RULE_KEY = "~"  # a rule key is this + the rewritten canonical key (no URL start
 BUDGETS_KEY = "learn_budgets"  # ledger meta: the closed budgets and their counters
 # ledger meta: the URLs learning marked skipped, by why (kept with their marks):
 # "suppressed" (a duplicate under a rule), "budget" (held by a closed budget),
-# "rekeyed" (queued again under its rule key), "aliases" (rule keys of fetched pages);
+# "aliases" (rule keys recorded for pages fetched under their own keys);
 # "hosts": {host: [suppressed, held by budgets]} for up to MAX_HOSTS hosts
 COUNTS_KEY = "learn_counts"
 MAX_HOSTS = 500
@@ -117,8 +118,8 @@ class Learning:
         self._prefixes: tuple[str, ...] = ()  # origins of hosts with rules
         self._version = -1
         self.events: list[dict[str, Any]] = []  # what was decided, newest last (summary)
-        self.counts: dict[str, Any] = {"suppressed": 0, "budget": 0, "rekeyed": 0,
-                                       "aliases": 0, "hosts": {}}
+        self.counts: dict[str, Any] = {"suppressed": 0, "budget": 0, "aliases": 0,
+                                       "hosts": {}}
         self._counts_changed = False
         self._restore()
 
@@ -453,49 +454,62 @@ class Learning:
     def at_turn(self, item: Item) -> str | None:
         """Before a queued URL is fetched: None to fetch it, or why it is not (the
         caller records it skipped in the same transaction: the group commit runs
-        this). One queued before its host's rules is re-keyed or held as a
-        duplicate; one whose budget is closed is held, or let through as a probe."""
+        this). One its host's rules (as they are now) make a duplicate of a page
+        fetched or queued is held, or fetched as a check; one whose budget is closed
+        is held, or let through as a probe."""
         host = item.host
-        seq = item.seq
         key = self._key(item.url)
-        rule_keyed = getattr(item, "key", "").startswith(RULE_KEY)  # a NewUrl knows
-        if not rule_keyed and seq not in self._checks and self.learner.has_rules(host):
+        if item.seq not in self._checks and self.learner.has_rules(host):
             rkey, ids = self.learner.rewrite(host, key)
             if ids:
-                reason = self._rekey(item, key, RULE_KEY + rkey, ids)
-                if reason is not None or seq in self._checks:
+                reason = self._duplicate(item, key, RULE_KEY + rkey, ids)
+                if reason is not None:
                     self._save()
                     return reason
         verdict, pattern = self.budgets.decide(host, self._budget_key(host, key))
         if verdict == "hold":
-            self.seen.note_held([HeldRow(seq, host, _BUDGET, pattern, item.url, key,
-                                         item.depth)])
+            self.seen.note_held([HeldRow(item.seq, host, _BUDGET, pattern, item.url,
+                                         self._admitted(item, key), item.depth)])
             self._count("budget", 1, host)
         self._save()
         return f"budget: {pattern}" if verdict == "hold" else None
 
-    def _rekey(self, item: Item, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
-        """A queued URL its host's rules rewrite. Queued under its rule key (its turn
-        as that key's page): fetched. Queued before the rules: queued again under its
-        rule key if that is new, else a duplicate (held, or fetched as a check)."""
+    def _admitted(self, item: Item, key: str) -> str:
+        """The key ``item`` was admitted under: its own, or a rule key (a NewUrl says;
+        a row paged in from the ledger has it in its held row)."""
+        admitted = getattr(item, "key", None)
+        if admitted is not None:
+            return admitted
+        held = self.seen.held_of(item.seq)
+        return held.key if held is not None and held.kind == _KEY else key
+
+    def _duplicate(self, item: Item, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
+        """A queued URL its host's rules rewrite to ``rkey`` (queued before the rules,
+        or under an earlier rule key): if that rule key is new, it is recorded for this
+        URL (an alias, skipped) and the URL fetched; if another URL holds it, this one
+        is a duplicate: held, or fetched as a check."""
+        if getattr(item, "key", None) == rkey:
+            return None  # queued under the rule key as it still is: its page
         new = self.seen.admit_resolved([(item.url, rkey)], depth=item.depth)
         if new:
             n = new[0]
-            self.seen.note_held([HeldRow(n.seq, n.host, _KEY, _ids(ids), n.url, n.key,
-                                         item.depth)])
-            self.frontier.add(new)
-            self._count("rekeyed")
-            return f"queued again under its learned rule key (rule {_ids(ids)})"
+            self.seen.record_outcomes([(n.seq, State.SKIPPED, None,
+                                        f"learned rule key of a page fetched as {n.url}")])
+            self.seen.note_held([HeldRow(n.seq, n.host, _ALIAS, f"{_ids(ids)}@{item.seq}",
+                                         n.url, n.key, 0)])
+            self._count("aliases", 1)
+            return None
         holder = self.seen.lookup_key(rkey)
         if holder is not None and holder["seq"] == item.seq:
             return None  # it is the rule key's own page
+        admitted = self._admitted(item, key)
         if self.learner.judge(item.host, ids, key, rkey):
             self.seen.note_held([HeldRow(item.seq, item.host, _CHECK, _ids(ids), item.url,
-                                         key, item.depth)])
+                                         admitted, item.depth)])
             self._checks[item.seq] = item.host
             return None
         self.seen.note_held([HeldRow(item.seq, item.host, _SUPPRESSED, _ids(ids), item.url,
-                                     key, item.depth)])
+                                     admitted, item.depth)])
         self._count("suppressed", 1, item.host)
         return f"duplicate under learned rule {_ids(ids)}"
 

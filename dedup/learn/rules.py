@@ -114,6 +114,13 @@ def _head(segments: list[str]) -> tuple[str, ...]:
     return tuple("*" if segment_class(s) in _ID_CLASSES else s for s in segments)
 
 
+def _under(head: tuple[str, ...], segments: list[str]) -> bool:
+    """Whether ``segments`` are under a rule's ``head``: its literal segments equal, its
+    ``*`` any segment (an id, or, first in a head, any section)."""
+    return len(head) == len(segments) and all(
+        h == "*" or h == s for h, s in zip(head, _head(segments), strict=True))
+
+
 def _path_params(segment: str) -> tuple[str, dict[str, str]]:
     """A segment without its ``;name=value`` parameters, and those parameters."""
     base, *params = segment.split(";")
@@ -175,7 +182,7 @@ class Rule:
         if kind == "drop_segment":
             segs = u.segments()
             pos = self.pos
-            if len(segs) <= pos + 1 or _head(segs[:pos]) != self.head:
+            if len(segs) <= pos + 1 or not _under(self.head, segs[:pos]):
                 return u
             changed = False
             # a segment after it must remain (/print/ alone is not a view of /); a
@@ -193,7 +200,7 @@ class Rule:
             pos = self.pos
             # the segment must exist and not be a trailing slash's empty one
             if len(segs) <= pos or segs[pos] in ("", "*") or segment_class(segs[pos]) != \
-                    self.shape or _head(segs[:pos]) != self.head:
+                    self.shape or not _under(self.head, segs[:pos]):
                 return u
             if pos == len(segs) - 1:  # a last one (a slug) goes: /item/7/x is /item/7
                 del segs[pos]
@@ -310,8 +317,7 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
                 out.append(Rule("strip_suffix", suffix=last))
             elif segment_class(last) in ("slug", "word", "token"):  # /item/7/slug = /item/7
                 segs = x[1:].split("/")
-                out.append(Rule("ignore_segment", head=_head(segs[:-1]), pos=len(segs) - 1,
-                                shape=segment_class(last)))
+                out += _ignored(_head(segs[:-1]), len(segs) - 1, segment_class(last))
     if out:
         return out
     sa, sb = a.segments(), b.segments()
@@ -344,7 +350,16 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
     shape = segment_class(sa[i])
     if not sa[i] or not sb[i] or shape != segment_class(sb[i]):
         return []
-    return [Rule("ignore_segment", head=_head(sa[:i]), pos=i, shape=shape)]
+    return _ignored(_head(sa[:i]), i, shape)
+
+
+def _ignored(head: tuple[str, ...], pos: int, shape: str) -> list[Rule]:
+    """``ignore_segment`` under ``head``, and under any first segment when the head is a
+    section and an id (/news/7/x, /sport/9/y: the sections' slugs are one rule)."""
+    out = [Rule("ignore_segment", head=head, pos=pos, shape=shape)]
+    if len(head) >= 2 and head[0] != "*":
+        out.append(Rule("ignore_segment", head=("*", *head[1:]), pos=pos, shape=shape))
+    return out
 
 
 def pattern_of(key: str) -> str:

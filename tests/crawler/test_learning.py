@@ -166,7 +166,7 @@ async def test_rules_budgets_and_prints_survive_a_resume(tmp_path):
     the ledger, and the whole crawl finds everything."""
     site = build(seed=10, hosts=[{"sid_query", "ref_param", "calendar", "noise"}], pages=200)
     async with site.serve() as running:
-        first = await crawl(tmp_path, running, max_pages=80)
+        first = await crawl(tmp_path, running, max_pages=160)
         assert first["summary"]["outcome"] == "max pages reached"
         before = {r.id: (r.rule, r.state) for r in first["rules"] if r.state == "accepted"}
         assert before

@@ -43,7 +43,8 @@ def _proposed(a: str, b: str) -> list[Rule]:
     ("/a/b/", "/a/b", [Rule("trailing_slash")]),
     ("/Docs/Page", "/docs/page", [Rule("lower_case")]),
     ("/item/7/blue-widget", "/item/7/red-thing",
-     [Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug")]),
+     [Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug"),
+      Rule("ignore_segment", head=("*", "*"), pos=2, shape="slug")]),
     ("/s/0ddb5e66/page", "/s/4a7f0c21/page",
      [Rule("ignore_segment", head=("s",), pos=1, shape="hex")]),
     ("/a;jsessionid=1/b", "/a;jsessionid=2/b", [Rule("path_param", names=("jsessionid",))]),
@@ -59,7 +60,8 @@ def _proposed(a: str, b: str) -> list[Rule]:
     ("/item/7/x", "/item/8/y", []),
     # a slug or none: the last segment goes; an index file of a directory is stripped
     ("/item/7/blue-widget", "/item/7",
-     [Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug")]),
+     [Rule("ignore_segment", head=("item", "*"), pos=2, shape="slug"),
+      Rule("ignore_segment", head=("*", "*"), pos=2, shape="slug")]),
     ("/docs/", "/docs/guide", [Rule("strip_suffix", suffix="guide")]),
     ("/p", "/p", []),
 ])

@@ -261,9 +261,6 @@ class Learning:
                               rid in _parse_ids(h.why)[0])
         if accepted:  # the recent pages' rule keys, this one's included
             self._alias(row.host, self.learner.recent(row.host))
-        elif self.learner.has_rules(row.host):
-            rkey, applied = self.learner.rewrite(row.host, key)
-            self._alias(row.host, [(key, row.seq, rkey, applied)])
         if explained and row.novel != _NEW:
             return row._replace(novel=_EXPLAINED)
         for event, host, pattern, held in self.budgets.observe(
@@ -461,11 +458,10 @@ class Learning:
         key = self._key(item.url)
         if item.seq not in self._checks and self.learner.has_rules(host):
             rkey, ids = self.learner.rewrite(host, key)
-            if ids:
-                reason = self._duplicate(item, key, RULE_KEY + rkey, ids)
-                if reason is not None:
-                    self._save()
-                    return reason
+            reason = self._duplicate(item, key, RULE_KEY + rkey, ids)
+            if reason is not None:
+                self._save()
+                return reason
         verdict, pattern = self.budgets.decide(host, self._budget_key(host, key))
         if verdict == "hold":
             self.seen.note_held([HeldRow(item.seq, host, _BUDGET, pattern, item.url,
@@ -484,10 +480,11 @@ class Learning:
         return held.key if held is not None and held.kind == _KEY else key
 
     def _duplicate(self, item: Item, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
-        """A queued URL its host's rules rewrite to ``rkey`` (queued before the rules,
-        or under an earlier rule key): if that rule key is new, it is recorded for this
-        URL (an alias, skipped) and the URL fetched; if another URL holds it, this one
-        is a duplicate: held, or fetched as a check."""
+        """A queued URL of a host with rules, whose rule key (its key as the rules now
+        rewrite it; its own key, when they do not) is ``rkey``. If that rule key is new,
+        it is recorded for this URL (an alias, skipped) and the URL fetched; if another
+        URL holds it (a variant fetched first), this one is a duplicate under the rules
+        that made the two keys one: held, or fetched as a check."""
         if getattr(item, "key", None) == rkey:
             return None  # queued under the rule key as it still is: its page
         new = self.seen.admit_resolved([(item.url, rkey)], depth=item.depth)
@@ -500,8 +497,14 @@ class Learning:
             self._count("aliases", 1)
             return None
         holder = self.seen.lookup_key(rkey)
-        if holder is not None and holder["seq"] == item.seq:
+        if holder is None or holder["seq"] == item.seq:
             return None  # it is the rule key's own page
+        if not ids:  # the rules left this URL as it is: blame those that made the holder's
+            held = self.seen.held_of(holder["seq"])
+            made = _parse_ids(held.why)[0] if held and held.kind in (_KEY, _ALIAS) else ()
+            ids = tuple(sorted(i for i in made if self.learner.rule(i).state == "accepted"))
+            if not ids:
+                return None
         admitted = self._admitted(item, key)
         if self.learner.judge(item.host, ids, key, rkey):
             self.seen.note_held([HeldRow(item.seq, item.host, _CHECK, _ids(ids), item.url,

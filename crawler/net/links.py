@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from typing import Any
 
 import ada_url
 from selectolax.lexbor import LexborHTMLParser
@@ -131,18 +132,21 @@ def extract_page(body: bytes, page_url: str, *, charset: str | None = None,
     if len(body) > PIECE:
         return _extract_in_pieces(body, page_url, charset, nofollow, text)
     tree = _parse(body, charset)
-    base, hrefs = _extract(tree, page_url, nofollow)
-    return base, hrefs, main_text(tree) if text else None
+    listed: list[Any] | None = [] if text else None
+    base, hrefs = _extract(tree, page_url, nofollow, listed)
+    return base, hrefs, main_text(tree, listed) if text else None
 
 
-def main_text(tree: LexborHTMLParser) -> str:
+def main_text(tree: LexborHTMLParser, listed: list[Any] | None = None) -> str:
     """The text of ``<main>`` if the page has one, else of the body without
-    ``BOILERPLATE``; list items' links left out. Removes what it leaves out from
+    ``BOILERPLATE``; list items' links left out (``listed``: those links, as the walk
+    over the links found them; None: found here). Removes what it leaves out from
     ``tree`` (its links are read first)."""
-    for node in tree.tags("a"):
-        parent = node.parent
-        if parent is not None and parent.tag == "li":
-            node.decompose()
+    if listed is None:
+        listed = [node for node in tree.tags("a")
+                  if node.parent is not None and node.parent.tag == "li"]
+    for node in listed:
+        node.decompose()
     mains = tree.tags("main")
     if mains:
         return " ".join(m.text(separator=" ") for m in mains)
@@ -153,7 +157,8 @@ def main_text(tree: LexborHTMLParser) -> str:
     return body.text(separator=" ") if body is not None else ""
 
 
-def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool) -> tuple[str, list[str]]:
+def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool,
+             listed: list[Any] | None = None) -> tuple[str, list[str]]:
     base_url = page_url
     for node in tree.tags("base"):
         attrs = node.attrs
@@ -162,15 +167,22 @@ def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool) -> tuple[str
             break
     if nofollow and any(_is_nofollow_meta(node.attributes) for node in tree.tags("meta")):
         return base_url, []
-    return base_url, _anchors(tree, nofollow)
+    return base_url, _anchors(tree, nofollow, listed)
 
 
-def _anchors(tree: LexborHTMLParser, nofollow: bool) -> list[str]:
+def _anchors(tree: LexborHTMLParser, nofollow: bool, listed: list[Any] | None = None
+             ) -> list[str]:
+    """The hrefs of a tree's links; with ``listed``, the links that are a list item's
+    child are appended to it (for ``main_text``, so the tree is walked once)."""
     nodes = tree.css(_SELECT_ANCHORS) if tree.tags("area") else tree.tags("a")
     hrefs: list[str] = []
     append = hrefs.append
     strip = _URL_STRIP
     for node in nodes:
+        if listed is not None:
+            parent = node.parent
+            if parent is not None and parent.tag == "li":
+                listed.append(node)
         attrs = node.attrs
         href = attrs.get("href")
         if not href:

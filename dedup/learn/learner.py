@@ -73,7 +73,7 @@ class LearnConfig:
     min_contents: int = 3
     check_first: int = 4
     check_rate: float = 0.02
-    max_candidates: int = 64
+    max_candidates: int = 24
     per_class: int = 4  # recent pages of a class a new page is compared with
 
 
@@ -149,7 +149,7 @@ class _Host:
         self.states: dict[int, RuleState] = {}
         self.by_rule: dict[Rule, int] = {}  # every rule ever proposed, dead ones included
         self.history: deque[_Page] = deque()
-        self.by_class: dict[int, deque[_Page]] = {}
+        self.by_class: dict[int, list[_Page]] = {}  # the class's most recent pages
         # accepted rules' keys: rewritten key -> latest page with it
         self.seen_rkeys: dict[str, _Page] = {}
         # open proposals: rule id -> (its key of a page -> latest page with it)
@@ -256,6 +256,11 @@ class RuleLearner:
     def _cover(self, s: RuleState, key: tuple[str, tuple]) -> None:
         if len(s.covered) < _COVERED:
             s.covered.add(key)
+
+    def proposing(self, host: str) -> bool:
+        """Whether ``host`` has open proposals (``speculative`` can say yes at all)."""
+        h = self._hosts.get(host)
+        return h is not None and bool(h.maps)
 
     def speculative(self, host: str, key: str) -> bool:
         """Whether an open proposal with support and no counter-example makes ``key``
@@ -386,12 +391,14 @@ class RuleLearner:
         h.history.append(page)
         cls_pages = h.by_class.get(page.cls)
         if cls_pages is None:
-            cls_pages = h.by_class[page.cls] = deque(maxlen=cfg.per_class)
-        cls_pages.append(page)
+            h.by_class[page.cls] = [page]
+        else:
+            cls_pages.append(page)
+            if len(cls_pages) > cfg.per_class:
+                del cls_pages[0]
         h.seen_rkeys[page.rkey] = page
-        while len(h.history) > cfg.history:
-            old = h.history.popleft()
-            self._forget(h, old)
+        if len(h.history) > cfg.history:
+            self._forget(h, h.history.popleft())
 
     def _forget(self, h: _Host, old: _Page) -> None:
         if h.seen_rkeys.get(old.rkey) is old:

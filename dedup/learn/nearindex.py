@@ -57,7 +57,7 @@ class NearIndex:
     def _blocks(self, fp: int) -> list[int]:
         return [(fp >> shift) & mask for mask, shift in self._masks]
 
-    def find(self, group: Hashable, fp: int) -> object | None:
+    def find(self, group: Hashable, fp: int, blocks: list[int] | None = None) -> object | None:
         """The id of the first holder within ``k`` bits of ``fp`` in ``group``, or None."""
         g = self._groups.get(group)
         if g is None:
@@ -65,7 +65,7 @@ class NearIndex:
         prints = g.prints
         k = self.k
         best = -1
-        for table, block in zip(g.tables, self._blocks(fp), strict=True):
+        for table, block in zip(g.tables, blocks or self._blocks(fp), strict=True):
             hit = table.get(block)
             if hit is None:
                 continue
@@ -74,7 +74,8 @@ class NearIndex:
                     best = pos
         return g.ids[best] if best >= 0 else None
 
-    def add(self, group: Hashable, fp: int, ident: object) -> None:
+    def add(self, group: Hashable, fp: int, ident: object,
+            blocks: list[int] | None = None) -> None:
         """File ``fp`` as a first holder of ``group`` (after every earlier one)."""
         g = self._groups.get(group)
         if g is None:
@@ -82,7 +83,7 @@ class NearIndex:
         pos = len(g.prints)
         g.prints.append(fp)
         g.ids.append(ident)
-        for table, block in zip(g.tables, self._blocks(fp), strict=True):
+        for table, block in zip(g.tables, blocks or self._blocks(fp), strict=True):
             hit = table.get(block)
             if hit is None:
                 table[block] = pos  # most buckets hold one: no list
@@ -94,9 +95,10 @@ class NearIndex:
 
     def find_or_add(self, group: Hashable, fp: int, ident: object) -> object | None:
         """``find``; when nothing is within ``k`` bits, ``add`` and return None."""
-        found = self.find(group, fp)
+        blocks = self._blocks(fp)
+        found = self.find(group, fp, blocks)
         if found is None:
-            self.add(group, fp, ident)
+            self.add(group, fp, ident, blocks)
         return found
 
     def __len__(self) -> int:

@@ -126,9 +126,9 @@ class Budgets:
         """A fetched page with content, in commit order: ``(event, host, pattern, held)``
         for each budget that closes (``closed``) or that a new page reopens
         (``reopened``, with the URLs it held, which the caller admits again)."""
-        out = []
+        out: list[tuple[str, str, str, int]] = []
         pattern = pattern_of(key)
-        holder = self._closing(host, pattern) if novel else None
+        holder = self._closing(host, pattern) if novel and host in self._closed else None
         if holder is not None:  # a probe with new content: its budget reopens
             b = self._b[host, holder]
             out.append(("reopened", host, holder, b.held))
@@ -137,10 +137,11 @@ class Budgets:
             b.held = b.probes = b.next_probe = 0
             self._closed[host].discard(holder)
             self.changed = True
+        grace = self.config.grace
         for p in (HOST, pattern):
-            b = self._get(host, p)
+            b = self._b.get((host, p)) or self._get(host, p)
             b.push(novel)
-            if not b.closed and b.spent(self.config.grace):
+            if not novel and not b.closed and b.spent(grace):
                 b.closed = True
                 b.next_probe = self.config.probe_first
                 self._closed.setdefault(host, set()).add(p)

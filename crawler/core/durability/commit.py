@@ -80,6 +80,7 @@ class _Entry:
     page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
     items: bytes = b""  # items.jsonl lines of the page's handler
     text_print: tuple[int, int, int, int] | None = None  # its main text's (Learning.text_print)
+    key: str | None = None  # the page's key, as the frontier had it (None: not known)
     # a queued URL's turn: decides, in the commit, whether it is fetched (None) or
     # why not (the item's seq is then marked skipped with that reason)
     turn: tuple[Item, Callable[[Item], str | None]] | None = None
@@ -166,8 +167,8 @@ class GroupCommit:
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
-                     items: bytes = b"", text_print: tuple[int, int, int, int] | None = None
-                     ) -> None:
+                     items: bytes = b"", text_print: tuple[int, int, int, int] | None = None,
+                     key: str | None = None) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
         ``Admission.route``; ``record["links_new"]``, ``record["duplicate_of"]`` and
         ``record["near_duplicate_of"]`` are set here."""
@@ -175,7 +176,7 @@ class GroupCommit:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
-                                    page_exchange, items, text_print))
+                                    page_exchange, items, text_print, key=key))
         self._wake.set()
         await fut
 
@@ -309,8 +310,8 @@ class GroupCommit:
         if not pages:
             return
         near = self._learning.pages([(e.mark[0], host_of(e.record["url"]),  # type: ignore
-                                      e.record["url"], e.content[0], e.text_print)  # type: ignore
-                                     for e in pages])
+                                      e.record["url"], e.key, e.content[0],  # type: ignore
+                                      e.text_print) for e in pages])
         for e, url in zip(pages, near, strict=True):
             e.record["near_duplicate_of"] = url  # type: ignore[index]
 
@@ -405,4 +406,5 @@ class GroupCommit:
         await self.commit(record, (item.seq, state, status, error),
                           (links,) if links is not None else (),
                           exchanges=(ex,) if ex is not None else (), content=content,
-                          page_exchange=ex, items=items, text_print=text_print)
+                          page_exchange=ex, items=items, text_print=text_print,
+                          key=getattr(item, "key", None))

@@ -313,20 +313,21 @@ class Engine:
         url = item.url
         frontier = self.frontier
         learning = self.learning
-        if learning is not None and learning.later(item):
-            frontier.push_back(item)
-            return
-        if learning is not None and learning.may_hold(item.host):
-            try:
-                reason = await self.committer.turn(item, learning.at_turn)
-            except BaseException:
-                frontier.done(item, requested=False, counted=False)
-                raise
-            if reason is not None:  # a duplicate under a learned rule, a closed budget
-                frontier.done(item, requested=False, counted=False)
-                self.session.skipped += 1
-                self.retries.forget(item.seq)
+        if learning is not None and learning.busy(item.host):
+            if learning.later(item):
+                frontier.push_back(item)
                 return
+            if learning.may_hold(item.host):
+                try:
+                    reason = await self.committer.turn(item, learning.at_turn)
+                except BaseException:
+                    frontier.done(item, requested=False, counted=False)
+                    raise
+                if reason is not None:  # a duplicate under a learned rule, a closed budget
+                    frontier.done(item, requested=False, counted=False)
+                    self.session.skipped += 1
+                    self.retries.forget(item.seq)
+                    return
         robots = self.robots
         refused = not self.settings.fetch.allow_private and \
             check_literal_host(hostname_of(item.host)) is not None

@@ -73,8 +73,9 @@ _SUPPRESSED, _KEY, _CHECK, _BUDGET, _ALIAS = (HELD_KINDS[k] for k in (
 # A page's main text: (simhash, its shingles, of its wider shingles those new to its
 # host, and all of those) (``text_print``)
 TextPrint = tuple[int, int, int, int]
-# (seq, host, url, payload digest, its TextPrint or None) of a committed 2xx page
-PageContent = tuple[int, str, str, str | None, TextPrint | None]
+# (seq, host, url, its key or None, payload digest, its TextPrint or None) of a
+# committed 2xx page (its key: as the frontier had it, when it was not a rule key)
+PageContent = tuple[int, str, str, str | None, str | None, TextPrint | None]
 _OLD, _NEW, _EXPLAINED = NOVELTY["old"], NOVELTY["new"], NOVELTY["explained"]
 Pairs = list[tuple[str, str]]
 # per page: rewritten link index -> (its own (url, key), its rule key, the rules' ids)
@@ -191,7 +192,10 @@ class Learning:
         firsts: dict[int, str] = {}  # seq -> URL of the first page of its content
         st = self.settings
         min_shingles = max(1, st.near_min_words - st.shingle + 1)
-        for seq, host, url, digest, fp in pages:
+        keys: dict[int, str] = {}
+        for seq, host, url, key, digest, fp in pages:
+            if key is not None and not key.startswith(RULE_KEY):
+                keys[seq] = key
             near = None
             near_url = None
             simhash = None
@@ -217,7 +221,7 @@ class Learning:
             rows.append(PrintRow(seq, host, url, digest, simhash, near, cls,
                                  _NEW if new else _OLD))
         for i, row in enumerate(rows):
-            rows[i] = self._observe(row, now, firsts.get(row.seq))
+            rows[i] = self._observe(row, now, firsts.get(row.seq), keys.get(row.seq))
         self.seen.note_prints(rows)
         self._save()
         return out
@@ -243,10 +247,12 @@ class Learning:
             row = hosts.setdefault(host, [0, 0])
             row[what == "budget"] += n
 
-    def _observe(self, row: PrintRow, now: float, first_url: str | None) -> PrintRow:
+    def _observe(self, row: PrintRow, now: float, first_url: str | None,
+                 key: str | None) -> PrintRow:
         """A page through the learner, then (unless a URL rule explains it) the
         budgets; the row as stored (``novel`` says which)."""
-        key = self._key(row.url)
+        if key is None:
+            key = self._key(row.url)
         check = self._checks.pop(row.seq, None) is not None
         events, explained = self.learner.observe(
             row.host, key, row.cls, row.seq, now=now, check=check,
@@ -262,7 +268,8 @@ class Learning:
         if accepted:  # the recent pages' rule keys, this one's included
             self._alias(row.host, self.learner.recent(row.host))
         if explained and row.novel != _NEW:
-            return row._replace(novel=_EXPLAINED)
+            return PrintRow(row.seq, row.host, row.url, row.digest, row.simhash, row.near,
+                            row.cls, _EXPLAINED)
         for event, host, pattern, held in self.budgets.observe(
                 row.host, self._budget_key(row.host, key), row.novel == _NEW):
             self._event(f"budget {event}", host=host, pattern=pattern, held=held, at=now)
@@ -433,12 +440,19 @@ class Learning:
 
     # -- a queued URL's turn ------------------------------------------------------------
 
+    def busy(self, host: str) -> bool:
+        """Whether a queued URL of ``host`` may be put back or held at its turn (its host
+        has open proposals, rules or a closed budget): one test for most URLs."""
+        learner = self.learner
+        return learner.proposing(host) or learner.has_rules(host) or \
+            self.budgets.has_closed(host)
+
     def later(self, item: Item) -> bool:
         """Whether to put a queued URL back, once, behind the rest of its host: an open
         proposal with support would make it a duplicate of a page already fetched,
         and may be accepted meanwhile (then the URL is not fetched at all)."""
-        if item.seq in self._later or not self.learner.speculative(item.host,
-                                                                   self._key(item.url)):
+        if item.seq in self._later or not self.learner.proposing(item.host) or \
+                not self.learner.speculative(item.host, self._key(item.url)):
             return False
         self._later.add(item.seq)
         return True

@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawler.config.settings import LearnSettings
-from crawler.core.schedule.frontier import Frontier, Item
 from dedup import (
     HELD_KINDS,
     NOVELTY,
@@ -54,6 +53,9 @@ from dedup import (
     UrlRejected,
     UrlSeen,
 )
+
+if TYPE_CHECKING:  # the frontier's module imports asyncio: `stats` reads these figures
+    from crawler.core.schedule.frontier import Frontier, Item
 
 __all__ = ["BUDGETS_KEY", "COUNTS_KEY", "RULE_KEY", "Learning", "PageContent",
            "learning_figures", "merge_figures"]

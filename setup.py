@@ -18,9 +18,7 @@ LIBRARIES = {"dedup.native._rowcrc": ["sqlite3", "z"]}
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O3"],
                              libraries=LIBRARIES.get(name, []),
                              depends=["dedup/native/_buffers.h", "dedup/native/_murmur.h",
-                                      "dedup/native/_fpset.h", "dedup/native/_held.h",
-                                      "dedup/native/_misses.h",
-                                      "dedup/native/_probe.h"])
+                                      "dedup/native/_probe.h", "dedup/native/_seencore.h"])
                    for name, source in (("dedup.native._kernel", "dedup/native/_kernel.c"),
                                         ("dedup.native._lookup", "dedup/native/_lookup.c"),
                                         ("dedup.native._canon", "dedup/native/_canon.c"),

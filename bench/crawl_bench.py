@@ -37,10 +37,14 @@ system time per page; peak RSS = the process's ru_maxrss (``os.wait4``); server
 CPU = the server's CPU time during the run. Runs alternate bare/ours (the order
 flips each repetition); the medians are the result.
 
-Sitemaps: ours reads each seed host's sitemaps (default on); the sample site has
-none, so it asks for ``/sitemap.xml`` once a host and gets a 404. Those requests
-are ours' own work (its CPU counts them) but not pages of the site: they are
-counted apart (``sitemaps``, checked = one a host) and not in ``pages``.
+Sitemaps: ours reads none by default (``--sitemaps`` opts in, and then a sitemap
+fetch is no pages.jsonl line). A tree from before that read each seed host's
+sitemaps by default and recorded its ``/sitemap.xml`` 404 as a line: such lines
+are counted apart (``sitemaps``, checked = one a host) and not in ``pages``.
+
+``--aiohttp`` also runs ours, and each ``--against`` tree, with ``[fetch] client =
+"aiohttp"`` (a ``--config`` file), as "ours+aiohttp" and "against+aiohttp": the
+lean client (the default) and aiohttp side by side.
 
 ``--against TREE`` also runs ours from another checkout (``python -m crawler`` with
 TREE as the working directory, e.g. a ``git worktree`` of main with its compiled
@@ -459,7 +463,7 @@ def run_ours(seeds: Path, tmp: Path, concurrency: int, server_pid: int,
         result["warc_mb"] = sum(f.stat().st_size for f in warc_dir.iterdir()) / 2**20
         shutil.rmtree(warc_dir, ignore_errors=True)
     sitemaps_ok = len(sitemaps) == len({r["url"] for r in sitemaps}) and \
-        len(sitemaps) in (0, hosts)  # 0: --no-sitemaps, or a tree without them
+        len(sitemaps) in (0, hosts)  # hosts: a tree that read them by default
     result["check"] = "ok" if got == want and len(fetched) == len(want) and sitemaps_ok \
         else f"MISMATCH: missing {len(want - got)}, extra {len(got - want)}, " \
         f"repeats {len(fetched) - len(got)}, sitemap fetches {len(sitemaps)}"
@@ -594,6 +598,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         for v in args.variant:
             vname, _, vargs = v.partition("=")
             variants[vname] = (vargs.split(), ROOT)
+        if args.aiohttp:  # each tree again with every request through aiohttp
+            conf = tmp / "client-aiohttp.toml"
+            conf.write_text('[fetch]\nclient = "aiohttp"\n')
+            for vname, (vargs, tree) in list(variants.items()):
+                if not vargs:
+                    variants[f"{vname}+aiohttp"] = (["--config", str(conf)], tree)
         names = ([] if args.no_bare else ["bare"]) + list(variants)
         if args.ui:  # next to ours: the pair's order flips with the rest
             names.insert(names.index("ours") + 1, "ours+ui")
@@ -708,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run ours with these extra crawl arguments")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare loop")
+    ap.add_argument("--aiohttp", action="store_true",
+                    help='also run ours (and each --against tree) with [fetch] client = '
+                    '"aiohttp", named NAME+aiohttp: both HTTP clients side by side')
     ap.add_argument("--ui", action="store_true",
                     help="also run ours with --ui and a client polling /api/stats every "
                     "second, each repetition")

@@ -4,7 +4,7 @@ Builds a state dir from the scale benchmark's stream (``--pages`` pages, 100 per
 ``filter_new_pages`` call), then feeds the next ``--record`` pages to a copy of it
 twice, page by page and 100 pages a call, recording every batch of keys the
 seen-test asks the ledger about. Those batches are then replayed against the
-built state, read-only, through ``Ledger.contains_hashes``: warm (best of
+built state, read-only, through ``Ledger.held_among``: warm (best of
 ``--repeat``) and cold (``POSIX_FADV_DONTNEED`` on the run files every 100 pages,
 the scale benchmark's cold variant). Run it with two checkouts' ``PYTHONPATH`` to
 compare their lookups on the same batches (``--state`` keeps the built dir).
@@ -49,18 +49,13 @@ def record(state: Path, pages: int, record_pages: int, seed: int,
         copy = Path(tmp) / "state"
         shutil.copytree(state, copy)
         with UrlSeen(copy, autocommit=False) as seen:
-            ask, ask_page = seen.ledger.contains_hashes, seen.ledger.held_among
+            ask = seen.ledger.held_among
 
-            def recorded(h: np.ndarray) -> np.ndarray:
-                batches.append(np.array(h))
-                return ask(h)
-
-            def recorded_page(fps: bytes) -> list[int]:  # filter_new's lookup of a page
+            def recorded(fps: bytes) -> list[int]:  # the seen-test's lookup of a page
                 batches.append(np.frombuffer(fps, dtype="<u8").reshape(-1, 2).copy())
-                return ask_page(fps)
+                return ask(fps)
 
-            seen.ledger.contains_hashes = recorded  # type: ignore[method-assign]
-            seen.ledger.held_among = recorded_page  # type: ignore[method-assign]
+            seen.ledger.held_among = recorded  # type: ignore[method-assign]
             for _ in range(record_pages // GROUP):
                 chunk = stream.chunk(GROUP)
                 if by_page:
@@ -91,7 +86,7 @@ def replay(state: Path, batches: list[np.ndarray], pages: int, per_call_pages: i
                         for fd in fds:
                             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                     w, c = time.perf_counter(), time.process_time()
-                    found += int(seen.ledger.contains_hashes(h).sum())
+                    found += len(seen.ledger.held_among(h.tobytes()))
                     wall += time.perf_counter() - w
                     cpu += time.process_time() - c
                 if wall / pages < best[0]:

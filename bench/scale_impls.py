@@ -50,6 +50,11 @@ class Impl:
     def close(self) -> None:
         """Make everything durable and release the state."""
 
+    def counters(self) -> dict[str, int]:
+        """The implementation's own counts so far (UrlSeen's: cache hits, "maybe
+        seen" keys, ...), untimed; none for the peers."""
+        return {}
+
     def files(self) -> list[Path]:
         """Every file of the state (what ``du`` would count)."""
         return [p for p in self.state.rglob("*") if p.is_file()] if self.state.exists() else []
@@ -101,6 +106,9 @@ class Seen(Impl):
         before = proc_io()["write_bytes"]
         self.seen.snapshot()
         self.snapshot_bytes += proc_io()["write_bytes"] - before
+
+    def counters(self) -> dict[str, int]:
+        return dict(getattr(self.seen, "counters", {}))
 
     def close(self) -> None:
         if callable(getattr(self.seen, "commit", None)):

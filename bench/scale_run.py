@@ -68,6 +68,7 @@ class Meter:
                - self.io0["cancelled_write_bytes"],
                **{k.lower(): v for k, v in proc_status().items()}}
         row["peak_anon"] = max(self.peak_anon, row["rssanon"])
+        row["counters"] = impl.counters()  # cumulative: a window's are the differences
         self._start_window()
         self.snap0 = impl.snapshot_bytes
         return row

@@ -1,8 +1,9 @@
-"""What checking a whole ledger at open costs: ``Journal.verify()`` (every row read
-and its CRC-32 checked: what ``bloomcrawl resume`` runs before its first fetch),
-through the compiled pass (dedup/native/_rowcrc.c) and through the Python loop,
-against SQLite's ``PRAGMA quick_check`` (page structure only: it does not see a
-flipped byte inside a row) on one ledger of ``--urls`` URLs with their text,
+"""What checking a whole ledger at open costs: ``Journal.verify()`` (SQLite's
+``PRAGMA quick_check``, then every row read and its CRC-32 checked: what
+``bloomcrawl resume`` runs before its first fetch), through the compiled pass
+(dedup/native/_rowcrc.c) and through the Python loop, beside ``quick_check`` alone
+(page structure only: it does not see a flipped byte inside a row; part of both
+verify figures since it runs first) on one ledger of ``--urls`` URLs with their text,
 ``--per-page`` a page, ``--marked`` of them marked fetched (one outcome row each),
 one group commit per ``--commit-every`` pages (journal_bench.py's stream).
 

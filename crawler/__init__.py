@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from crawler.core.run.crawl import Crawler, HandlerError, Page
+    from crawler.core.run.crawl import Crawler, CrawlError, HandlerError, Page
 
-__all__ = ["Crawler", "HandlerError", "Page"]
+__all__ = ["CrawlError", "Crawler", "HandlerError", "Page"]
 
 
 def __getattr__(name: str) -> Any:

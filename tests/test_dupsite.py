@@ -125,7 +125,7 @@ def test_every_link_of_every_spelling_is_served_and_every_page_shows_its_content
         node = host.nodes.get(nid) or host.resolve(
             "/calendar/" + nid.rsplit(":", 1)[1].replace("-", "/")).node
         spellings = [node.target] + [p + ("?" + urlencode(q) if q else "")
-                                     for p, q in host._aliases(node)]
+                                     for p, q in host.aliases(node)]
         for n, target in enumerate(spellings):
             url = site.origins[h] + target
             status, _, body, served = site.respond(h, target, n)

@@ -8,13 +8,18 @@ filter that silently answers "new" for URLs some input has seen.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, write_json_atomic
+from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
+from crawler.core.schedule.sitemaps import SITEMAP_COUNTS_KEY, SITEMAPS_FILE
+from crawler.core.state.pagecounts import recount, rows_of_records
 from crawler.core.state.state import (
     FLEET_KEY,
+    HOST_COUNTS_FILE,
+    TOTALS_KEY,
     CrawlError,
     committed_items,
     committed_pages,
@@ -28,14 +33,15 @@ from dedup import (
     StateLocked,
     UrlSeen,
     atomic_write_bytes,
+    host_of,
     is_state_dir,
     merge_files,
     read_header,
     shards_dir,
 )
 
-__all__ = ["MERGE_MARK", "MergedFiles", "check_merge_output", "merge_shard_files",
-           "merge_state_dirs"]
+__all__ = ["MERGE_MARK", "MergedFiles", "MergedState", "check_merge_output",
+           "merge_shard_files", "merge_state_dirs"]
 
 MERGE_MARK = "MERGED.json"  # in a merge's output: what it is, so a later merge may replace it
 
@@ -131,23 +137,60 @@ def merge_shard_files(inputs: Sequence[str | Path], output: str | Path,
     return MergedFiles(sum(len(g) for g in groups.values()), len(groups), out)
 
 
-def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> tuple[int, int]:
+@dataclass(frozen=True, slots=True)
+class MergedState:
+    rows: int  # URLs in the merged ledger
+    duplicates: int  # URLs present in several inputs (kept once)
+    pages: int  # pages.jsonl records carried over
+    hosts: int  # distinct hosts of those records
+    totals: dict[str, int]  # the dedup counters of every input, every run, summed
+
+
+def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> MergedState:
     """A new state dir ``output``: the OR of the filters, the union of the ledgers and of
     the pages.jsonl and items.jsonl files (their committed lines, in the same input
     order, so each page's items stay in step with its record); no fleet identity (it
     resumes as one process).
-    Returns (URLs, URLs present in several inputs)."""
+
+    What the ledgers' union does not carry is made whole here: the dedup counters
+    (links checked, new, repeats: the inputs' sums), the page counts (``stats``,
+    counted anew from the merged pages.jsonl), the sitemap fetches' counts (sums),
+    the per-host admission counts (the ``max_pages_per_host`` cap's) and the queued
+    sitemaps."""
     from dedup import merge_states
 
     ins = [require_state_dir(raw) for raw in inputs]
     out = Path(output)
     result = merge_states(out, ins)
+    lines = [ln for d in ins for ln in committed_pages(d)]
+    records = [json.loads(ln) for ln in lines]
+    totals: dict[str, int] = {}
+    sitemap_counts: dict[str, int] = {}
+    for d in ins:
+        with Ledger.in_dir(d, readonly=True) as src:
+            for sums, key in ((totals, TOTALS_KEY), (sitemap_counts, SITEMAP_COUNTS_KEY)):
+                for k, v in (src.meta_get(key) or {}).items():
+                    sums[k] = sums.get(k, 0) + int(v)
     with Ledger.in_dir(out) as ledger:
         ledger.meta_set(FLEET_KEY, None)  # the union is no fleet worker: resumed alone
-    pages = b"".join(b"".join(committed_pages(d)) for d in ins)
-    atomic_write_bytes(out / PAGES_FILE, pages)
+        ledger.meta_set(TOTALS_KEY, totals)
+        # the sitemap files among the ledger's done rows (stats counts pages without them)
+        ledger.meta_set(SITEMAP_COUNTS_KEY, sitemap_counts or None)
+        recount(ledger, rows_of_records(records))
+    atomic_write_bytes(out / PAGES_FILE, b"".join(lines))
     items = b"".join(b"".join(committed_items(d)) for d in ins)
     if items:
         atomic_write_bytes(out / ITEMS_FILE, items)
+    counts: dict[str, int] = {}
+    for d in ins:
+        for host, n in read_json(d / HOST_COUNTS_FILE, {}).items():
+            counts[host] = counts.get(host, 0) + int(n)
+    write_json_atomic(out / HOST_COUNTS_FILE, counts)
+    sitemaps: dict[str, int] = {}
+    for d in ins:
+        sitemaps.update(read_json(d / SITEMAPS_FILE, {}))
+    if sitemaps:
+        write_json_atomic(out / SITEMAPS_FILE, sitemaps)
     set_committed_pages(out, new_warc=True)
-    return result.rows, result.duplicates
+    hosts = {host_of(r["url"]) for r in records if r.get("url")}
+    return MergedState(result.rows, result.duplicates, len(records), len(hosts), totals)

@@ -29,6 +29,7 @@ __all__ = [
     "describe",
     "err",
     "int_at_least",
+    "resume_flags",
     "warn",
     "worker_flags",
 ]
@@ -163,9 +164,13 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--exclude", dict(type=pattern, action="append", default=[], metavar="REGEX",
                        help="never crawl URLs whose canonical form contains a match of REGEX "
                        "(repeatable; beats --include; default: none)")),
+    ("--sitemaps", dict(action="store_true",
+                        help="also queue the URLs the seed hosts' sitemaps list (robots.txt "
+                        "Sitemap: lines, else /sitemap.xml); a sitemap fetch goes to the WARC "
+                        "and the stats, not to pages.jsonl (default: off, [crawl] sitemaps)")),
     ("--no-sitemaps", dict(action="store_true",
-                           help="do not read the seed hosts' sitemaps (robots.txt Sitemap: "
-                           "lines, else /sitemap.xml) for URLs (default: read them)")),
+                           help="do not read sitemaps, even if --config turns them on "
+                           "(default: off)")),
     ("--no-learn", dict(action="store_true",
                         help="do not learn which URLs of a host hold the same content: no "
                         "content fingerprints (near_duplicate_of), no learned URL rules, no "
@@ -222,7 +227,8 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
                 "--parse-limit": ("fetch", "parse_limit")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
-FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--no-sitemaps", "--no-learn",
+FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--sitemaps", "--no-sitemaps",
+                "--no-learn",
                 "--allow-private", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
@@ -314,11 +320,27 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in _LIST_FLAGS:
         for value in getattr(args, _dest(flag)):
             out += [flag, value]
-    for flag in ("--allow-private", "--cookies", "--no-sitemaps", "--no-learn"):
+    for flag in ("--allow-private", "--cookies", "--sitemaps", "--no-sitemaps", "--no-learn"):
         if getattr(args, _dest(flag)):
             out.append(flag)
+    return out + _hook_flags(args)
+
+
+def _hook_flags(args: argparse.Namespace) -> list[str]:
+    out: list[str] = []
     for flag in ("--handler", "--follow", "--on-error"):  # each worker runs the same code
         value = getattr(args, _dest(flag), None)
         if value is not None:
             out += [flag, value]
     return out
+
+
+def resume_flags(args: argparse.Namespace) -> list[str]:
+    """The limits and hooks ``resume FLEETDIR`` was given, as each worker's ``resume``
+    flags (a fleet's limits are per worker, as ``fleet``'s)."""
+    out: list[str] = []
+    for flag in RESUME_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            out += [flag, str(value)]
+    return out + _hook_flags(args)

@@ -24,7 +24,7 @@ from crawler.cli.args import (
     crawl_options,
     describe,
     int_at_least,
-    resume_changes,
+    resume_flags,
     warn,
 )
 from crawler.cli.loop import add_loop_option, run
@@ -32,7 +32,7 @@ from crawler.cli.ui import add_ui_options, ui_socket, ui_watch
 from crawler.config.exits import exit_status
 from crawler.core.run.crawl import RESUME_OPTIONS, Crawler
 from crawler.core.run.page import HandlerError
-from crawler.core.state.state import CrawlError, fleet_identity
+from crawler.core.state.state import CrawlError, check_new_state_dir, fleet_identity
 from crawler.fleet.identity import (
     REDIS_ENV,
     derive_crawl_id,
@@ -111,6 +111,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         url, workers, worker_id = fleet
         identity = worker_meta(args.crawl_id or derive_crawl_id(args.seeds, workers),
                                workers, worker_id, url)
+    if fleet is None:  # `crawl` starts a crawl; `resume` continues one (Crawler does both)
+        check_new_state_dir(args.state)
     crawl = Crawler(Path(args.seeds), state=args.state, handler=args.handler,
                     follow=args.follow, on_error=args.on_error,
                     progress=not args.quiet, handle_signals=True, watch=watch,
@@ -162,20 +164,17 @@ def _refuse_frozen(args: argparse.Namespace) -> None:
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a crawl with the configuration it was started with: queued and interrupted
     URLs are fetched, nothing seen is fetched again. DIR is a state directory (a fleet
-    worker's rejoins its fleet) or a fleet directory (every worker is resumed)."""
+    worker's rejoins its fleet) or a fleet directory (every worker is resumed, and new
+    limits are each worker's, as 'fleet' gives them)."""
     _refuse_frozen(args)
-    changes = resume_changes(args)
     sock = ui_socket(args)
     from crawler.fleet.join import resume_as_worker
     from crawler.fleet.launch import resume_fleet
     from crawler.fleet.resize import refuse_if_resized
 
-    if is_fleet_dir(Path(args.dir)):
-        if changes:
-            raise UsageError("resume of a fleet directory cannot change limits; resume "
-                             "each worker's directory (DIR/worker-I) with them")
+    if is_fleet_dir(Path(args.dir)):  # limits apply to each worker, as with 'fleet'
         return resume_fleet(read_fleet_dir(args.dir), redis=args.redis, quiet=args.quiet,
-                            ui=sock)
+                            ui=sock, worker_flags=resume_flags(args))
     refuse_if_resized(Path(args.dir).resolve().parent)  # a worker of a retired fleet
     meta = fleet_identity(args.dir)
     if meta is None and args.redis:

@@ -14,6 +14,7 @@ from crawler.cli.args import (
     crawl_id,
     crawl_settings,
     int_at_least,
+    warn,
     worker_flags,
 )
 from crawler.cli.ui import add_ui_options, ui_socket
@@ -21,6 +22,8 @@ from crawler.config.settings import load_settings
 from crawler.core.run.crawl import load_callable
 from crawler.core.state.state import check_new_state_dir, seeds_and_scope
 from crawler.fleet.launch import start_fleet
+from crawler.wire.owner import owner_of
+from dedup import host_of
 
 __all__ = ["add_fleet"]
 
@@ -41,6 +44,12 @@ def add_fleet(sub: Any) -> None:
     p.set_defaults(func=cmd_fleet)
 
 
+def idle_workers(seeds: list[str], workers: int) -> list[int]:
+    """The workers that own none of the seeds' hosts (``crawler.wire.owner``)."""
+    owners = {owner_of(host_of(url), workers) for url in seeds}
+    return [i for i in range(workers) if i not in owners]
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Start W worker processes on this machine, worker I in DIR/worker-I, sharing a Redis:
     --redis URL, or a redis-server this command starts on a free loopback port (its data in
@@ -51,7 +60,13 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)  # a bad config file fails here, not W times
     state = Path(args.state)
     check_new_state_dir(state)
-    seeds_and_scope(args.seeds, crawl_settings(args))  # bad flags and seeds fail here too
+    seeds, _, _ = seeds_and_scope(args.seeds, crawl_settings(args))  # bad flags and seeds too
+    idle = idle_workers([url for url, _ in seeds], args.workers)
+    if idle:
+        warn(f"{len(idle)} of {args.workers} workers own no seed host (worker"
+             f"{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))}): a fleet splits "
+             "work by host, one worker per host, so they wait unless links lead to other "
+             "hosts; fewer workers would do the same work")
     for spec in (args.handler, args.follow):  # an import error once, not W times
         if spec is not None:
             load_callable(spec)

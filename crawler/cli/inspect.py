@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crawler.admin.report import is_shard_dir, shard_dir_stats, state_stats
-from crawler.cli.args import describe, warn
-from crawler.core.run.progress import format_filter_stats, format_stats
-from crawler.core.state.state import CrawlError, require_state_dir
-from crawler.fleet.identity import is_fleet_dir
+from crawler.admin.report import fleet_stats, is_shard_dir, shard_dir_stats, state_stats
+from crawler.cli.args import describe, int_at_least, warn
+from crawler.core.run.progress import format_filter_stats, format_fleet_stats, format_stats
+from crawler.core.state.state import require_state_dir
+from crawler.fleet.identity import is_fleet_dir, read_fleet_dir
 from dedup import Diagnosis, IndexDamaged, StateLocked, UrlRejected, UrlSeen, diagnose, in_use
 
 __all__ = ["add_check", "add_forget", "add_migrate", "add_rebuild", "add_repair", "add_stats"]
@@ -22,25 +22,24 @@ def add_stats(sub: Any) -> None:
     p = sub.add_parser("stats", help="show a crawl's figures (also while it runs)",
                        description=describe(cmd_stats))
     p.add_argument("dir", metavar="DIR",
-                   help="a crawl's state directory or a directory of shard files")
+                   help="a crawl's state directory, a fleet directory or a directory of "
+                   "shard files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_stats)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Figures of a state directory (also while its crawl runs), or of a directory of shard
-    files such as `merge -o OUT` writes (the filter's figures only: there is no ledger).
+    """Figures of a state directory (also while its crawl runs), of a fleet directory (the
+    fleet's totals and a line per worker), or of a directory of shard files such as
+    `merge -o OUT` writes (the filter's figures only: there is no ledger).
     Every file of the fingerprint index is checked: a damaged one is an error (exit
     status 1) after the figures."""
     d = Path(args.dir)
     if is_fleet_dir(d):
-        workers = sorted(d.glob("worker-*"), key=lambda p: p.name)
-        first = workers[0] if workers else d / "worker-0"
-        raise CrawlError(
-            f"{d} is a fleet directory of {len(workers)} workers, each with its own state: "
-            f"see one with 'bloomcrawl stats {first}', or the fleet's seen-set with "
-            f"'bloomcrawl merge -o OUT {d}/worker-*' then 'bloomcrawl stats OUT'")
-    if is_shard_dir(args.dir):
+        fd = read_fleet_dir(d)
+        stats = fleet_stats(d, fd.crawl_id, [fd.worker(i) for i in range(fd.workers)])
+        text = format_fleet_stats(stats)
+    elif is_shard_dir(args.dir):
         stats = shard_dir_stats(args.dir)
         text = format_filter_stats(stats)
     else:
@@ -165,21 +164,29 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def add_repair(sub: Any) -> None:
-    _add_dir_command(sub, "repair", "recover a damaged ledger (database disk image is "
-                     "malformed, a damaged WAL); rebuild a damaged index or shard file",
-                     cmd_repair)
+    p = sub.add_parser("repair", help="recover a damaged ledger (database disk image is "
+                       "malformed, a damaged WAL); rebuild a damaged index or shard file",
+                       description=describe(cmd_repair))
+    p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
+    p.add_argument("--refetch", type=int_at_least(0), metavar="N", default=None,
+                   help="fetch at most N recorded pages again to find queued URLs the "
+                   "ledger lost (default: as many as it takes; 0: none, offline)")
+    p.set_defaults(func=cmd_repair)
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    """Check a stopped crawl's ledger (every row against its checksum, the WAL's frames)
-    and, if it is damaged, copy every readable row that agrees with pages.jsonl into a
-    new one (the damaged files are kept beside it as *.damaged-TIME), put back every
-    page pages.jsonl records, and rebuild the index and the shard files; then
-    'bloomcrawl resume DIR' goes on. Always ends, in time proportional to the file. A
-    ledger of which nothing is readable is rebuilt from pages.jsonl and the settings
-    copy the crawl keeps (crawl-settings.json). Queued URLs whose text was lost leave
-    the frontier (reported). A whole ledger is kept as it is, and only a damaged
-    fingerprint index or shard file is rebuilt from it (nothing lost)."""
+    """Check a stopped crawl's ledger (SQLite's structure check, every row against its
+    checksum, the WAL's frames) and, if it is damaged, copy every readable row that
+    agrees with pages.jsonl into a new one (the damaged files are kept beside it as
+    *.damaged-TIME), put back every page pages.jsonl records, and rebuild the index
+    and the shard files; then 'bloomcrawl resume DIR' goes on. Always ends, in time
+    proportional to the file. A ledger of which nothing is readable is rebuilt from
+    pages.jsonl and the settings copy the crawl keeps (crawl-settings.json). Queued
+    URLs whose text was lost are found again in the links of the recorded pages
+    (the fingerprint index says which URLs; the WARC's copy of a page, else the page
+    fetched again, politely, writing nothing to the output, at most --refetch of
+    them), and what stays lost is counted. A whole ledger is kept as it is, and only
+    a damaged fingerprint index or shard file is rebuilt from it (nothing lost)."""
     from crawler.admin.repair import DAMAGED, UNRECORDED, repair_state_dir
 
     d = require_state_dir(args.dir)
@@ -188,7 +195,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
     found = diagnose(d)
     if not found.ledger_damaged:
         return _repair_derived(d, found)
-    report, restored = repair_state_dir(d)
+    done = repair_state_dir(d, refetch=getattr(args, "refetch", None))
+    report, restored = done.report, done.restored
     if not report.damage.journal:
         print(f"checked {d}: the ledger reads and every row matches its checksum: kept as "
               "it is; the shard files were rebuilt")
@@ -219,34 +227,57 @@ def cmd_repair(args: argparse.Namespace) -> int:
               "and merge work; start a new crawl with the same seeds and config, or restore "
               "the ledger from a backup)")
     if report.wal_damage:
-        print(f"  {report.wal_damage}: the transactions after that frame are lost; URLs "
-              "they queued left the frontier (re-run 'bloomcrawl crawl' with the seeds to "
-              "find them again)")
+        print(f"  {report.wal_damage}: the transactions after that frame are lost (their "
+              "pages are put back from pages.jsonl, their queued URLs looked for below)")
     if report.orphans:
         print(f"  {len(report.orphans)} queued URL(s) whose admission was unreadable were "
               "queued again")
     if report.lost_seqs:
         print(f"  {report.lost_seqs} admission(s) unreadable: their URLs are put back where "
               "their queued text, pages.jsonl or the WARC hold them")
-    if report.frontier_lost or report.dropped.get(DAMAGED):
-        print(f"  {report.frontier_lost + report.dropped.get(DAMAGED, 0)} queued URL(s) lost "
-              "their text and left the frontier (a page linking to one admits it again)")
+    if report.bad_ranges.get("notes") or report.bad_rows.get("notes"):
+        print("  notes rows were damaged: the pages.jsonl records of the queued URLs they "
+              "covered will name no referrer")
     if report.dropped.get(UNRECORDED):
         print(f"  {report.dropped[UNRECORDED]} URL(s) marked done with no record in "
               "pages.jsonl were dropped (their rows were damaged)")
     if restored:
         print(f"  {restored} page(s) put back from pages.jsonl")
-    if report.recovered:
-        print(f"  {report.recovered} queued URL(s) found again in the links of the recorded "
-              "pages (WARC, redirects) and queued again")
-    if report.unaccounted:
-        print(f"  {report.unaccounted} URL(s) the fingerprint index held are not in the new "
-              "ledger: queued URLs whose text was only in the ledger left the frontier (a "
-              "page linking to one admits it again; with a WARC, repair finds them there)")
+    _print_refound(done, report.frontier_lost + report.dropped.get(DAMAGED, 0))
     for p in report.set_aside:
         print(f"  kept the damaged file as {p}")
     print(f"next: bloomcrawl resume {args.dir}")
     return 0
+
+
+def _print_refound(done: Any, dropped: int) -> None:
+    """What the search for the lost frontier found, and exactly what stays lost."""
+    found = done.refound
+    if dropped:
+        print(f"  {dropped} queued URL(s) lost their text (their rows were damaged)")
+    if found is None:
+        if done.config_lost:
+            print("  queued URLs whose text was lost were not looked for: the crawl's "
+                  "configuration is lost")
+        return
+    if found.in_output:
+        print(f"  {found.in_output} queued URL(s) found again in the links of the recorded "
+              "pages (the WARC's pages, redirects) and queued again")
+    if found.fetched:
+        print(f"  {found.fetched} recorded page(s) fetched again (nothing written to the "
+              f"output): {found.by_fetch} queued URL(s) found again in their links and queued "
+              f"again" + (f"; {found.unanswered} gave no HTML page" if found.unanswered else ""))
+    if found.lost is None:
+        print("  the fingerprint index is unreadable too: how many queued URLs left the "
+              "frontier is unknown (a page linking to one admits it again)")
+    elif found.missing:
+        why = (f"{found.left} more recorded page(s) could hold them: repair again with a "
+               "higher --refetch" if found.left else
+               "no recorded page links to them any more (seeds, sitemap URLs, pages that "
+               "changed or did not answer)")
+        print(f"  {found.missing} queued URL(s) stay lost: {why}")
+    elif found.lost:
+        print(f"  all {found.lost} queued URL(s) the ledger lost were found again")
 
 
 def _repair_derived(d: Path, found: Diagnosis) -> int:

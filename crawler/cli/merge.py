@@ -37,9 +37,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
     files, or a state directory (whose shards are first brought up to date with its
     ledger). OUT is a directory (its shards/ if it is a state directory)."""
     if args.state:
-        rows, duplicates = merge_state_dirs(args.inputs, args.output)
+        m = merge_state_dirs(args.inputs, args.output)
+        t = m.totals
         print(f"merged {len(args.inputs)} state directories into {Path(args.output)}: "
-              f"{rows} URLs ({duplicates} present in several inputs)")
+              f"{m.rows} URLs ({m.duplicates} present in several inputs), {m.pages} "
+              f"pages.jsonl records on {m.hosts} host(s); dedup (all runs): "
+              f"{t.get('links', 0)} links checked: {t.get('new', 0)} new, "
+              f"{t.get('repeats', 0)} repeats")
         return 0
     merged = merge_shard_files(args.inputs, args.output, warn)
     print(f"merged {merged.files} shard file(s) into {merged.shards} shard(s) in "

@@ -17,12 +17,12 @@ seen recently costs a dict lookup (``UrlPatterns``).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crawler.config.ipliteral import ip_literal
 from dedup import Canonicalizer, UrlRejected, host_of
 
 __all__ = ["Scope", "SeedError", "UrlPatterns", "check_pattern", "hostname_of",
@@ -57,21 +57,13 @@ def normalize_domain(domain: str) -> str:
     d = hostname_of(d).rstrip(".")
     if not d:
         raise ValueError(f"not a domain name: {domain!r}")
-    if d.startswith("[") or _is_ip(d):
+    if d.startswith("[") or ip_literal(d) is not None:
         return d
     try:
         d = d.encode("idna").decode("ascii")
     except UnicodeError:
         raise ValueError(f"not a domain name: {domain!r}") from None
     return d
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def check_pattern(pattern: str) -> str:

@@ -54,7 +54,7 @@ class CrawlSettings:
     include: tuple[str, ...] = ()  # regexes over the canonical URL: one must match (if any)
     exclude: tuple[str, ...] = ()  # ... and none of these
     honor_nofollow: bool = False
-    sitemaps: bool = True  # robots.txt Sitemap: lines (else /sitemap.xml) of seed hosts
+    sitemaps: bool = False  # opt-in: robots.txt Sitemap: lines (else /sitemap.xml) of seed hosts
     sitemap_max_files: int = 50  # sitemap files fetched per host (indexes and their children)
     sitemap_max_bytes: int = 50 * 1024 * 1024  # per file, uncompressed (sitemaps.org)
     frontier_memory: int = 20_000
@@ -162,7 +162,7 @@ class FetchSettings:
     headers: tuple[str, ...] = ()  # extra request headers, "Name: value" each
     cookies: bool = False  # keep cookies the servers set and send them back (per host)
     proxy: str = ""  # http(s)://[user:pass@]host:port; empty: HTTP(S)_PROXY from the env
-    # "fast": plain http:// GETs (direct, no cookies, no WARC) go through crawler.net.http1;
+    # "fast": plain http:// GETs (direct, no cookies) go through crawler.net.http1, WARC too;
     # "aiohttp": every request through aiohttp
     client: str = "fast"
 

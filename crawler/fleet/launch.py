@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from crawler.config.settings import Settings, load_settings
@@ -95,8 +96,9 @@ async def _reachable(url: str) -> None:
 
 
 def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool,
-                 ui: socket.socket | None = None) -> int:
-    """Resume every worker of fleet dir ``fd``; returns the exit status."""
+                 ui: socket.socket | None = None, worker_flags: Sequence[str] = ()) -> int:
+    """Resume every worker of fleet dir ``fd``, each with ``worker_flags`` (the new limits
+    ``resume`` stores, per worker); returns the exit status."""
     refuse_if_resized(fd.root)
     local: LocalRedis | None = None
     if fd.redis == LOCAL:
@@ -107,7 +109,8 @@ def resume_fleet(fd: FleetDir, *, redis: str | None, quiet: bool,
     else:
         url = redis or os.environ.get(REDIS_ENV) or stored_redis(
             {"redis": fd.redis, "redis_auth": fd.redis_auth}, str(fd.root))
-    children = [["resume", str(fd.worker(i)), "--quiet"] for i in range(fd.workers)]
+    children = [["resume", str(fd.worker(i)), "--quiet", *worker_flags]
+                for i in range(fd.workers)]
     try:
         return asyncio.run(supervise(children, redis_url=url, crawl_id=fd.crawl_id,
                                      state=fd.root, settings=load_settings(), quiet=quiet,

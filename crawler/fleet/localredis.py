@@ -13,17 +13,20 @@ by a running worker than it sent: either way the workers re-send their outboxes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the Redis client is imported only by commands that use it
-    pass
 
 from crawler.fleet.identity import FleetError
+
+LOG_FILE = "redis.log"
+_SAID_MAX = 400  # characters of redis-server's own words in an error message
+# a line of its log: "12345:M 28 Nov 2026 19:46:46.440 # Server initialized"
+_LOG_LINE = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ ([.\-*#]) (.*)$")
 
 # -- a local redis-server ----------------------------------------------------------------------
 
@@ -73,7 +76,8 @@ class LocalRedis:
             raise FleetError("no --redis URL given and redis-server is not installed "
                              "(install it, or point the fleet at a Redis with --redis URL)")
         self.binary = binary
-        self.dir = data_dir
+        # absolute: redis-server changes into --dir before it opens --logfile
+        self.dir = Path(data_dir).absolute()
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -82,25 +86,40 @@ class LocalRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> LocalRedis:
+        """Start it; returns once PING answers. A port another process took first is
+        tried again on another; any other failure raises FleetError with what
+        redis-server said on this attempt (its stderr, or the lines it added to its
+        log), never an older run's log."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        log = self.dir / LOG_FILE
+        said = ""
         for _attempt in range(5):
             self.port = free_port()
-            self.proc = subprocess.Popen(
-                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--dir", str(self.dir), "--save", "", "--appendonly", "yes",
-                 "--appendfsync", "everysec", "--daemonize", "no",
-                 "--logfile", str(self.dir / "redis.log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            deadline = time.monotonic() + self.START_TIMEOUT
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if ping(self.port):
-                    return self
-                time.sleep(0.02)
-            self.stop()  # lost the race for the port, or it failed: try another
-        log = self.dir / "redis.log"
-        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+            logged_from = _size(log)
+            with tempfile.TemporaryFile(dir=self.dir) as early:  # before its log is open
+                self.proc = subprocess.Popen(
+                    [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                     "--dir", str(self.dir), "--save", "", "--appendonly", "yes",
+                     "--appendfsync", "everysec", "--daemonize", "no",
+                     "--logfile", str(log)],
+                    stdout=early, stderr=early, start_new_session=True)
+                deadline = time.monotonic() + self.START_TIMEOUT
+                while time.monotonic() < deadline and self.proc.poll() is None:
+                    if ping(self.port):
+                        return self
+                    time.sleep(0.02)
+                running = self.proc.poll() is None
+                self.stop()
+                early.seek(0)
+                said = _said(early.read(), _read_from(log, logged_from))
+            if running:
+                said = (f"it did not answer on 127.0.0.1:{self.port} within "
+                        f"{self.START_TIMEOUT:g} s" + (f" ({said})" if said else ""))
+                break
+            if "already in use" not in said:  # not a port another process took first
+                break
         raise FleetError(f"could not start redis-server in {self.dir}"
-                         + (f": {tail[0]}" if tail else ""))
+                         + (f": {said}" if said else " (it said nothing)"))
 
     def stop(self) -> None:
         """SIGTERM: a clean shutdown that flushes the append-only file."""
@@ -116,3 +135,32 @@ class LocalRedis:
         self.proc = None
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    """What was appended to ``path`` after ``offset`` (b"" if it is gone or shorter)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _said(early: bytes, logged: bytes) -> str:
+    """What a redis-server that failed said, in one line: its stderr (a bad option, a
+    log file it could not open) and its last warnings logged (a port in use, a damaged
+    append-only file), without their ``PID:ROLE DATE TIME #`` prefix."""
+    parts = [ln.strip(" *") for ln in early.decode(errors="replace").splitlines()
+             if ln.strip(" *")]
+    lines = [m.groups() if (m := _LOG_LINE.match(ln)) else ("#", ln.strip())
+             for ln in logged.decode(errors="replace").splitlines() if ln.strip()]
+    warnings = [text for level, text in lines if level == "#"] or [t for _, t in lines]
+    parts += warnings[-2:]
+    said = "; ".join(parts)
+    return said if len(said) <= _SAID_MAX else "..." + said[-_SAID_MAX:]

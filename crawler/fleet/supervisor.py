@@ -28,7 +28,7 @@ from typing import Any
 
 from crawler.config.exits import GAVE_UP, normal_exit
 from crawler.config.settings import Settings
-from crawler.core.run.progress import Progress, si
+from crawler.core.run.progress import LIMIT_REACHED, Progress, si
 from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
 from dedup import is_state_dir
 
@@ -66,6 +66,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     for the previous run of a resumed fleet).
     """
     from crawler.wire.monitor import FleetMonitor
+    from crawler.wire.relay import SUPERVISED_ENV
 
     w = len(children)
     line = Progress(interval=settings.output.progress_interval,
@@ -75,9 +76,11 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
     monitor = FleetMonitor(redis_url, crawl_id=crawl_id, workers=w,
                            retry_for=settings.distributed.retry_for)
     await monitor.connect()
+    await monitor.clear_stats()  # the last run's figures are not this run's
     dashboard = contextlib.AsyncExitStack()
     env = dict(os.environ)
     env[REDIS_ENV] = redis_url  # never on a command line (ps would show a password)
+    env[SUPERVISED_ENV] = str(os.getpid())  # a worker waiting for the fleet says so plainly
     procs: list[asyncio.subprocess.Process] = []
     relays: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
@@ -176,7 +179,7 @@ async def supervise(children: Sequence[Sequence[str]], *, redis_url: str, crawl_
         if not quiet:
             with contextlib.suppress(Exception):
                 stats = await monitor.fleet_stats()
-                line.message(_summary(stats, w, time.monotonic() - started, state))
+                line.message(fleet_summary(stats, w, time.monotonic() - started, state))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -210,18 +213,36 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _summary(stats: dict[int, dict[str, Any]], workers: int, elapsed: float,
-             state: Path) -> str:
+def fleet_summary(stats: dict[int, dict[str, Any]], workers: int, elapsed: float,
+                  state: Path) -> str:
+    """The fleet's end-of-run report: its totals, then a line per worker (a fleet splits
+    its work by host, so the split is part of the answer)."""
     outcomes = sorted({str(s.get("outcome", "?")) for s in stats.values()}) or ["?"]
-    pages = sum(int(s.get("session_pages", 0)) for s in stats.values())
-    fetched = sum(int(s.get("fetched", 0)) for s in stats.values())
-    queued = sum(int(s.get("queued", 0)) for s in stats.values())
-    forwarded = sum(int(s.get("forwarded", 0)) for s in stats.values())
-    text = (f"bloomcrawl fleet: {', '.join(outcomes)} after {elapsed:.1f} s: {pages} pages "
-            f"this run by {workers} workers ({pages / elapsed if elapsed else 0:.1f} pages/s), "
-            f"{fetched} fetched in all, {forwarded} links forwarded, {queued} still queued")
-    if queued or outcomes != ["finished"]:
-        text += f"\n  state:  {state}  (continue with: bloomcrawl resume {state})"
-    return text
+
+    def total(key: str) -> int:
+        return sum(int(s.get(key) or 0) for s in stats.values())
+    pages = total("session_pages")
+    lines = [f"bloomcrawl fleet: {', '.join(outcomes)} after {elapsed:.1f} s: {pages} pages "
+             f"this run by {workers} workers ({pages / elapsed if elapsed else 0:.1f} "
+             f"pages/s), {total('fetched')} fetched in all, {total('forwarded')} links "
+             f"forwarded, {total('queued')} still queued"]
+    for i in range(workers):
+        s = stats.get(i)
+        if s is None:
+            lines.append(f"  worker {i}: no figures (it published none this run)")
+            continue
+        share = int(s.get("session_pages") or 0) / pages if pages else 0.0
+        lines.append(
+            f"  worker {i}: {int(s.get('session_pages') or 0)} pages this run "
+            f"({100 * share:.0f}%), {int(s.get('fetched') or 0)} fetched in all, "
+            f"{int(s.get('queued') or 0)} still queued, {int(s.get('forwarded') or 0)} links "
+            f"forwarded, {int(s.get('received') or 0)} received"
+            + (f" ({s.get('outcome')})" if len(outcomes) > 1 else ""))
+    if any(str(s.get("outcome")) == LIMIT_REACHED for s in stats.values()):
+        lines.append(f"  state:  {state}  (a worker reached its page limit; continue with a "
+                     f"higher one: bloomcrawl resume {state} --max-pages N, N per worker)")
+    elif total("queued") or outcomes != ["finished"]:
+        lines.append(f"  state:  {state}  (continue with: bloomcrawl resume {state})")
+    return "\n".join(lines)
 
 

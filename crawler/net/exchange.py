@@ -9,11 +9,13 @@ file is the core's, so the record of the exchange lives here, below both.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from crawler.net.body import Body, sha1_text
 
-__all__ = ["Exchange", "payload_digest"]
+__all__ = ["Answer", "Exchange", "exchange_of", "payload_digest"]
 
 
 def payload_digest(body: bytes) -> str:
@@ -45,3 +47,63 @@ class Exchange:
 
     def payload_digest(self) -> str:
         return self.payload.digest()
+
+
+class _Target(Protocol):
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def raw_path_qs(self) -> str: ...
+
+
+class _Request(Protocol):
+    @property
+    def url(self) -> _Target: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class Answer(Protocol):
+    """A response whose headers have arrived, from either HTTP client: aiohttp's
+    ``ClientResponse`` or the lean client's ``http1.Response`` (which offers the
+    same attributes)."""
+
+    @property
+    def url(self) -> object: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def version(self) -> Sequence[int] | None: ...
+    @property
+    def raw_headers(self) -> Iterable[tuple[bytes, bytes]]: ...
+    @property
+    def request_info(self) -> _Request: ...
+
+
+def exchange_of(resp: Answer, *, started: float, ip: str | None,
+                proxied: bool = False) -> Exchange:
+    """The hop ``resp`` answered, as sent and received, for either client: headers as
+    on the wire (a ``request_info``'s headers are the ones the client wrote).
+
+    Through a proxy (``proxied``) the connection's address is the proxy's, so there
+    is no WARC-IP-Address; an http target is sent in absolute form (the whole URL
+    on the request line, RFC 9112 3.2.2), an https one in origin form inside the
+    CONNECT tunnel; the proxy's credentials stay out of the archive."""
+    info = resp.request_info
+    v = resp.version
+    version = f"HTTP/{v[0]}.{v[1]}" if v is not None else "HTTP/1.1"
+    absolute = proxied and info.url.scheme == "http"
+    target = str(info.url) if absolute else info.url.raw_path_qs or "/"
+    headers = [(k, val) for k, val in info.headers.items()
+               if not (proxied and k.lower() == "proxy-authorization")]
+    return Exchange(
+        url=str(resp.url), started=started, method=info.method,
+        target=target, request_headers=headers,
+        version=version, status=resp.status, reason=resp.reason or "",
+        response_headers=[(k.decode("latin-1"), val.decode("latin-1"))
+                          for k, val in resp.raw_headers],
+        ip=None if proxied else ip)

@@ -39,10 +39,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from crawler.config.ipliteral import ip_literal
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.settings import FetchSettings
 from crawler.net.body import Body
-from crawler.net.exchange import Exchange
+from crawler.net.exchange import Exchange, exchange_of
 from crawler.net.headers import (
     content_length,
     looks_like_html,
@@ -51,7 +52,7 @@ from crawler.net.headers import (
 )
 from crawler.net.http1 import Pool, Response
 from crawler.net.netguard import GuardedResolver, PrivateAddressError, check_literal_host
-from crawler.net.outcome import FetchResult, classify_error
+from crawler.net.outcome import BadResponse, FetchResult, classify_error
 
 __all__ = ["Fetcher", "TextFetch", "check_env_proxies", "decode_text"]
 
@@ -164,6 +165,11 @@ def _env_proxies() -> dict[str, str]:
     return {k: v for k, v in env.items() if k in ("http", "https", "no") and v}
 
 
+# A host whose last label is a number is an IPv4 address to the WHATWG URL standard
+_NUMBER_END = re.compile(r"(?:^|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?$")
+_HEX_END = frozenset("0123456789abcdefABCDEFxX.")  # what such a host can end in
+
+
 def _request_url(url: str) -> URL | str:
     """A yarl URL that aiohttp sends byte-for-byte, or a refusal reason string.
 
@@ -173,9 +179,15 @@ def _request_url(url: str) -> URL | str:
     """
     try:
         parsed = URL(url, encoded=url.isascii())
+        # yarl parses the authority lazily: a port past 65535 raises here
+        host = parsed.raw_host
+        if parsed.scheme not in ("http", "https") or not host:
+            return "invalid url"
+        if host[-1] in _HEX_END and ip_literal(host) is None and _NUMBER_END.search(host):
+            # an IPv4 address in another spelling (2130706433, 0x7f.1, 127.1) means
+            # what a browser makes of it; aiohttp would refuse it, a resolver take it
+            parsed = parsed.with_host(ada_url.URL(f"http://{host}/").hostname)
     except (ValueError, TypeError):
-        return "invalid url"
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
         return "invalid url"
     return parsed
 
@@ -215,14 +227,40 @@ class _Hop:
         self.headers: Mapping[str, str] | None = None
 
 
+class _Unretried(aiohttp.ClientConnectionError):
+    """A reset or disconnect on its way past aiohttp's hidden re-send (``_sent_once``);
+    ``failure`` is what was raised."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+async def _sent_once(req: aiohttp.ClientRequest,
+                     handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """A client middleware that makes every request aiohttp sends one that the fetch
+    counts: aiohttp re-sends an idempotent request once, unseen, after a reset or a
+    disconnect (RFC 9112 9.3.1; no public switch turns that off), but only for a
+    ``ClientOSError`` or ``ServerDisconnectedError`` out of the middlewares. Wrapped,
+    it is not retried, and ``_failed`` unwraps it. Every attempt then counts against
+    the URL's budget ([crawl] max_retries), as with the lean client."""
+    try:
+        return await handler(req)
+    except aiohttp.ClientConnectorError:
+        raise  # never re-sent by aiohttp: a connect failure
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
+        raise _Unretried(e) from e
+
+
 # What a hop's exchange can raise that is the server's or the network's doing.
-_FAILURES = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
+_FAILURES = (aiohttp.ClientError, HttpProcessingError, BadResponse, OSError, TimeoutError,
+             ValueError)
 
 
 def _failed(hop: _Hop, e: BaseException) -> None:
     """Record why a hop failed, and drop what it had read: a broken transfer is
     neither parsed nor archived."""
-    failure = classify_error(e)
+    failure = classify_error(e.failure if isinstance(e, _Unretried) else e)
     hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                               failure.interrupted)
     hop.body = hop.digest = None
@@ -335,13 +373,8 @@ class Fetcher:
                 # cookies of IP-address hosts too (they are crawl targets like names).
                 cookie_jar=aiohttp.CookieJar(unsafe=True) if s.cookies
                 else aiohttp.DummyCookieJar(),
+                middlewares=(_sent_once,),
             )
-            # aiohttp re-sends an idempotent request once, unseen, after a reset or a
-            # disconnect (its own TestClient turns that off the same way; there is
-            # no public switch). Off here: every request a server sees is one that
-            # ``attempts`` counts against the URL's budget ([crawl] max_retries).
-            if hasattr(self._session, "_retry_connection"):
-                self._session._retry_connection = False
         return self._session
 
     def _backoff(self, attempt: int) -> float:
@@ -485,7 +518,8 @@ class Fetcher:
             async with session.get(url, allow_redirects=False, timeout=timeout,
                                    **_proxy_args(proxy, url)) as resp:
                 if self.record:
-                    hop.exchange = _exchange(resp, started, peer[0], proxied=proxy is not None)
+                    hop.exchange = exchange_of(resp, started=started, ip=peer[0],
+                                               proxied=proxy is not None)
                 await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except _FAILURES as e:
             _failed(hop, e)
@@ -502,12 +536,7 @@ class Fetcher:
         try:
             resp = await pool.get(url, asyncio.get_running_loop().time() + max(budget, 0.001))
             if self.record:
-                v = resp.version
-                hop.exchange = Exchange(
-                    url=str(url), started=started, method="GET",
-                    target=url.raw_path_qs or "/", request_headers=pool.sent_headers(url),
-                    version=f"HTTP/{v[0]}.{v[1]}", status=resp.status, reason=resp.reason,
-                    response_headers=resp.raw_headers(), ip=resp.peer)
+                hop.exchange = exchange_of(resp, started=started, ip=resp.peer)
             await self._read(resp, hop, html_only=html_only, limit=limit, head=head)
         except _FAILURES as e:
             _failed(hop, e)
@@ -522,7 +551,7 @@ class Fetcher:
         literal IP was checked before; a name found public is trusted for
         ``dns_cache_ttl``, like a direct connection's DNS answer."""
         host = url.raw_host or ""
-        if _is_literal(host):  # refused before the request if not public
+        if ip_literal(host) is not None:  # refused before the request if not public
             return
         loop = asyncio.get_running_loop()
         if self._checked.get(host, 0.0) > loop.time():
@@ -609,12 +638,15 @@ class Fetcher:
 async def _stream(resp: aiohttp.ClientResponse | Response, body: Body, hop: _Hop,
                   limit: int) -> bool:
     """Read ``resp``'s body into ``body`` up to ``limit`` bytes; True: it was cut there
-    (the connection dropped instead of draining the rest, however much more comes)."""
+    (the connection dropped instead of draining the rest, however much more comes).
+
+    A cut body has ``nbytes`` = ``limit + 1`` whichever client read it and however
+    the bytes arrived: the last read asks for one byte past the limit, no more."""
     read = resp.content.read  # not iter_chunked: one coroutine less a chunk
-    while chunk := await read(_CHUNK):
+    while chunk := await read(min(_CHUNK, limit + 1 - hop.nbytes)):
         hop.nbytes += len(chunk)
         if hop.nbytes > limit:
-            body.write(chunk[:len(chunk) - (hop.nbytes - limit)])
+            body.write(chunk[:-1])
             resp.close()
             return True
         body.write(chunk)
@@ -638,39 +670,6 @@ async def _discard(resp: aiohttp.ClientResponse | Response, length: int | None, 
     if hop.exchange is not None and length != 0:
         hop.exchange.truncated = "length"
     resp.close()
-
-
-def _exchange(resp: aiohttp.ClientResponse, started: float, peer: str | None, *,
-              proxied: bool = False) -> Exchange:
-    """What was sent and what came back, headers as on the wire (aiohttp's
-    ``request_info.headers`` are the ones ``send`` wrote).
-
-    Through a proxy (``proxied``) the connection's address is the proxy's, so there
-    is no WARC-IP-Address; an http target is sent in absolute form (aiohttp writes
-    the whole URL on the request line, RFC 9112 3.2.2), an https one in origin form
-    inside the CONNECT tunnel; the proxy's credentials stay out of the archive."""
-    info = resp.request_info
-    v = resp.version
-    version = f"HTTP/{v.major}.{v.minor}" if v is not None else "HTTP/1.1"
-    absolute = proxied and info.url.scheme == "http"
-    target = str(info.url) if absolute else info.url.raw_path_qs or "/"
-    headers = [(k, val) for k, val in info.headers.items()
-               if not (proxied and k.lower() == "proxy-authorization")]
-    return Exchange(
-        url=str(resp.url), started=started, method=info.method,
-        target=target, request_headers=headers,
-        version=version, status=resp.status, reason=resp.reason or "",
-        response_headers=[(k.decode("latin-1"), v.decode("latin-1"))
-                          for k, v in resp.raw_headers],
-        ip=None if proxied else peer)
-
-
-def _is_literal(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.strip("[]"))
-    except OSError:
-        return False
-    return True
 
 
 def decode_text(body: bytes, charset: str | None) -> str:

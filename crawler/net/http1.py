@@ -10,9 +10,13 @@ with ``[fetch] client = "aiohttp"``.
 
 It keeps aiohttp's behaviour where the crawl can see it: the same request
 headers (its Accept-Encoding included), its header limits (8190-byte lines, 128
-fields), its decoders (``aiohttp.compression_utils``, fed at most a chunk at a
-time so a compression bomb is cut by the size cap like any body), and it raises
-aiohttp's exception types so ``classify_error`` files every failure as before.
+fields), its decoding (``crawler.net.contentcoding``, fed at most a chunk at a
+time so a compression bomb is cut by the size cap like any body), and its
+failures are the types ``classify_error`` files as aiohttp's (aiohttp's public
+``ServerDisconnectedError`` and ``ClientPayloadError``; ``BadResponse``,
+``ConnectError`` and ``ResolveError`` of ``crawler.net.outcome`` where aiohttp's
+own can only be built from its internals). It uses no aiohttp name that aiohttp
+does not export.
 Timeouts: a total deadline for the whole exchange, a connect timeout per
 connection, and a read timeout between two reads of the headers or the body.
 """
@@ -24,28 +28,19 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from aiohttp import ClientConnectorDNSError, ClientConnectorError, hdrs
+from aiohttp import ClientPayloadError, ServerDisconnectedError, hdrs
 from aiohttp.abc import AbstractResolver
-from aiohttp.client_exceptions import ClientPayloadError, ServerDisconnectedError
-from aiohttp.client_reqrep import ClientRequest, ConnectionKey
-from aiohttp.compression_utils import (
-    HAS_BROTLI,
-    HAS_ZSTD,
-    BrotliDecompressor,
-    ZLibDecompressor,
-    ZSTDDecompressor,
-)
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["ACCEPT_ENCODING", "Pool", "Response"]
+from crawler.config.ipliteral import ip_literal
+from crawler.net.contentcoding import ACCEPT_ENCODING, DecodeError, Decoder, decoder_for
+from crawler.net.outcome import BadResponse, ConnectError, ResolveError
 
-# What aiohttp sends unless told otherwise: the encodings its installed decoders handle.
-ACCEPT_ENCODING: str = ClientRequest.DEFAULT_HEADERS[hdrs.ACCEPT_ENCODING]
-_ENCODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
+__all__ = ["Pool", "Response", "Sent"]
+
 _MAX_LINE = 8190  # aiohttp's max_line_size and max_field_size
 _MAX_HEADERS = 128  # aiohttp's max_headers for a response
 _MAX_HEAD = _MAX_LINE * (_MAX_HEADERS + 2)
@@ -130,19 +125,31 @@ def _expire(fut: asyncio.Future[None]) -> None:
         fut.set_exception(TimeoutError())
 
 
+class Sent(NamedTuple):
+    """A request as sent (the fields of aiohttp's ``RequestInfo`` the WARC reads)."""
+
+    url: URL
+    method: str
+    headers: CIMultiDictProxy[str]
+
+
 class Response:
     """A response whose headers have arrived; the body is pulled with ``read``.
 
     Duck-types the part of ``aiohttp.ClientResponse`` the fetch uses: ``status``,
-    ``headers``, ``read()``, ``content.read(n)`` and ``close()``."""
+    ``headers``, ``read()``, ``content.read(n)`` and ``close()``, and for the WARC
+    (``crawler.net.exchange.exchange_of``) ``url``, ``version``, ``reason``,
+    ``raw_headers`` and ``request_info``."""
 
     __slots__ = ("_chunk_left", "_conn", "_decoder", "_done", "_encoding", "_framing",
-                 "_head_bytes", "_mode", "_more", "_pool", "_raw_seen", "_read_timeout",
-                 "_remaining", "_reuse", "content", "deadline", "headers", "peer", "reason",
-                 "status", "version")
+                 "_head_bytes", "_mode", "_pool", "_read_timeout", "_remaining", "_reuse",
+                 "_spill", "content", "deadline", "headers", "peer", "reason", "status", "url",
+                 "version")
 
-    def __init__(self, pool: Pool, conn: _Conn, deadline: float, read_timeout: float) -> None:
+    def __init__(self, pool: Pool, conn: _Conn, url: URL, deadline: float,
+                 read_timeout: float) -> None:
         self._pool = pool
+        self.url = url
         self._conn: _Conn | None = conn
         self.deadline = deadline
         self._read_timeout = read_timeout
@@ -155,10 +162,9 @@ class Response:
         self._chunk_left = -1  # chunked: bytes left of this chunk (-1: a size line is next)
         self._done = False
         self._reuse = False
-        self._decoder: Any = None
+        self._decoder: Decoder | None = None
         self._encoding = ""
-        self._more = False  # the decoder may have output without more input
-        self._raw_seen = 0
+        self._spill = b""  # decoded bytes past what the last ``read(n)`` could return
         self._framing: dict[str, list[str]] = {}
         self._head_bytes = b""
         self.peer = conn.peer
@@ -175,7 +181,7 @@ class Response:
             if not (100 <= self.status < 200) or self.status == 101:
                 break
         if self.status == 101:
-            raise BadHttpMessage("unexpected 101 Switching Protocols")
+            raise BadResponse("unexpected 101 Switching Protocols")
         self._frame()
         if self._mode == _CHUNKED and b"\n" in conn.buf:
             # a bad first chunk-size line that came with the headers fails the response
@@ -197,7 +203,7 @@ class Response:
                 del buf[:end + 4]
                 return head
             if len(buf) > _MAX_HEAD:
-                raise LineTooLong(bytes(buf[:100]) + b"...", _MAX_HEAD)
+                raise BadResponse(f"response head over {_MAX_HEAD} bytes")
             if conn.eof:
                 if conn.exc is not None and isinstance(conn.exc, OSError):
                     raise conn.exc
@@ -205,38 +211,45 @@ class Response:
             start = max(0, len(buf) - 3)
             await conn.wait(self.deadline, self._read_timeout)
 
-    def raw_headers(self) -> list[tuple[str, str]]:
-        """The response's header fields in order, as received (latin-1), for the WARC."""
+    @property
+    def raw_headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The response's header fields in order, as received, as aiohttp gives them."""
         out = []
         for line in self._head_bytes.split(b"\n")[1:]:
-            name, _, value = line.decode("latin-1").partition(":")
-            out.append((name, value.strip(" \t\r")))
-        return out
+            name, _, value = line.partition(b":")
+            out.append((name, value.strip(b" \t\r")))
+        return tuple(out)
+
+    @property
+    def request_info(self) -> Sent:
+        """The request as sent, as aiohttp's ``request_info`` gives it."""
+        headers = CIMultiDictProxy(CIMultiDict(self._pool.sent_headers(self.url)))
+        return Sent(self.url, "GET", headers)
 
     def _parse(self, head: bytes) -> None:
         self._head_bytes = head
         text = head.decode("utf-8", "surrogateescape")
         lines = text.split("\n")
         if len(head) > _MAX_LINE and any(len(line) > _MAX_LINE + 1 for line in lines):
-            raise LineTooLong(head[:100] + b"...", _MAX_LINE)
+            raise BadResponse(f"a header line over {_MAX_LINE} bytes")
         line = lines[0].rstrip("\r")
         version, _, rest = line.partition(" ")
         code, _, reason = rest.partition(" ")
         if (len(version) != 8 or version[:5] != "HTTP/" or version[6] != "."
                 or version[5] not in _DIGITS or version[7] not in _DIGITS
                 or len(code) != 3 or not code.isdigit() or not code.isascii()):
-            raise BadHttpMessage(f"bad status line {line[:100]!r}")
+            raise BadResponse(f"bad status line {line[:100]!r}")
         self.version = (ord(version[5]) - 48, ord(version[7]) - 48)
         self.status = int(code)
         self.reason = reason
         if len(lines) - 1 > _MAX_HEADERS:
-            raise BadHttpMessage("Too many headers received")
+            raise BadResponse("Too many headers received")
         fields = []
         framing: dict[str, list[str]] = {}
         for raw in lines[1:]:
             name, sep, value = raw.partition(":")
             if not sep or not name or name != name.strip(" \t"):
-                raise BadHttpMessage(f"bad header line {raw[:100]!r}")
+                raise BadResponse(f"bad header line {raw[:100]!r}")
             value = value.strip(" \t\r")
             fields.append((name, value))
             low = name.lower()
@@ -258,14 +271,14 @@ class Response:
             self._mode = _NONE
         elif te is not None:
             if lengths:
-                raise BadHttpMessage("Transfer-Encoding can't be present with Content-Length")
+                raise BadResponse("Transfer-Encoding can't be present with Content-Length")
             if te.rsplit(",", 1)[-1].strip().lower() == "chunked":
                 self._mode = _CHUNKED
             else:
                 self._mode, keep = _CLOSE, False
         elif lengths:
             if len(set(lengths)) != 1 or not lengths[0].isdigit() or not lengths[0].isascii():
-                raise BadHttpMessage(f"bad Content-Length {lengths[0][:40]!r}")
+                raise BadResponse(f"bad Content-Length {lengths[0][:40]!r}")
             self._mode, self._remaining = _LENGTH, int(lengths[0])
             if self._remaining == 0:
                 self._mode = _NONE
@@ -276,18 +289,12 @@ class Response:
             self._finish()
             return
         enc = f["content-encoding"][0] if "content-encoding" in f else ""
-        if enc.isascii() and enc.lower() in _ENCODINGS:
-            self._encoding = enc = enc.lower()
-            if enc == "br":
-                if not HAS_BROTLI:
-                    raise BadHttpMessage("Can not decode content-encoding: brotli (br)")
-                self._decoder = BrotliDecompressor()
-            elif enc == "zstd":
-                if not HAS_ZSTD:
-                    raise BadHttpMessage("Can not decode content-encoding: zstandard (zstd)")
-                self._decoder = ZSTDDecompressor()
-            else:
-                self._decoder = ZLibDecompressor(encoding=enc)
+        if enc and enc.isascii():
+            self._encoding = enc.lower()
+            try:
+                self._decoder = decoder_for(self._encoding)
+            except DecodeError as e:  # br or zstd without its library
+                raise BadResponse(str(e)) from None
 
     # --- body -----------------------------------------------------------------------------
 
@@ -336,10 +343,10 @@ class Response:
                 line = bytes(conn.buf[:end])
                 del conn.buf[:end + 1]
                 if len(line) > _MAX_LINE:
-                    raise LineTooLong(line[:100] + b"...", _MAX_LINE)
+                    raise BadResponse(f"a line over {_MAX_LINE} bytes")
                 return line.rstrip(b"\r")
             if len(conn.buf) > _MAX_LINE:
-                raise LineTooLong(bytes(conn.buf[:100]) + b"...", _MAX_LINE)
+                raise BadResponse(f"a line over {_MAX_LINE} bytes")
             if conn.eof:
                 raise ClientPayloadError("Response payload is not completed")
             await conn.wait(self.deadline, self._read_timeout)
@@ -347,14 +354,14 @@ class Response:
     async def _chunk(self, conn: _Conn, most: int) -> bytes:
         while self._chunk_left <= 0:
             if self._chunk_left == 0 and await self._line(conn):  # the CRLF after the data
-                raise BadHttpMessage("chunk data not followed by CRLF")
+                raise BadResponse("chunk data not followed by CRLF")
             n = self._check_size_line(await self._line(conn))
             if n == 0:
                 for _ in range(_MAX_HEADERS + 1):  # trailers, up to an empty line
                     if not await self._line(conn):
                         self._finish()
                         return b""
-                raise BadHttpMessage("Too many trailers")
+                raise BadResponse("Too many trailers")
             self._chunk_left = n
         while not conn.buf:
             if conn.eof:
@@ -375,7 +382,7 @@ class Response:
                 raise ValueError
             return int(size, 16)
         except ValueError:
-            raise BadHttpMessage(f"bad chunk size {size[:40]!r}") from None
+            raise BadResponse(f"bad chunk size {size[:40]!r}") from None
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` decoded body bytes (-1: all of it); b"" once the body ended."""
@@ -387,42 +394,27 @@ class Response:
         dec = self._decoder
         if dec is None:
             return await self._raw(n)
-        while True:
-            if self._more:
-                out = dec.decompress_sync(b"", max_length=n)
-                self._more = dec.data_available
-                if out:
-                    return out
-            raw = await self._raw(n)
-            if not raw:
-                self._end_decoding()
-                return b""
-            if not self._raw_seen and self._encoding == "deflate" and raw[0] & 0xF != 8:
-                dec = self._decoder = ZLibDecompressor(encoding="deflate",
-                                                       suppress_deflate_header=True)
-            self._raw_seen += len(raw)
-            try:
-                out = dec.decompress_sync(raw, max_length=n)
-            except Exception:
-                raise ClientPayloadError(
-                    f"Can not decode content-encoding: {self._encoding}") from None
-            self._more = dec.data_available
-            if out:
-                return out
-
-    def _end_decoding(self) -> None:
-        dec, self._decoder = self._decoder, None
-        if dec is None:
-            return
+        if self._spill:
+            out, self._spill = self._spill[:n], self._spill[n:]
+            return out
         try:
-            tail = dec.flush()
-        except Exception:
+            while True:
+                if dec.more:
+                    out = dec.decompress(b"", n)
+                else:
+                    raw = await self._raw(n)
+                    if not raw:
+                        self._decoder = None
+                        dec.finish()
+                        return b""
+                    out = dec.decompress(raw, n)
+                if out:
+                    if len(out) > n:  # brotli's bound is a hint
+                        out, self._spill = out[:n], out[n:]
+                    return out
+        except DecodeError:
             raise ClientPayloadError(
                 f"Can not decode content-encoding: {self._encoding}") from None
-        if tail:  # aiohttp asserts this never happens; a page is never silently cut
-            raise ClientPayloadError(f"Can not decode content-encoding: {self._encoding}")
-        if self._raw_seen and self._encoding == "deflate" and not dec.eof:
-            raise ClientPayloadError("Can not decode content-encoding: deflate")
 
     # --- the connection -------------------------------------------------------------------
 
@@ -501,7 +493,7 @@ class Pool:
         except BaseException:
             self._give_back()
             raise
-        resp = Response(self, conn, deadline, self._read_timeout)
+        resp = Response(self, conn, url, deadline, self._read_timeout)
         try:
             assert conn.transport is not None
             conn.transport.write(request)
@@ -580,8 +572,10 @@ class Pool:
         try:
             async with asyncio.timeout_at(deadline):
                 infos = await self._resolve(key, loop)
+        except TimeoutError:
+            raise  # a lookup that did not answer in time: a timeout, as with aiohttp
         except OSError as e:
-            raise ClientConnectorDNSError(_conn_key(key), e) from e
+            raise ResolveError(key[0], key[1], e) from e
         last: OSError | None = None
         factory: Callable[[], _Conn] = _Conn
         for info in infos:
@@ -599,12 +593,13 @@ class Pool:
             conn.peer = str(peer[0]) if peer else None
             return conn
         assert last is not None
-        raise ClientConnectorError(_conn_key(key), last) from last
+        raise ConnectError(key[0], key[1], last) from last
 
     async def _resolve(self, key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> list[Any]:
         host, port = key
-        if _is_ip(host):
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        ip = ip_literal(host)
+        if ip is not None:
+            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
             return [{"host": host, "port": port, "family": family, "proto": 0, "flags": 0}]
         hit = self._dns.get(key)
         now = loop.time()
@@ -624,15 +619,3 @@ class Pool:
                 conn.close()
         self._idle.clear()
         self._nidle = 0
-
-
-def _conn_key(key: tuple[str, int]) -> ConnectionKey:
-    return ConnectionKey(key[0], key[1], False, True, None, None, None, None)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
-    except OSError:
-        return False
-    return True

@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from crawler.config.ipliteral import IPAddress, ip_literal
+
 __all__ = [
     "GuardedResolver",
     "PrivateAddressError",
     "check_literal_host",
     "is_public_address",
 ]
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _SHARED_V4 = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT (RFC 6598)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix embeds an IPv4
@@ -71,19 +71,12 @@ class PrivateAddressError(OSError):
     """A target resolved only to addresses the crawler must not connect to."""
 
 
-def _literal_ip(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None
-
-
 def check_literal_host(host: str) -> str | None:
     """Refusal reason when `host` is a literal non-public IP address, else None.
 
     Names are left to `GuardedResolver`; this covers what aiohttp never resolves.
     """
-    addr = _literal_ip(host)
+    addr = ip_literal(host)
     if addr is not None and not is_public_address(addr):
         return f"refused private address {addr}"
     return None

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from crawler.net.exchange import Exchange
 
-__all__ = ["Failure", "FetchResult", "classify_error", "failure_cause"]
+__all__ = ["BadResponse", "ConnectError", "Failure", "FetchResult", "ResolveError",
+           "classify_error", "failure_cause"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,30 @@ class FetchResult:
         return status is None or status >= 500 or status == 429 or self.interrupted
 
 
+class BadResponse(Exception):
+    """A response that breaks HTTP/1.1 or its limits, from the lean client
+    (``crawler.net.http1``); aiohttp raises its ``HttpProcessingError``."""
+
+
+class ConnectError(OSError):
+    """The lean client found no connection to ``host``:``port``; ``os_error`` says
+    why. aiohttp's ``ClientConnectorError`` is the same fact, but can only be made
+    from a key of aiohttp's connection pool."""
+
+    def __init__(self, host: str, port: int, os_error: OSError) -> None:
+        super().__init__(os_error.errno, os_error.strerror)
+        self.host = host
+        self.port = port
+        self.os_error = os_error
+
+    def __str__(self) -> str:
+        return f"Cannot connect to host {self.host}:{self.port} [{self.strerror or self.os_error}]"
+
+
+class ResolveError(ConnectError):
+    """The host's name did not resolve, or only to addresses the guard refuses."""
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A request that raised instead of answering."""
@@ -84,14 +109,14 @@ def classify_error(exc: BaseException) -> Failure:
 
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError
         return Failure("timeout", True, True)
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+    if isinstance(exc, aiohttp.ClientConnectorDNSError | ResolveError):
         cause = exc.os_error
         if isinstance(cause, PrivateAddressError):
             return Failure(str(cause), False, False)
         return Failure("dns error", getattr(cause, "errno", None) == socket.EAI_AGAIN, False)
     if isinstance(exc, aiohttp.ClientSSLError):
         return Failure("tls error", False, False)
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectError):
         if exc.os_error.errno == errno.ECONNREFUSED:
             return Failure("connection refused", True, True)
         return Failure(f"connect error: {exc.os_error.strerror or exc.os_error}", True, False)
@@ -101,7 +126,7 @@ def classify_error(exc: BaseException) -> Failure:
         return Failure("connection reset (incomplete body)", True, True)
     if isinstance(exc, aiohttp.InvalidURL | ValueError):
         return Failure("invalid url", False, False)
-    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
+    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError | BadResponse):
         return Failure("bad http response", False, False)
     if isinstance(exc, OSError):
         if exc.errno in (errno.ECONNRESET, errno.EPIPE):

@@ -4,9 +4,9 @@ never imports aiohttp.web."""
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 
+from crawler.config.ipliteral import ip_literal
 from crawler.core.state.state import CrawlError
 
 __all__ = ["UiAddressError", "bind_ui", "parse_ui_address", "ui_url"]
@@ -47,10 +47,8 @@ def parse_ui_address(text: str, *, public: bool = False) -> tuple[str, int]:
 def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    addr = ip_literal(host)
+    return addr is not None and addr.is_loopback
 
 
 def bind_ui(host: str, port: int) -> socket.socket:

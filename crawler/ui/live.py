@@ -113,9 +113,6 @@ class EngineProbe:
         e = self.engine
         self.tally.feed_lines(self._tail.read())
         status = e.status()
-        status["capacity"] = e.seen.geometry.capacity
-        if not e.frontier.closed:  # the engine's outcome is its value once it ends
-            status["outcome"] = "running"
         pages, nbytes = e.session.pages, self.tally.bytes
         now = time.monotonic()
         rate = brate = 0.0
@@ -159,9 +156,12 @@ class FleetProbe:
             stats = await self._fleet_stats()
         except Exception:  # Redis away for a moment: the pages still count
             stats = {}
-        per = [stats.get(i, {}) for i in range(self.workers)]
+        # a worker that has not published yet this run is starting (the supervisor
+        # cleared the last run's figures)
+        per = [stats.get(i) or {"outcome": "starting"} for i in range(self.workers)]
         status = totals_of_workers(per)
         status["state_dir"] = str(self.state)
+        status["outcome"] = fleet_outcome([str(s.get("outcome")) for s in per])
         total = PageTally()
         for t in self.tallies:
             total.merge(t)
@@ -186,6 +186,14 @@ class FleetProbe:
         return {"status": status, "tally": total, "storage": storage, "top_hosts": rows,
                 "pages_per_s": float(status.get("rate") or 0.0), "bytes_per_s": brate,
                 "workers": workers}
+
+
+def fleet_outcome(outcomes: list[str]) -> str:
+    """A fleet runs while any of its workers does (or is starting); then its outcome is
+    its workers' (``finished``, or ``finished, max pages reached``)."""
+    if any(o in ("running", "starting") for o in outcomes):
+        return "running"
+    return ", ".join(sorted(set(outcomes))) or "running"
 
 
 class Dashboard:

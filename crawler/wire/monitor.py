@@ -261,6 +261,11 @@ class FleetMonitor:
         got = await self._call("stop", lambda: self._redis.get(self.keys.stop))  # type: ignore[union-attr]
         return int(got or 0) > self._stop_base
 
+    async def clear_stats(self) -> None:
+        """Forget every worker's published figures: a resumed fleet's supervisor starts
+        with none, so nothing of the previous run passes for this one's."""
+        await self._call("stats", lambda: self._redis.delete(self.keys.stats))  # type: ignore[union-attr]
+
     async def fleet_stats(self) -> dict[int, dict[str, Any]]:
         """Every worker's last ``publish_stats``, by worker id."""
         got = await self._call("stats", lambda: self._redis.hgetall(self.keys.stats))  # type: ignore[union-attr]

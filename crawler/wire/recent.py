@@ -5,8 +5,9 @@ becomes the old set and the previous old set is dropped. A key found in the old
 set is moved back to the young one, so keys in steady use survive every swap.
 This costs two set operations per insert, where an ``OrderedDict`` LRU costs a
 linked-list update on every hit as well. The fleet's relay keeps the keys it
-forwarded lately here (``crawler.wire.relay``); the seen-test's cache, by
-fingerprint and with the same two generations, is ``dedup.store.confirmed``.
+forwarded lately here (``crawler.wire.relay``). (The seen-test's cache of recent
+keys, ``dedup.store.seencore``, is set-associative with LRU buckets instead: a
+fixed memory budget of 16-byte fingerprints, one cache line a lookup.)
 """
 
 from __future__ import annotations

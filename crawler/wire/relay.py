@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Coroutine, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -35,12 +36,19 @@ __all__ = ["Relay"]
 
 log = logging.getLogger("crawler.fleet")
 
+# set by a ``fleet`` supervisor (crawler.fleet.supervisor) in its workers' environment
+SUPERVISED_ENV = "BLOOMCRAWL_FLEET_SUPERVISOR"
 _WAIT_NOTICE = 5.0  # seconds idle here, the fleet not done, before saying so
 _WAIT_REPEAT = 60.0
 
-_PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "errors", "skipped", "queued",
-              "in_flight", "hosts", "new", "forwarded", "received", "redis_calls",
-              "session_pages", "worker_id")
+# what a worker publishes for its fleet's progress line, summary and dashboard: the
+# figures a single process's dashboard shows (crawler.ui.doc), this worker's
+_PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "fetched_with_errors", "failed",
+              "errors", "failed_causes", "given_up", "skipped", "queued", "in_flight", "hosts",
+              "session_pages", "fill", "expected_fpr", "estimated_count", "capacity", "layers",
+              "shards", "links", "new", "repeats", "rejected", "bloom_definitely_new",
+              "bloom_maybe", "confirm_cache_hits", "ledger_queries", "false_positives",
+              "forwarded", "received", "redis_calls", "worker_id")
 
 
 class Crawl(Protocol):
@@ -225,16 +233,19 @@ class Relay:
                     await self._wake.wait()
 
     async def _say_waiting(self) -> None:
-        """Idle here while the fleet is not done: say so, or a lone worker looks hung."""
+        """Idle here while the fleet is not done: say so, or a lone worker looks hung.
+        One a ``fleet`` supervisor runs says only that: the supervisor runs (and
+        stops) every worker, so the advice for a worker started by hand is not for it."""
         t = self.transport
         with contextlib.suppress(Exception):
             st = await t.fleet_status()
-            self._crawl.message(
-                f"bloomcrawl: worker {t.worker_id}: nothing left to do here; waiting for the "
-                f"fleet ({st['idle']} of {st['workers']} workers idle, {st['backlog']} "
-                "batches of links not yet taken). Every worker must run for the fleet to "
-                "finish: 'bloomcrawl resume FLEETDIR' resumes them all. Ctrl-C stops this "
-                "one (resumable).")
+            text = (f"bloomcrawl: worker {t.worker_id}: nothing left to do here; waiting for "
+                    f"the fleet ({st['idle']} of {st['workers']} workers idle, {st['backlog']} "
+                    "batches of links not yet taken)")
+            if not os.environ.get(SUPERVISED_ENV):
+                text += (". Every worker must run for the fleet to finish: 'bloomcrawl resume "
+                         "FLEETDIR' resumes them all. Ctrl-C stops this one (resumable).")
+            self._crawl.message(text)
 
     async def _guard(self, loop: Coroutine[Any, Any, None]) -> None:
         """A fleet task that fails (Redis gone for good) stops the crawl with its error."""

@@ -1,18 +1,23 @@
 """Recover what is readable of a damaged ledger: ``bloomcrawl repair DIR``.
 
 Why a salvage and not a rebuild from the shards: the Bloom filter cannot list
-its keys, and the ledger is the record of truth. Every table is a rowid table,
-so its rows are read by rowid range; a range that hits a damaged page is split
-in two until the damage is fenced in, so one bad page costs only the rows on it
-(SQLite's own ``.recover`` needs the sqlite3 shell, which a crawl host may lack).
-The readable rows go to a scratch file with the ledger's schema, and from there
-through the same portable row stream that fleet merge and resize use into a new
-journal: seqs are re-issued, counters kept by the journal itself, rows whose
-admission was lost are dropped (a URL still queued whose text was lost leaves
-the frontier; it is new again if a page links to it). The damaged files are kept
-beside the new ledger, the fingerprint index and the shard files are rebuilt.
-A WAL with a damaged frame is read as SQLite reads it, up to that frame; the
-commits after it are lost (the crawl's pages.jsonl puts its pages back).
+its keys, and the ledger is the record of truth. Its tables but one are rowid
+tables, so their rows are read by rowid range; a range that hits a damaged page
+is split in two until the damage is fenced in, so one bad page costs only the
+rows on it (SQLite's own ``.recover`` needs the sqlite3 shell, which a crawl host
+may lack); ``contents`` (keyed by text) is read from both ends. Every value is
+read as the bytes stored (text that is not UTF-8 included: the sqlite3 module
+would refuse the whole read) and each row is judged by its checksum, so nothing
+a damaged row holds can stop the salvage. The readable rows go to a scratch file
+with the ledger's schema, and from there through the same portable row stream
+that fleet merge and resize use into a new journal: seqs are re-issued (the
+``notes`` runs follow their rows), counters kept by the journal itself, rows
+whose admission was lost are dropped (a URL still queued whose text was lost
+leaves the frontier: the caller may find it again, ``index_keys`` says which).
+The damaged files are kept beside the new ledger, the fingerprint index and the
+shard files are rebuilt. A WAL with a damaged frame is read as SQLite reads it,
+up to that frame; the commits after it are lost (the crawl's pages.jsonl puts
+its pages back).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from dedup.base.errors import LedgerDamaged, StateFormatError
 from dedup.index.fpindex import MANIFEST, read_manifest
 from dedup.index.runs import TOMBSTONE, Run, RunFileError
 from dedup.journal.format import (
+    CHECKED_TABLES,
     CRC_TABLES,
     FORMAT,
+    NOTES_TABLES,
     ROW_COLUMNS,
     SCHEMA,
     PortableRow,
@@ -68,7 +75,8 @@ class Damage:
 
 def classify(state_dir: str | os.PathLike[str]) -> Damage:
     """Read the ledger once, as a resume would before its first fetch (WAL frames,
-    every row and its checksum), and say what is damaged. O(ledger)."""
+    SQLite's structure check, every row and its checksum), and say what is damaged.
+    O(ledger)."""
     path = ledger_path(Path(state_dir))
     damage = Damage()
     try:
@@ -168,6 +176,10 @@ def salvage_table(src: sqlite3.Connection, dst: sqlite3.Connection, table: str,
 
 
 def _row_ok(table: str, row: tuple) -> bool:
+    """Whether a row read with :func:`_raw_text` is whole: every text UTF-8 (its bytes
+    came back unchanged), then its crc (``meta``: its key text, its value JSON)."""
+    if not all(v.__class__ is not str or v.isascii() or _is_utf8(v) for v in row):
+        return False
     if table == "meta":
         try:
             json.loads(row[1])
@@ -175,6 +187,23 @@ def _row_ok(table: str, row: tuple) -> bool:
             return False
         return isinstance(row[0], str)
     return crc_ok(row)
+
+
+def _raw_text(raw: bytes) -> str:
+    """The salvage's ``text_factory``: a TEXT value's bytes, whatever they are, as a
+    str (bytes that are not UTF-8 become lone surrogates, ``surrogateescape``), so
+    that no value can make a read fail; the row is then judged whole or not by
+    :func:`_row_ok` (its checksum covers the text as written)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` (read by :func:`_raw_text`) was UTF-8: it holds no lone surrogate."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _next_readable(src: sqlite3.Connection, select: str, after: int,
@@ -318,16 +347,23 @@ def _salvage(path: Path, scratch: Path, report: RepairReport) -> None:
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error:
         src = sqlite3.connect(":memory:")  # nothing readable: every table comes out empty
+    src.text_factory = _raw_text
     dst = sqlite3.connect(scratch, isolation_level=None)
     pages = max(1, path.stat().st_size // 4096 if path.exists() else 1)
     spent = 0
     try:
         dst.executescript("BEGIN;" + SCHEMA + "COMMIT;")
         dst.execute("BEGIN")
-        crc = {t: _crc_column(src, t) for t in CRC_TABLES}
-        for table in ("meta", *CRC_TABLES):
+        crc = {t: _crc_column(src, t) for t in CHECKED_TABLES}
+        for table in ("meta", *CRC_TABLES, *NOTES_TABLES):
+            if table in NOTES_TABLES and not _has_table(src, table):
+                continue  # a ledger written before the notes tables
             probes = _Probes(pages)  # each table its own: one cannot starve the others
-            kept, stretches, bad = salvage_table(src, dst, table, crc.get(table, "crc"), probes)
+            if table == "contents":  # keyed by its digest text (WITHOUT ROWID)
+                kept, stretches, bad = _salvage_keyed(src, dst, table, crc[table], probes)
+            else:
+                kept, stretches, bad = salvage_table(src, dst, table, crc.get(table, "crc"),
+                                                     probes)
             spent += probes.spent
             report.kept[table], report.bad_ranges[table] = kept, stretches
             report.bad_rows[table] = bad
@@ -337,6 +373,44 @@ def _salvage(path: Path, scratch: Path, report: RepairReport) -> None:
         src.close()
         dst.close()
     report.probes = spent
+
+
+def _salvage_keyed(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, crc: str,
+                   probes: _Probes) -> tuple[int, int, int]:
+    """``salvage_table`` for a table without rowids: read in key order from the first
+    key, and if a read fails, from the last key backwards, so one damaged stretch
+    costs the rows in it (two reads)."""
+    cols = ROW_COLUMNS[table]
+    select = f"SELECT {', '.join(cols)}, {crc} FROM {table} ORDER BY {cols[0]} "
+    insert = (f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}, crc) "
+              f"VALUES ({','.join('?' * (len(cols) + 1))})")
+    kept_before = dst.total_changes
+    bad: set[object] = set()
+    stretches = 0
+    for order in ("ASC", "DESC"):
+        if not probes.spend():
+            break
+        got: list[tuple] = []
+        try:
+            got.extend(src.execute(select + order))
+        except sqlite3.DatabaseError:
+            stretches = 1
+        good = [r for r in got if _row_ok(table, r)]
+        bad.update(r[0] for r in got if not _row_ok(table, r))
+        dst.executemany(insert, good)
+        if not stretches:
+            break
+    return dst.total_changes - kept_before, stretches, len(bad)
+
+
+def _has_table(src: sqlite3.Connection, table: str) -> bool:
+    """Whether the damaged ledger's schema names ``table`` (an unreadable schema: yes,
+    and the salvage finds out what of it reads)."""
+    try:
+        return src.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                           (table,)).fetchone() is not None
+    except sqlite3.DatabaseError:
+        return True
 
 
 def _crc_column(src: sqlite3.Connection, table: str) -> str:
@@ -364,7 +438,11 @@ def _rebuild_journal(scratch: Path, fresh: Path, report: RepairReport,
         for key, value in meta.items():
             new.meta_set(key, value)
         test = row_filter(meta) if row_filter is not None else None
-        report.rows = import_rows(new, _kept(rows(old), report, test))
+        notes = _Renumbered(old.notes(), new.last_seq() + 1)
+        report.rows = import_rows(new, _kept(zip(rows(old), _seqs(old), strict=True), report,
+                                             test, notes.keep))
+        new.note_runs(notes.close())
+        new.content_add(old.contents())
         new.commit()
     if Path(f"{fresh}-wal").exists():  # pragma: no cover - the last close checkpoints
         raise LedgerDamaged(f"{fresh}: the new ledger was not checkpointed")
@@ -395,9 +473,17 @@ def _find_orphans(old: Journal, report: RepairReport) -> None:
     report.lost_seqs = top - covered
 
 
-def _kept(stream: Iterator[PortableRow], report: RepairReport,
-          test: Callable[[PortableRow], str | None] | None) -> Iterator[PortableRow]:
-    for row in stream:
+def _seqs(journal: Journal) -> Iterator[int]:
+    """The seq of each row ``rows(journal)`` yields, in the same order."""
+    for b in journal.log_batches():
+        yield from range(b.seq, b.seq + b.n)
+
+
+def _kept(stream: Iterator[tuple[PortableRow, int]], report: RepairReport,
+          test: Callable[[PortableRow], str | None] | None,
+          keep: Callable[[int], None]) -> Iterator[PortableRow]:
+    """The rows carried over (``keep`` told each one's old seq, in order)."""
+    for row, seq in stream:
         if row.state is State.QUEUED and row.url is None:
             report.frontier_lost += 1  # admitted, never fetched, and its text is gone
             continue
@@ -405,7 +491,44 @@ def _kept(stream: Iterator[PortableRow], report: RepairReport,
         if why is not None:
             report.dropped[why] = report.dropped.get(why, 0) + 1
             continue
+        keep(seq)
         yield row
+
+
+class _Renumbered:
+    """The ``notes`` runs of the carried-over rows under their new seqs: the k-th row
+    kept gets seq ``first + k`` (``import_rows`` appends them in order), so the kept
+    seqs of one old run get one run of new seqs. A merge of two ordered streams: the
+    old runs (by first seq) and the kept seqs."""
+
+    def __init__(self, notes: Iterator[tuple[int, int, str | None]], first: int) -> None:
+        self._notes = notes
+        self._note = next(notes, None)
+        self._next = first
+        self._run: list[Any] | None = None  # [new first, new last, text] being built
+        self._out: list[tuple[int, int, str | None]] = []
+
+    def keep(self, old: int) -> None:
+        new = self._next
+        self._next += 1
+        while self._note is not None and self._note[1] < old:
+            self._end_run()
+            self._note = next(self._notes, None)
+        note = self._note
+        if note is not None and note[0] <= old:
+            if self._run is None:
+                self._run = [new, new, note[2]]
+            else:
+                self._run[1] = new
+
+    def _end_run(self) -> None:
+        if self._run is not None:
+            self._out.append((self._run[0], self._run[1], self._run[2]))
+            self._run = None
+
+    def close(self) -> list[tuple[int, int, str | None]]:
+        self._end_run()
+        return self._out
 
 
 def _remove_db(path: Path) -> None:

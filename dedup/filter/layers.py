@@ -103,7 +103,7 @@ class LayerStack:
                              rows)]
         self.nlayers = np.ones(rows, dtype=np.intp)
         # (words, row_words, m, k, salt) of each arena, as the compiled probes take them
-        # (stack_maybe; OneLink, which keeps their buffers while this tuple is the same):
+        # (stack_maybe; SeenCore.view, which keeps their buffers while this tuple is the same):
         # a new tuple when an arena is added, and only then
         self.probe_layers = self._probe_layers()
         self._full_logged = False

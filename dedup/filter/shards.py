@@ -166,12 +166,6 @@ class ShardedBloom(StackedFilter):
         h1, h2, row = self._row_of(fingerprint(key, self.seed))
         return self._stack.contains_one(h1, h2, row)
 
-    def contains_fingerprint(self, fp: bytes) -> bool:
-        """``in`` for a key already fingerprinted (16 bytes, the ``seed``'s): one key
-        with no numpy call, for a caller that asks about keys one at a time."""
-        h1, h2, row = self._row_of(fp)
-        return self._stack.contains_one(h1, h2, row)
-
     def maybe_fingerprints(self, fps: bytes | bytearray) -> list[int]:
         """Indexes of the fingerprints (16 bytes each, the ``seed``'s, concatenated)
         that may be in the filter, ascending: one call for a page's keys."""

@@ -178,10 +178,7 @@ class FingerprintIndex:
 
         Compiled, one C call asks every part (:meth:`_parts_probe`, buffers kept open
         between calls): asking each part from Python was ~4.5 us for one key, most
-        of a "maybe seen" ``add``; without it, key by key in Python. The compiled
-        ``UrlSeen.add`` asks ``_probe`` itself (``dedup/native/_held.h``) when no
-        ``_merge`` waits and it is kept, and calls this method otherwise: what this
-        answers must stay what that probe answers."""
+        of a "maybe seen" ``add``; without it, key by key in Python."""
         if self._merge is not None:
             self._install()
         lookup = _compiled.lookup

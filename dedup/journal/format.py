@@ -40,8 +40,8 @@ CREATE TABLE outcomes (seq INTEGER PRIMARY KEY, state INTEGER NOT NULL, status I
 # ``contents``, the first (name, date) seen with each content digest (the
 # crawler: WARC revisits and pages.jsonl's duplicate_of). Added to older
 # format-2 ledgers on open; their rows carry a crc too, checked on read and by
-# verify() (so classify and repair judge them), but repair, resize and merge do
-# not carry them (repair salvages CRC_TABLES only).
+# verify() (so classify and repair judge them); repair carries them (the notes
+# renumbered with their seqs), resize and merge do not.
 NOTES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, text TEXT,
                                   crc INTEGER);

@@ -46,8 +46,6 @@ One writer; readers (``stats`` while a crawl runs) open with ``readonly=True``.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
 import os
 import sqlite3
@@ -56,7 +54,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -72,7 +69,6 @@ from dedup.journal.format import (
     LEARN_TABLES,
     NOTES_SCHEMA,
     NOTES_TABLES,
-    ROW_COLUMNS,
     SCHEMA,
     Batch,
     JournalRow,
@@ -85,8 +81,8 @@ from dedup.journal.format import (
 )
 from dedup.journal.learned import HeldRow, LearnedTables, PrintRow, RuleRow
 from dedup.journal.queue import QueueTable, select_in
+from dedup.journal.verify import verify_ledger
 from dedup.journal.walcheck import check_wal
-from dedup.native import compiled
 
 # Measured with bench/journal_bench.py (bench/README.md, "Ledger format 2"): 1 KiB
 # pages wrote no less than 4 KiB ones. Checkpointing every 1,000 WAL pages keeps the
@@ -101,13 +97,18 @@ _NOTES_KEPT = 32_768  # runs note_of answers from RAM (~4 MB)
 _DONE = tuple(s for s in State if s is not State.QUEUED)
 
 
-@functools.cache
-def _same_sqlite(rowcrc: ModuleType) -> bool:
-    """Whether the compiled checksum pass links the SQLite library the sqlite3 module
-    uses: it opens its own connection, and two copies of SQLite in one process do
-    not see each other's locks."""
-    module = getattr(importlib.import_module("_sqlite3"), "__file__", None)
-    return module is not None and rowcrc.same_sqlite(os.fsencode(module))
+def utf8_text(raw: bytes) -> str:
+    """A TEXT value as the journal reads it (the connection's ``text_factory``): the
+    journal only ever writes UTF-8, so anything else is a damaged page. The sqlite3
+    module's own decoder reports it as an OperationalError, the class of a locked
+    or unreadable file; here it is a DatabaseError, the class of a malformed page,
+    so every caller that tells damage from a busy disk (``classify``, ``verify``,
+    the open) names it damage and the way out (``bloomcrawl repair``)."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise sqlite3.DatabaseError(
+            f"text that is not UTF-8 (byte {exc.start} of {raw[:48]!r})") from None
 
 
 _COUNTER_KEYS = ("admitted", "forgotten", *(s.name.lower() for s in _DONE))
@@ -140,6 +141,7 @@ class Journal:
             check_wal(self.path)  # the writer holds the state dir's lock: no one appends
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
+        self._db.text_factory = utf8_text
         self._db.execute("PRAGMA busy_timeout=5000")
         if cache_kib is not None:  # SQLite's page cache, else its default (2,000 KiB)
             self._db.execute(f"PRAGMA cache_size=-{cache_kib}")
@@ -212,50 +214,13 @@ class Journal:
         return row[:-1]
 
     def verify(self) -> int:
-        """Read every row of every table once and check its checksum (and that SQLite
-        can read it at all); raise LedgerDamaged naming the first damaged row.
-        Returns the rows read. One sequential scan, O(ledger): a resume runs it
-        before its first fetch, so damage is reported before it costs anything.
-
-        A table goes through the compiled pass first (~7x faster, no Python object
-        a row: bench/README.md, "Ledger verify"); a table it does not confirm row by
-        row, and every table where it did not build, through the Python loop, which
-        names the damaged row or raises what SQLite or the sqlite3 module raised."""
-        n = 0
-        for table in self._checked_tables:
-            sql = f"SELECT {', '.join(ROW_COLUMNS[table])}, {self._crc[table]} FROM {table}"
-            rows = self._scan_compiled(sql)
-            n += rows if rows is not None else self._verify_rows(table, sql)
-        return n + self._verify_rows("meta", "SELECT value FROM meta")
-
-    def _scan_compiled(self, sql: str) -> int | None:
-        """The compiled pass's row count, None where it did not confirm every row or
-        cannot run: it opens the ledger on its own connection, which sees only what
-        is committed, so not while this one holds an open transaction."""
-        rowcrc = compiled.rowcrc  # looked up at each call, as the store's kernels are
-        if rowcrc is None or self._db.in_transaction or not _same_sqlite(rowcrc):
-            return None
-        # the file this connection has open (a relative path would follow the cwd)
-        file = next(r[2] for r in self._db.execute("PRAGMA database_list") if r[1] == "main")
-        return rowcrc.scan(os.fsencode(file), sql) if file else None
-
-    def _verify_rows(self, table: str, sql: str) -> int:
-        """The Python loop of ``verify`` over one table (``meta``: its JSON values)."""
-        n = 0
-        try:
-            cur = self._db.execute(sql)
-            while rows := cur.fetchmany(4096):
-                n += len(rows)
-                for row in rows:
-                    if table == "meta":
-                        json.loads(row[0])
-                    elif not crc_ok(row):
-                        raise self._damaged(table, row[0])
-        except (sqlite3.DatabaseError, ValueError) as exc:
-            if isinstance(exc, LedgerDamaged | sqlite3.OperationalError):
-                raise
-            raise LedgerDamaged(f"{self.path}: {exc}") from exc
-        return n
+        """Check the whole ledger once: SQLite's structure, then every row of every table
+        against its checksum (``dedup.journal.verify``); raise LedgerDamaged naming the
+        first damage. Returns the rows read. O(ledger): a resume runs it before its
+        first fetch, so damage is reported before it costs anything."""
+        return verify_ledger(self._db, self.path,
+                             {t: self._crc[t] for t in self._checked_tables},
+                             self._damaged, self._json)
 
     def _load_counters(self) -> None:
         stored = self.meta_get("counters") or {}
@@ -538,6 +503,24 @@ class Journal:
         _, last, text = self._checked("notes", row)
         return text if last >= seq else None
 
+    def notes(self) -> Iterator[tuple[int, int, str | None]]:
+        """Every run of ``notes`` as ``(first, last, text)``, in seq order (what repair
+        carries over, renumbered); none in a read-only ledger from before the table."""
+        yield from self._checked_rows("notes", "first, last, text", "first")
+
+    def contents(self) -> Iterator[tuple[str, str, str]]:
+        """Every ``contents`` row as ``(digest, name, date)``, in digest order."""
+        yield from self._checked_rows("contents", "digest, name, at", "digest")
+
+    def _checked_rows(self, table: str, columns: str, order: str) -> Iterator[tuple]:
+        try:
+            cur = self._db.execute(f"SELECT {columns}, {self._crc[table]} FROM {table} "
+                                   f"ORDER BY {order}")
+        except sqlite3.OperationalError:  # a read-only ledger from before the table
+            return
+        while rows := cur.fetchmany(4096):
+            yield from (self._checked(table, r) for r in rows)
+
     def content_first(self, digest: str) -> tuple[str, str] | None:
         """``(name, date)`` stored with ``digest`` first (``content_add``), or None."""
         try:
@@ -622,12 +605,21 @@ class Journal:
 
     def meta_get(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        return default if row is None else self._json(key, row[0])
 
     def meta_items(self) -> dict[str, Any]:
         """Every caller-set meta value (not the journal's own ``format``/``counters``)."""
-        return {k: json.loads(v) for k, v in self._db.execute(
+        return {k: self._json(k, v) for k, v in self._db.execute(
             "SELECT key, value FROM meta WHERE key NOT IN ('format', 'counters')")}
+
+    def _json(self, key: str, text: str) -> Any:
+        """A meta value: the journal only writes JSON there, so text that is not is a
+        damaged page (meta rows carry no checksum; this is their check)."""
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise LedgerDamaged(f"{self.path}: meta {key!r} is not JSON ({exc}): the ledger "
+                                "is damaged") from None
 
     def meta_set(self, key: str, value: Any) -> None:
         """Store a JSON value; ``format`` and ``counters`` belong to the journal."""
@@ -661,6 +653,27 @@ class Journal:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('counters', ?)",
                              (json.dumps(self._counts, sort_keys=True),))
             self._db.execute("COMMIT")
+
+    def sync(self) -> None:
+        """Make every committed transaction durable: fsync the WAL. A commit only
+        writes it (``synchronous=NORMAL``: a kill -9 loses nothing committed, a power
+        cut may lose the commits since the last checkpoint, which syncs the WAL then
+        the file, and syncs the WAL's header when it starts it again). A caller that
+        records elsewhere, durably, how far the ledger goes (a snapshot's mark) syncs
+        it first. One fdatasync on its own descriptor: safe from another thread while
+        this connection commits (what it writes after the call began may or may not
+        be covered)."""
+        wal = Path(f"{self.path}-wal")
+        for path in (wal, self.path):  # no WAL (never written, or closed): the file
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            return
 
     def rollback(self) -> None:
         """Discard every uncommitted write, exactly as a crash would."""

@@ -1,5 +1,4 @@
-/* The exact seen-test's hot loops, compiled: the confirm cache's pass over a
-page's links, a lookup in one part of the fingerprint index (its probe filter,
+/* The exact seen-test's index lookups, compiled: a lookup in one part of the fingerprint index (its probe filter,
 directory and bucket search, from RAM or with one pread per key) or in all its
 parts at once for a page's few keys (IndexParts), and the
 index's in-RAM buffer as a hash table (dedup/index/fptable.py, which has no Python
@@ -9,9 +8,9 @@ Why C: each was a Python loop per link or per key (a tuple unpack and two set
 lookups; a pread, a bytes.find and an int.from_bytes) or some thirty numpy
 calls per index part and group of pages, whose fixed cost outweighed the work:
 at 10M URLs they were a third of UrlSeen's time beyond canonicalization. The
-results are exactly those of the Python code they replace (dedup/store/confirmed.py,
-dedup/index/sortedkeys.py), which runs when this module did not build; the tests
-compare the two.
+results are exactly those of the Python code they replace
+(dedup/index/sortedkeys.py), which runs when this module did not build; the tests
+compare the two. (The seen-test's own pass is SeenCore, dedup/native/_seencore.h.)
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,214 +22,13 @@ compare the two.
 #include <unistd.h>
 
 #include "_buffers.h"
-#include "_fpset.h"
-#include "_held.h"
-#include "_misses.h"
-#include "_murmur.h"
 
-/* confirm_split(items, start, seed, young, held, old, half, batch, bheld,
-                 keys, values, fps) -> (stop, hits, held, bheld)
-
-   For items[start:] -- each None (a rejected link, skipped) or a (value, key)
-   tuple with a str key -- the fingerprint of the key (seed `seed`): held in
-   `young` (which holds `held` keys), a hit; held in `old`, a hit that is added
-   to `young`; else, unless `batch` (the fingerprints this pass already let
-   through, `bheld` of them) holds it, it is added to `batch` and the key, its
-   value and its fingerprint are appended to the lists `keys` and `values` and
-   the bytearray `fps`. Stops right after an addition that brings `young` to
-   `half` keys (the caller swaps the generations or grows the young table) or
-   `batch` to half its slots (the caller grows it), and is called again from
-   `stop`; stop == len(items) when done. No key is hashed as a str: the fingerprint is the only lookup.
-
-   The counts returned are always those of the tables. An item is done whole
-   (its slot, its three appends) or not at all, and an error met after some
-   items were done (an item that is not a pair, a key that is not UTF-8, a
-   table fuller than its count, no memory) is not raised by this call: it
-   returns the items done, stop at the failing one (or at its chunk's first),
-   and the next call, from stop, raises it before it changes anything. Were
-   the error raised at once, the caller would keep counts below what the tables
-   hold, and a few such errors could fill a table. `items` must not be `keys`
-   or `values`: an append would move the list's items under the loop. */
-#define CHUNK 16
-
-static PyObject *confirm_split(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *items, *yo, *oo, *bo, *keys, *values, *fps, *ret = NULL;
-    Py_ssize_t start, held, half, bheld, hits = 0, i;
-    long long seed;
-    fpset young = {.s = NULL}, old = {.s = NULL}, batch = {.s = NULL};
-    if (!PyArg_ParseTuple(args, "O!nLOnOnOnO!O!O!", &PyList_Type, &items, &start, &seed,
-                          &yo, &held, &oo, &half, &bo, &bheld, &PyList_Type, &keys,
-                          &PyList_Type, &values, &PyByteArray_Type, &fps))
-        return NULL;
-    if (items == keys || items == values || keys == values) {
-        PyErr_SetString(PyExc_ValueError,
-                        "confirm_split: items, keys and values must be three different lists");
-        return NULL;
-    }
-    if (confirm_open(seed, &young, yo, &old, oo, held, half, &batch, bo, bheld, NULL, NULL) < 0)
-        goto done;
-    Py_ssize_t bhalf = (Py_ssize_t)(batch.mask + 1) / 2;
-    /* In chunks: every link's tuple, key and table slots are cache misses, so a
-       chunk's are asked for (prefetched) before the first is waited on. `it`
-       stays valid: nothing below runs Python code or changes `items`. */
-    Py_ssize_t n = PyList_GET_SIZE(items), begin;
-    PyObject **it = ((PyListObject *)items)->ob_item;
-    uint64_t f[CHUNK][2];
-    i = begin = start < 0 ? 0 : start;
-    for (Py_ssize_t c = i; c < n; c = i) {  /* i == c: the items before c are done */
-        Py_ssize_t m = n - c < CHUNK ? n - c : CHUNK;
-        for (Py_ssize_t j = c + CHUNK; j < c + 2 * CHUNK && j < n; j++)
-            __builtin_prefetch(it[j]);
-        for (Py_ssize_t j = 0; j < m; j++) {
-            PyObject *item = it[c + j];
-            if (item == Py_None) continue;
-            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
-                    || !PyUnicode_Check(PyTuple_GET_ITEM(item, 1))) {
-                PyErr_SetString(PyExc_TypeError, "items must be (value, str key) pairs or None");
-                goto fail;
-            }
-            PyObject *key = PyTuple_GET_ITEM(item, 1);
-            __builtin_prefetch(key);  /* an ASCII str's text follows its header */
-            __builtin_prefetch((const char *)key + 64);
-        }
-        for (Py_ssize_t j = 0; j < m; j++) {
-            PyObject *item = it[c + j];
-            if (item == Py_None) continue;
-            if (fingerprint_str(PyTuple_GET_ITEM(item, 1), (uint32_t)seed, f[j]) < 0) goto fail;
-            __builtin_prefetch(young.s + 2 * (f[j][0] & young.mask));
-            __builtin_prefetch(old.s + 2 * (f[j][0] & old.mask));
-        }
-        for (Py_ssize_t j = 0; j < m; j++) {
-            PyObject *item = it[c + j];
-            i = c + j + 1;
-            if (item == Py_None) continue;
-            uint64_t hi = f[j][0], lo = f[j][1], *b = NULL;
-            if (hi | lo) {  /* (0, 0) cannot be held: let through each time */
-                uint64_t *y = fpset_slot(&young, hi, lo);
-                if (y && (y[0] | y[1])) { hits++; continue; }
-                const uint64_t *o = fpset_slot(&old, hi, lo);
-                if (o && (o[0] | o[1])) {
-                    if (!y) { i = c + j; fpset_full("young"); goto fail; }
-                    hits++;
-                    y[0] = hi;
-                    y[1] = lo;
-                    if (++held >= half) goto stop;
-                    continue;
-                }
-                b = fpset_slot(&batch, hi, lo);
-                if (!b) { i = c + j; fpset_full("batch"); goto fail; }
-                if (b[0] | b[1]) continue;  /* let through earlier in this pass */
-            }
-            if (append_new(keys, values, fps, item, f[j]) < 0) { i = c + j; goto fail; }
-            if (b) {
-                b[0] = hi;
-                b[1] = lo;
-                if (++bheld >= bhalf) goto stop;
-            }
-        }
-    }
-stop:
-    ret = Py_BuildValue("nnnn", i, hits, held, bheld);
-    goto done;
-fail:
-    if (i > begin) {  /* the items before i are done: return them (see above) */
-        PyErr_Clear();
-        goto stop;
-    }
-done:
-    fpset_release(&young);
-    fpset_release(&old);
-    fpset_release(&batch);
-    return ret;
-}
-
-/* Append index i to the list out (the answers of confirm_absent and IndexParts.held). */
+/* Append index i to the list out (the answers of IndexParts.held). */
 static int append_index(PyObject *out, Py_ssize_t i) {
     PyObject *at = PyLong_FromSsize_t(i);
     int rc = at ? PyList_Append(out, at) : -1;
     Py_XDECREF(at);
     return rc;
-}
-
-/* confirm_absent(table, fps) -> list of int: the indexes i, ascending, of the 16-byte
-   fingerprints of the bytes `fps` that `table` (a confirm-cache table, read only)
-   does not hold; (0, 0), never held, is always absent. For UrlSeen's pending
-   admissions, held in such a table: a page's keys that its compiled pass did not
-   screen (confirm_links does) are screened here. */
-static PyObject *confirm_absent(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *to, *out = NULL;
-    Py_buffer fps = {0};
-    fpset t = {.s = NULL};
-    if (!PyArg_ParseTuple(args, "Oy*", &to, &fps)) return NULL;
-    if (fpset_open(&t, to, "table", 0) < 0) goto done;
-    if (fps.len % 16) {
-        PyErr_SetString(PyExc_ValueError, "confirm_absent: fingerprints are 16 bytes each");
-        goto done;
-    }
-    out = PyList_New(0);
-    if (!out) goto done;
-    const unsigned char *f = fps.buf;
-    for (Py_ssize_t i = 0; i < fps.len / 16; i++) {
-        uint64_t v[2];
-        memcpy(v, f + 16 * i, 16);
-        uint64_t hi = v[0], lo = v[1];
-#if !PY_LITTLE_ENDIAN
-        hi = __builtin_bswap64(hi); lo = __builtin_bswap64(lo);
-#endif
-        const uint64_t *y = (hi | lo) ? fpset_slot(&t, hi, lo) : NULL;
-        if (y && (y[0] | y[1])) continue;
-        if (append_index(out, i) < 0) {
-            Py_CLEAR(out);
-            goto done;
-        }
-    }
-done:
-    if (t.b.obj) PyBuffer_Release(&t.b);
-    PyBuffer_Release(&fps);
-    return out;
-}
-
-/* confirm_add(young, held, half, h, start) -> (stop, held)
-
-   Add the fingerprints h[start:] (an (n, 2) uint64 buffer) to `young`, which
-   holds `held` keys; stops right after an addition that brings it to `half`
-   keys (the caller swaps the generations or grows the table, and calls again
-   from `stop`). A table found full (fuller than `held` says) is raised by the
-   call that would add first to it; a call that added already returns its
-   additions, stop at the fingerprint it could not place, as confirm_split. */
-static PyObject *confirm_add(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *yo, *ho, *ret = NULL;
-    Py_ssize_t held, half, start, i, begin;
-    fpset young = {.s = NULL};
-    Py_buffer h = {0};
-    if (!PyArg_ParseTuple(args, "OnnOn", &yo, &held, &half, &ho, &start)) return NULL;
-    if (fpset_args(&young, yo, NULL, NULL, held, half) < 0) goto done;
-    if (get_items(ho, &h, "confirm_add: the fingerprints", &U64, 0) < 0) goto done;
-    if (h.len % 16) {
-        PyErr_SetString(PyExc_ValueError, "confirm_add: need (n, 2) uint64 fingerprints");
-        goto done;
-    }
-    const uint64_t *f = h.buf;
-    Py_ssize_t n = h.len / 16;
-    for (i = begin = start < 0 ? 0 : start; i < n && half > 0; i++) {
-        uint64_t hi = f[2 * i], lo = f[2 * i + 1];
-        if (!(hi | lo)) continue;
-        uint64_t *y = fpset_slot(&young, hi, lo);
-        if (!y) {
-            if (i > begin) break;
-            fpset_full("young");
-            goto done;
-        }
-        if (y[0] | y[1]) continue;
-        y[0] = hi;
-        y[1] = lo;
-        if (++held >= half) { i++; break; }
-    }
-    ret = Py_BuildValue("nn", i, held);
-done:
-    if (young.b.obj) PyBuffer_Release(&young.b);
-    if (h.obj) PyBuffer_Release(&h);
-    return ret;
 }
 
 #define RECORD 24  /* bytes of one run record: hi, lo, seq (uint64, little-endian) */
@@ -892,17 +690,6 @@ done:
     return out;
 }
 
-/* held_api's held_one (dedup/native/_held.h): held() of one key, with no buffer or list. */
-static int ip_held_one(PyObject *parts, uint64_t hi, uint64_t lo) {
-    uint64_t raw = 0;
-    uint8_t todo = 1;
-    int64_t spans[1][2];
-    if (ip_ask((IndexParts *)parts, 1, &hi, &lo, &todo, &raw, spans) < 0) return -1;
-    return !todo && !(raw & ~SEQ_BITS);
-}
-
-static held_api HELD_API;
-
 /* waiting() -> list of bool: for each run part, newest first, whether its reads were
    last seen waiting on the disk (so read ahead, with the GIL released; see ip_find_run). */
 static PyObject *ip_waiting(IndexParts *o, PyObject *Py_UNUSED(arg)) {
@@ -934,13 +721,6 @@ static PyTypeObject IndexPartsType = {
 };
 
 static PyMethodDef methods[] = {
-    {"confirm_split", confirm_split, METH_VARARGS,
-     "confirm_split(items, start, seed, young, held, old, half, batch, bheld, keys, values,"
-     " fps) -> (stop, hits, held, bheld)"},
-    {"confirm_absent", confirm_absent, METH_VARARGS,
-     "confirm_absent(table, fps) -> indexes of the fingerprints the table does not hold"},
-    {"confirm_add", confirm_add, METH_VARARGS,
-     "confirm_add(young, held, half, h, start) -> (stop, held)"},
     {"sorted_find", sorted_find, METH_VARARGS,
      "sorted_find(start, shift, bloom, fd, off, cols, hi, lo, todo, raw, readahead) -> reads"},
     {"filter_set", filter_set, METH_VARARGS,
@@ -954,7 +734,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "dedup.native._lookup",
-    "The exact seen-test's hot loops, compiled (see dedup/store/confirmed.py, dedup/index/sortedkeys.py, "
+    "The exact seen-test's index lookups, compiled (see dedup/index/sortedkeys.py, "
     "dedup/index/fptable.py)",
     -1, methods, NULL, NULL, NULL, NULL,
 };
@@ -966,14 +746,6 @@ PyMODINIT_FUNC PyInit__lookup(void) {
     Py_INCREF(&IndexPartsType);
     if (PyModule_AddObject(m, "IndexParts", (PyObject *)&IndexPartsType) < 0) {
         Py_DECREF(&IndexPartsType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    HELD_API.type = &IndexPartsType;
-    HELD_API.held_one = ip_held_one;
-    PyObject *api = PyCapsule_New(&HELD_API, HELD_API_NAME, NULL);
-    if (!api || PyModule_AddObject(m, "held_api", api) < 0) {
-        Py_XDECREF(api);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,6 @@
 /* One Bloom layer's test of one fingerprint, shared by the filter's batch probe
-(stack_maybe, dedup/native/_kernel.c) and the seen-test's call a URL (OneLink,
-dedup/native/_canon.c), so both ask the same bits: the k positions of (h1, h2)
+(stack_maybe, dedup/native/_kernel.c) and the seen-test core (SeenCore,
+dedup/native/_seencore.h), so both ask the same bits: the k positions of (h1, h2)
 are (h1 + salt + j*h2) mod m, j < k, in the row's words (dedup/filter/arena.py). */
 #ifndef BLOOMCRAWL_PROBE_H
 #define BLOOMCRAWL_PROBE_H

@@ -5,12 +5,11 @@ the call sites.
 ``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
 hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
 :mod:`dedup.url.fingerprint`. ``lookup`` (``dedup/native/_lookup.c``): the exact
-lookup's, used by :mod:`dedup.store.confirmed`, :mod:`dedup.index.sortedkeys`,
-:mod:`dedup.index.fptable` and :mod:`dedup.index.fpindex` (``IndexParts``). ``canon``
-(``dedup/native/_canon.c``): the common case of
-:class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the rest left to
-its Python path, and the seen-test's pass over a page's links that also looks their keys
-up (``confirm_links``, ``OneLink``: :mod:`dedup.store.confirmed`). ``rowcrc``
+lookup's, used by :mod:`dedup.index.sortedkeys`, :mod:`dedup.index.fptable` and
+:mod:`dedup.index.fpindex` (``IndexParts``). ``canon`` (``dedup/native/_canon.c``): the
+common case of :class:`dedup.url.canonical.Canonicalizer` (ordinary http(s) links), the
+rest left to its Python path, and the seen-test core ``SeenCore``
+(``dedup/native/_seencore.h``; :mod:`dedup.store.seencore` is its Python twin). ``rowcrc``
 (``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
 Python loop. ``simhash`` (``dedup/native/_simhash.c``): a page's near-duplicate

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
 from dedup.journal.format import QueuedRow, State
 from dedup.journal.learned import HeldRow, PrintRow, RuleRow
 from dedup.store.ledger import Ledger
@@ -158,8 +156,9 @@ class CrawlRecords:
     # -- checks and figures ------------------------------------------------------------
 
     def verify(self) -> int:
-        """Read every journal row once and check its checksum; raises
-        :class:`~dedup.base.errors.LedgerDamaged` naming the first damaged row.
+        """Check the journal's structure (SQLite's quick_check), then read every row
+        once and check its checksum; raises :class:`~dedup.base.errors.LedgerDamaged`
+        naming the first damage.
         O(ledger): a resume runs it before its first fetch. Returns the rows read."""
         return self.ledger.journal.verify()
 
@@ -168,11 +167,11 @@ class CrawlRecords:
         self._flush_pending()
         return self.ledger.index_stats()
 
-    def contains_hashes(self, h: np.ndarray) -> np.ndarray:
-        """Exact membership of fingerprints as ``(n, 2)`` uint64 halves (the ledger's
-        index, not the filter)."""
+    def held_among(self, fps: bytes | bytearray | memoryview) -> list[int]:
+        """Indexes, ascending, of the fingerprints (16 bytes each) the ledger holds
+        (its index, not the filter; pending admissions written first)."""
         self._flush_pending()
-        return self.ledger.contains_hashes(h)
+        return self.ledger.held_among(fps)
 
     def __len__(self) -> int:
         """URLs admitted and not forgotten (kept counters: O(1))."""

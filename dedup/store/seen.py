@@ -8,47 +8,48 @@
 
 (file names and the lock: :mod:`dedup.store.statedir`).
 
-Order of writes: a batch of new URLs is appended to the ledger and its bits are
-set in the same call (its last seq is ``_appended_seq``); the seq a snapshot
-records as covered (its header's ``hwm``, ``_covered_seq`` here) moves up to it
-only once the ledger has made those rows durable: in that call with
-``autocommit``, at :meth:`UrlSeen.commit` in a group commit (so there the bits are
-set first). A snapshot records the seq it read *before* copying bits, and
-loading replays ledger rows past each shard's, so a crash at any point leaves
-no false negative (the bits of rows a crash lost are only extra bits).
+The seen-test itself is the core (:mod:`dedup.store.seencore`: the compiled
+``SeenCore`` or its Python twin): it owns the cache of recent keys, the pending
+keys, the counters and the flush rule, and calls back here only through the
+callables ``UrlSeen`` hands it: the canonicalizer's, the Bloom filter's probe, the
+index's ``held_among`` and :meth:`UrlSeen._write_pending`. Three entry points ask
+it: :meth:`UrlSeen.add` (one URL), :meth:`UrlSeen.filter_new` (a page's links) and
+:meth:`UrlSeen.filter_new_pages` (many pages); the crawler's admissions, which keep
+the URL text for the frontier (:meth:`UrlSeen.admit`, :meth:`UrlSeen.admit_pages`,
+:meth:`UrlSeen.admit_one`), are thin layers over the same core call (``pairs``).
 
-Pending admissions: the keys :meth:`UrlSeen.filter_new` and :meth:`UrlSeen.add`
-answer "new" are held in RAM (:class:`~dedup.store.pending.PendingKeys`, consulted
-before the Bloom filter by every later call, so answers stay exact) and written together, bits
-first then one ledger append, by size (``pending_keys``) or age
-(``pending_seconds``, checked at each call), at ``commit()`` and ``close()``, and
-before any other path reads or writes the ledger. A page's call then pays a
-group's costs (the probe of its dozen unknown keys) and not a transaction, an
-index add and the filter's batch set each. Where the compiled modules are built, a
-page's seen-test is one compiled call (``OneLink.page``, through
-``ConfirmCache.seen_page``): its links are resolved, fingerprinted and checked against
-the confirm cache and the pending keys in one pass that makes no Python object for a
-repeat, its misses probed in the Bloom filter, the "maybe seen" ones asked of the
-index (one ``held_among`` call), and the new ones made pending; Python counts what it
-answers and takes only the rare steps (a full young generation, links the compiled
-canonicalizer leaves over, a flush). :meth:`UrlSeen.add` is compiled whole
-(``OneLink.add``, bound on the instance): a repeat, a pending key and a key the
-Bloom filter never saw are answered with no Python at all; it calls Python for the
-index (a "maybe seen" key), a flush and a table to grow.
-Crash contract: a key answered "new"
-may be answered "new" again after a crash, never "seen" without being recorded.
-:meth:`UrlSeen.admit_one` does the same for one ``(url, key)`` whose URL text the
-ledger keeps (a frontier row): its rows are written first, in answer order, so
-the seq it answers is the one the ledger gives; every ``CrawlRecords`` method
-writes them before it touches the ledger (an outcome follows its URL's row).
+Order of writes: a batch of new URLs is appended to the ledger and its bits are
+set in the same call (its last seq is ``_appended_seq``); ``_covered_seq`` moves
+up to it only once the ledger has committed those rows: in that call with
+``autocommit``, at :meth:`UrlSeen.commit` in a group commit (so there the bits are
+set first). A commit survives a kill -9 but not a power cut (the WAL is synced
+at checkpoints), so the seq a snapshot records as covered (its header's ``hwm``,
+``_durable_seq`` here) is the one :meth:`UrlSeen.sync` read before it synced the
+ledger: a snapshot's mark never names a row the disk may not keep (a row lost
+in a cut gives its seq to the next admission, which a mark above it would keep
+from ever being replayed). A snapshot records the mark it read *before* copying
+bits, and loading replays ledger rows past each shard's (a mark past the
+ledger's end is cut back to it: ``dedup.store.restore``), so a crash at any point
+leaves no false negative (the bits of rows a crash lost are only extra bits).
+
+Pending admissions: the keys the seen-test answers "new" are held by the core
+(answered "seen" by every later call, so answers stay exact) and written together,
+bits first then one ledger append, by size (``pending_keys``) or age
+(``pending_seconds``), at ``commit()`` and ``close()``, and before any other path
+reads or writes the ledger. A page's call then pays a group's costs (the probe of
+its dozen unknown keys) and not a transaction, an index add and the filter's batch
+set each. Crash contract: a key answered "new" may be answered "new" again after a
+crash, never "seen" without being recorded. :meth:`UrlSeen.admit_one` does the same
+for one ``(url, key)`` whose URL text the ledger keeps (a frontier row): its rows
+are written first, in answer order, so the seq it answers is the one the ledger
+gives; every ``CrawlRecords`` method writes them before it touches the ledger (an
+outcome follows its URL's row).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,14 +58,11 @@ import numpy as np
 
 from dedup.filter.bloom import write_snapshot
 from dedup.filter.shards import ShardedBloom
-from dedup.index.fpindex import FingerprintIndex
-from dedup.native import compiled as _compiled
-from dedup.store.confirmed import PENDED, CacheMisses, ConfirmCache
 from dedup.store.crawl import CrawlRecords
 from dedup.store.identity import settle
 from dedup.store.ledger import INDEX_BUFFER, Ledger, State
-from dedup.store.pending import PendingKeys
 from dedup.store.restore import load_shards, replay
+from dedup.store.seencore import HOLD, seen_core
 from dedup.store.statedir import ledger_path, lock, require_state_dir, shards_dir
 from dedup.url.canonical import Canonicalizer, CanonRules, UrlRejected
 from dedup.url.fingerprint import fingerprint, halves
@@ -77,15 +75,12 @@ __all__ = ["CONFIRM_CACHE_SIZE", "PENDING_KEYS", "PENDING_SECONDS", "NewUrl", "U
 # caller's answers stay in RAM only.
 PENDING_KEYS = 4096
 PENDING_SECONDS = 1.0
-_NO_KEY = bytes(16)  # the fingerprint (0, 0): no table holds it
-# Keys the confirm cache holds (dedup/store/confirmed.py): 3 * 2**20, two tables of
-# 2**21 16-byte slots at most 3/4 full, 64 MB once full. A "maybe seen" key the cache
-# misses costs a Bloom probe and an index read (a pread), ~10x a hit, and past a few
-# million URLs such keys are the seen-test's cost that grows. On the page feed, per 1M
-# new URLs: 463k of them from 2M to 3M URLs with 2**21 keys (half-full tables), 167k
-# with 3 * 2**20; 1.02M and 0.90M from 9M to 10M (bench/README.md, "Where the time
-# goes"). 3 * 2**20 + 1 would need tables twice the size.
-CONFIRM_CACHE_SIZE = 3 << 20
+# Keys the core's cache of recent keys holds at most (16 bytes each, in buckets of
+# four: dedup/store/seencore.py): 5 * 2**20, 80 MB once full. A "maybe seen" key the
+# cache misses costs a Bloom probe and an index read (a pread), ~10x a hit, and past a
+# few million URLs such keys are the seen-test's cost that grows (bench/README.md,
+# "Where the time goes").
+CONFIRM_CACHE_SIZE = 5 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,22 +138,16 @@ class UrlSeen(CrawlRecords):
             raise ValueError(f"pending_keys must be an integer >= 1, not {pending_keys!r}")
         if not isinstance(pending_seconds, int | float) or not pending_seconds >= 0:
             raise ValueError(f"pending_seconds must be a number >= 0, not {pending_seconds!r}")
-        self._adder: Any = None  # the compiled add (_bind_add), None where it is not
         self._pending_keys = pending_keys
         self._pending_seconds = float(pending_seconds)
-        self._pending = PendingKeys()  # fingerprints answered "new", not yet written
-        self._pending_n = 0  # how many (what is to write: the table skips a (0, 0) one)
-        self._pending_fps: dict[int, bytearray] = {}  # the same, by depth, in answer order
-        self._pending_since = 0.0  # time.monotonic() of the oldest
         # admit_one's pending rows, with their text: runs of one depth in answer order,
         # [depth, fps, urls, hosts]; their seqs are promised, from _rows_first on
         self._pending_rows: list[list[Any]] = []
         self._pending_row_count = 0
         self._rows_first = 0
-        # the confirm cache's passes of add and admit_one (one key) and of filter_new
-        # (by table size): reset per call, not reallocated
-        self._one = CacheMisses(4)
-        self._scratch: dict[int, CacheMisses] = {}
+        self._viewed: object = None  # the filter's layers the core was last shown
+        self._compiled_folded = 0  # the core's "compiled" count given to the canonicalizer
+        self._carried: dict[str, int] = {}  # carry_counts'
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -177,7 +166,6 @@ class UrlSeen(CrawlRecords):
             self._open({"capacity": capacity, "error_rate": error_rate, "shards": shards,
                         "seed": seed, "growth": growth}, rules, crawl_id,
                        confirm_cache_size, canon_cache_size)
-            self._bind_add()
         except BaseException:
             if hasattr(self, "ledger"):
                 self.ledger.close()
@@ -193,47 +181,66 @@ class UrlSeen(CrawlRecords):
         self.bloom = self._empty_filter()
         self.canonicalizer = Canonicalizer(self.rules, cache_size=canon_cache_size,
                                           seed=self.seed)
-        self._confirmed = ConfirmCache(confirm_cache_size, self.seed)
-        self._counters = {"links": 0, "new": 0, "repeats": 0, "rejected": 0,
-                         "bloom_definitely_new": 0, "bloom_maybe": 0, "confirm_cache_hits": 0,
-                         "ledger_queries": 0, "false_positives": 0}
+        if isinstance(confirm_cache_size, bool) or not isinstance(confirm_cache_size, int) \
+                or confirm_cache_size < 0:
+            raise ValueError("confirm_cache_size must be an integer >= 0, "
+                             f"not {confirm_cache_size!r}")
+        canon = self.canonicalizer
+        self._core = seen_core(
+            self.seed, cache_bytes=16 * confirm_cache_size, pending_keys=self._pending_keys,
+            pending_seconds=self._pending_seconds, fast_page=canon.fast_page,
+            resolve=canon.resolve_many, probe=self._probe, lookup=self._lookup,
+            write=self._write_pending)
+        canon.count_compiled_by(self._fold_compiled)
+        if not self.readonly:  # a call a URL with no Python frame of ours (add's docstring)
+            self.__dict__["add"] = self._core.add
         self._covered_seq, self.damaged_shards = load_shards(
-            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id)
+            self.bloom, self.ledger, shards_dir(self.state_dir), self.crawl_id,
+            writable=not self.readonly)
         self._appended_seq = self._covered_seq  # > _covered_seq: appended, not committed
+        self._durable_seq = 0  # what a snapshot may record: set by sync()
+        self._show_filter()
 
-    def _bind_add(self) -> None:
-        """Where the compiled modules are built, :meth:`add` is ``OneLink.add``
-        (``dedup/native/_canon.c``), bound on this instance: a call a URL then runs no
-        Python for a repeat, a pending key or a key the Bloom filter never saw (its
-        steps are this class's, in C, on this object's state); it calls back into
-        Python only for the rare steps and hands what it does not take to the
-        Python :meth:`add`. Its counts are folded into :attr:`counters` when read.
-        A "maybe seen" key asks the ledger's index: where the ledger and its index are
-        these classes, whose ``held_among`` asks the index's kept compiled parts, the
-        compiled add asks those parts itself (as ``FingerprintIndex.held_among``
-        would, falling back to it whenever they are not kept)."""
-        canon = _compiled.canon
-        if self.readonly or type(self).add is not UrlSeen.add or canon is None \
-                or not hasattr(canon.OneLink, "bind") or self._confirmed.one is None \
-                or self._pending.table is None:
-            return
-        adder = canon.OneLink(self.seed)
-        direct: tuple[Any, ...] = ()
-        if type(self.ledger) is Ledger and hasattr(_compiled.lookup, "held_api"):
-            direct = (self.ledger, FingerprintIndex)
-        adder.bind(self, self._confirmed, self._pending, self.canonicalizer,
-                   self.ledger.held_among, UrlSeen.add.__get__(self), self._counters, *direct)
-        self.canonicalizer.count_compiled_by(adder.fold)
-        self._adder = adder
-        self.__dict__["add"] = adder.add
+    # -- what the core is given -----------------------------------------------------
+
+    def _probe(self, fps: bytes) -> list[int]:
+        """The core's ``probe``: the Bloom filter's maybe-seen keys among ``fps``."""
+        return self.bloom.maybe_fingerprints(fps)
+
+    def _lookup(self, fps: bytes) -> list[int]:
+        """The core's ``lookup``: the keys among ``fps`` the ledger holds."""
+        return self.ledger.held_among(fps)
+
+    def _show_filter(self) -> None:
+        """Hand the core the filter's buffers again if its layers changed (a new
+        arena, or a new filter): the compiled core probes them itself."""
+        stack = self.bloom.stack
+        if stack.probe_layers is not self._viewed:
+            self._core.view(stack.rows, stack.probe_layers, stack.nlayers)
+            self._viewed = stack.probe_layers
+
+    def _fold_compiled(self) -> None:
+        """The links the compiled core resolved, into the canonicalizer's count."""
+        n = self._core.counts()["compiled"]
+        self.canonicalizer.count_compiled(n - self._compiled_folded)
+        self._compiled_folded = n
 
     @property
     def counters(self) -> dict[str, int]:
-        """This session's counts (links, new, repeats, ... as :meth:`stats` shows them),
-        exact at every read: the compiled :meth:`add`'s are folded in first."""
-        if self._adder is not None:
-            self._adder.fold()
-        return self._counters
+        """This session's counts (links, new, repeats, ... as :meth:`stats` shows
+        them), kept by the core (a copy: exact at every read), plus what
+        :meth:`carry_counts` carried over."""
+        counts = self._core.counts()
+        del counts["compiled"]
+        for k, v in self._carried.items():
+            counts[k] = counts.get(k, 0) + v
+        return counts
+
+    def carry_counts(self, counts: dict[str, int]) -> None:
+        """Count ``counts`` (an earlier session's :attr:`counters`, e.g. the one that
+        admitted a crawl's seeds) in this session's figures."""
+        for k, v in counts.items():
+            self._carried[k] = self._carried.get(k, 0) + v
 
     # -- opening -----------------------------------------------------------------
 
@@ -246,6 +253,21 @@ class UrlSeen(CrawlRecords):
         return ShardedBloom.shard_path(shards_dir(self.state_dir), i)
 
     # -- the seen-test -------------------------------------------------------------
+
+    def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
+        """True if ``url`` (resolved against ``base_url``) was never seen before, and
+        record it, as a set's add that says whether it added: :meth:`filter_new` of
+        one link, for a caller that meets URLs one at a time (a dupefilter's
+        request), with the same crash contract. A link the canonicalizer rejects
+        (``mailto:``, an unparsable URL) is never new: False, counted as rejected.
+
+        On a writable store this is the core's ``add`` itself, set on the instance
+        when it opens: a call a URL then runs no Python of this class (this method
+        remains for a read-only store, which refuses a new URL)."""
+        new = self._core.add(url, base_url, depth=depth)
+        if new and self.readonly:
+            self._refuse()
+        return new  # type: ignore[no-any-return]
 
     def filter_new(self, links: Iterable[str], base_url: str | None = None, *,
                    depth: int = 0) -> list[str]:
@@ -266,243 +288,113 @@ class UrlSeen(CrawlRecords):
             if isinstance(links, str):
                 raise TypeError("links must be an iterable of links, not one str")
             links = tuple(links)
-        if not self.readonly:
-            batch = self._batch(depth)
-            got = self._confirmed.seen_page(links, base_url, self.canonicalizer, self._pending,
-                                            batch, self.bloom.stack, self.ledger.held_among)
-            if got is not None:
-                return self._count_page(len(links), *got)
-        slots = 4
-        while slots < 2 * len(links) and slots < 4096:  # a page's table, not a group's
-            slots *= 2
-        misses = self._scratch.get(slots)
-        if misses is None:
-            misses = self._scratch[slots] = CacheMisses(slots)
-        else:
-            misses.reset()
-        counted = self._confirmed.count_links(links, base_url, self.canonicalizer, misses,
-                                              self._pending.table)
-        if counted is None:
-            pairs, n_links = self._resolve(links, base_url)
-            hits = self._confirmed.count_hits(pairs, misses)
-            screened = False
-        else:
-            hits, rejected, screened = counted
-            self._counters["rejected"] += rejected
-            n_links = len(links) - rejected
-        keys = misses.keys
-        return [keys[i] for i in self._admit_pending(bytes(misses.fps), n_links, hits, depth,
-                                                     screened=screened)]
+        new = self._core.page(links, base_url, depth)
+        if new and self.readonly:
+            self._refuse()
+        return new  # type: ignore[no-any-return]
 
-    def _count_page(self, n: int, new: list[str], hits: int, rejected: int, misses: int,
-                    maybe: int, found: int, pended: int, rest: bytes | None) -> list[str]:
-        """:meth:`filter_new`'s steps after its compiled call (``ConfirmCache.seen_page``)
-        for ``n`` links: its ``new`` keys are pending already, so they are counted first
-        (a flush writes them whatever fails next), then the counters, as
-        :meth:`_admit_pending` counts them."""
-        if new:
-            if not self._pending_n:
-                self._pending_since = time.monotonic()
-            self._pending_n += len(new)
-        self._pending.held_more(pended)
-        self._confirmed.learn(rest)
-        counters = self._counters
-        n_links = n - rejected
-        counters["links"] += n_links
-        counters["rejected"] += rejected
-        counters["confirm_cache_hits"] += hits
-        counters["bloom_maybe"] += maybe
-        counters["bloom_definitely_new"] += misses - maybe
-        if maybe:
-            counters["ledger_queries"] += 1
-            counters["false_positives"] += maybe - found
-        counters["new"] += len(new)
-        counters["repeats"] += n_links - len(new)
-        if self._pending_n:
-            self._flush_if_due()
-        return new
+    def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
+                         depth: int = 0) -> list[list[str]]:
+        """:meth:`filter_new` of many ``(base_url, links)`` pages, page by page in
+        order (a key new on two pages is new on the first), for a caller that has
+        pages in hand (a group commit's worth, a crawl dump). Its new keys are
+        written before it returns (and committed, with ``autocommit``)."""
+        out = [self.filter_new(links, base_url, depth=depth) for base_url, links in pages]
+        self._core.flush()
+        return out
 
-    def add(self, url: str, base_url: str | None = None, *, depth: int = 0) -> bool:
-        """True if ``url`` (resolved against ``base_url``) was never seen before, and
-        record it, as a set's add that says whether it added: :meth:`filter_new` of
-        one link, for a caller that meets URLs one at a time (a dupefilter's
-        request), with the same crash contract. A link the canonicalizer rejects
-        (``mailto:``, an unparsable URL) is never new: False, counted as rejected,
-        as :meth:`filter_new` skips it.
+    def _refuse(self) -> None:
+        """A read-only store answered "new": nothing may be recorded."""
+        self._core.take_pending()
+        raise PermissionError(f"{self.state_dir}: opened read-only")
 
-        Where compiled, this is ``OneLink.add`` (:meth:`_bind_add`), which takes these
-        steps in C and hands this method what they do not take (a link or base the
-        compiled canonicalizer leaves to Python, an unusual argument); here one
-        compiled call (``ConfirmCache.count_link``) answers a repeat, a pending key and
-        a key the Bloom filter never saw, and only a "maybe seen" key comes back for
-        the index. Under ``BLOOMCRAWL_NO_KERNEL`` it is all Python, with the same
-        answers and counters."""
-        pending = self._pending
-        batch = None
-        if not self.readonly:
-            batch = self._batch(depth)
-        got = self._confirmed.count_link(url, base_url, self.canonicalizer, pending.table,
-                                         pending.held, batch, self.bloom.stack)
-        counters = self._counters
-        if got is PENDED:  # new, and pending now: _admit_pending's steps for it, inline
-            if not self._pending_n:
-                self._pending_since = time.monotonic()
-            self._pending_n += 1  # first: whatever fails next, the flush writes its batch
-            pending.held_more(1)
-            counters["links"] += 1
-            counters["new"] += 1
-            counters["bloom_definitely_new"] += 1
-            self._flush_if_due()
-            return True
-        if got is False:  # not the compiled path's: the two steps
-            got = self._count_one(url, base_url)
-            if type(got) is tuple:  # a miss neither the pending keys nor the filter saw
-                return bool(self._admit_pending(got[2], 1, 0, depth))
-        if got is True:
-            counters["links"] += 1
-            counters["confirm_cache_hits"] += 1
-            counters["repeats"] += 1
-            if self._pending_n:
-                self._flush_if_due()
-            return False
-        if got is None:
-            counters["rejected"] += 1
-            return bool(self._admit_pending(b"", 0, 0, depth))
-        fp = got[2]  # type: ignore[index]
-        if batch is None or fp == _NO_KEY:  # read-only, or a key no table holds
-            return bool(self._admit_pending(fp, 1, 0, depth, screened=True))
-        # a miss the filter may hold (it said so): _admit_pending's steps for one key
-        counters["links"] += 1
-        counters["bloom_maybe"] += 1
-        counters["ledger_queries"] += 1
-        if self.ledger.held_among(fp):
-            self._confirmed.add(halves(fp))
-            counters["repeats"] += 1
-            if self._pending_n:
-                self._flush_if_due()
-            return False
-        counters["false_positives"] += 1
-        counters["new"] += 1
-        if not self._pending_n:
-            self._pending_since = time.monotonic()
-        self._pending_n += 1  # first, as above; then written, then answered "seen"
-        batch += fp
-        pending.add(fp)
-        self._flush_if_due()
-        return True
+    # -- admissions that keep the URL text (the crawler's frontier) ---------------------
 
-    def _count_one(self, url: str, base_url: str | None) -> bool | tuple[None, None, bytes] | None:
-        """:meth:`ConfirmCache.count_link`'s answer by ``resolve_many`` and ``count_hits``
-        (its miss is not screened against the pending keys)."""
-        pairs = self.canonicalizer.resolve_many((url,), base_url)
-        if pairs[0] is None:
-            return None
-        misses = self._one  # one key: a page's 4,096-slot table would cost more
-        misses.reset()
-        if self._confirmed.count_hits(pairs, misses):
-            return True
-        return None, None, bytes(misses.fps)
+    def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
+              state: State = State.QUEUED) -> list[NewUrl]:
+        """Resolve raw links against ``base_url`` and admit the new ones, keeping their
+        URL text in the ledger's frontier (in ``state``): :meth:`admit_pages` of their
+        ``(fetch_url, key)`` pairs (a rejected link, None, is skipped and counted)."""
+        if isinstance(links, str):
+            raise TypeError("links must be an iterable of links, not one str")
+        resolved = self.canonicalizer.resolve_many(links, base_url)
+        (got,) = self.admit_pages([(resolved, depth)], state=state)
+        return got
+
+    def admit_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str] | None], int]], *,
+                    state: State = State.QUEUED) -> list[list[NewUrl]]:
+        """The new ``(fetch_url, key)`` pairs of many ``(pairs, depth)`` pages, for a
+        crawler's group commit: the same URLs are new as page by page in order (a key
+        on two pages is new on the first; it keeps its first URL; None, a rejected
+        link, is skipped and counted), written before it
+        returns with their URL text, pending admissions first.
+
+        The core answers each page (``pairs``, its new keys held pending so a later
+        page sees them); their rows are then one ledger append per depth, shallowest
+        first (a breadth-first frontier wants shallow URLs first): seqs ascend with
+        depth, then page order."""
+        core = self._core
+        core.flush()
+        answers = []
+        try:
+            for pairs, depth in pages:
+                idx, fps = core.pairs(pairs, depth, HOLD)
+                answers.append((pairs, depth, idx, fps))
+            if any(a[2] for a in answers) and self.readonly:
+                raise PermissionError(f"{self.state_dir}: opened read-only")
+            out = self._write_admitted(answers, state)
+        finally:
+            core.take_pending()  # the held keys: written above, or answered again
+        core.learn(b"".join(a[3] for a in answers))
+        return out
+
+    def _write_admitted(self, answers: list[tuple[Sequence[Any], int, list[int], bytes]],
+                        state: State) -> list[list[NewUrl]]:
+        """:meth:`admit_pages`'s rows: one append per depth, shallowest first."""
+        out: list[list[NewUrl]] = [[] for _ in answers]
+        for depth in sorted({a[1] for a in answers if a[2]}):
+            blob = bytearray()
+            made: list[tuple[int, str, str, str]] = []  # (page, url, key, host)
+            for at, (pairs, d, idx, fps) in enumerate(answers):
+                if d == depth and idx:
+                    blob += fps
+                    for i in idx:
+                        url, key = pairs[i]
+                        made.append((at, url, key, host_of(url)))
+            seqs = self._write(bytes(blob), depth, [m[1] for m in made],
+                               [m[3] for m in made])
+            for seq, (at, url, key, host) in zip(seqs, made, strict=True):
+                out[at].append(NewUrl(seq, url, key, host, depth))
+        if state is not State.QUEUED:
+            self.ledger.mark_many([(n.seq, state, None, None) for page in out for n in page])
+        return out
 
     def admit_one(self, url: str, key: str, *, depth: int = 0) -> int | None:
-        """:meth:`admit_resolved` of one ``(fetch_url, key)`` pair as a pending
-        admission: the seq it will have if ``key`` is new (queued, with its URL
-        text), None if it was seen. For a caller that meets requests one at a
-        time (a Scrapy dupefilter) and must keep each URL to re-issue after a
-        crash: its rows are written together (one journal append, one frontier
-        row per host) by size or age, at :meth:`commit`, and before any path that
-        reads or writes the ledger (:meth:`record_outcomes` of a seq answered here
-        writes it first), with :meth:`filter_new`'s crash contract.
+        """:meth:`admit` of one ``(fetch_url, key)`` pair as a pending admission: the
+        seq it will have if ``key`` is new (queued, with its URL text), None if it was
+        seen. For a caller that meets requests one at a time (a Scrapy dupefilter)
+        and must keep each URL to re-issue after a crash: its rows are written
+        together (one journal append, one frontier row per host) by size or age, at
+        :meth:`commit`, and before any path that reads or writes the ledger
+        (:meth:`record_outcomes` of a seq answered here writes it first), with
+        :meth:`filter_new`'s crash contract.
 
         The seq is promised now: pending rows are the next appends, in answer
         order, before anything else reaches the journal."""
         if "\n" in url:
             raise ValueError(f"a URL holds a raw newline: {url!r}")
         host = host_of(url)
-        misses = self._one
-        misses.reset()
-        hits = self._confirmed.count_hits([(url, key)], misses)
-        if not self._admit_pending(bytes(misses.fps), 1, hits, depth, ((url, host),)):
+        idx, fp = self._core.pairs(((url, key),), depth, HOLD)
+        if not idx:
             return None
-        return self._rows_first + self._pending_row_count - 1
-
-    def _admit_pending(self, blob: bytes, n_links: int, hits: int, depth: int,
-                       text: Sequence[tuple[str, str]] | None = None, *,
-                       screened: bool = False) -> list[int]:
-        """The seen-test of :meth:`filter_new` once the confirm cache has answered:
-        indexes in ``blob`` (the fingerprints of the keys it did not hold, 16 bytes
-        each) of the new keys, which join the pending admissions
-        (as rows with ``text``, their ``(url, host)``, for :meth:`admit_one`: one key).
-
-        A pending key is answered "seen" from the pending keys (its bits are not set
-        yet): ``screened`` says the compiled pass did that already (``hits`` counts
-        them); the others are probed in one call (compiled where built, no numpy),
-        and the "maybe seen" ones looked up in the ledger's index in one batch.
-        Keys stay in one ``bytes`` (16 each) throughout: a ``bytes`` object a key
-        cost more than the rest of a page's call."""
-        counters = self._counters
-        counters["links"] += n_links
-        m = len(blob) // 16
-        if not m:
-            counters["confirm_cache_hits"] += hits
-            counters["repeats"] += n_links
-            if self._pending_n:
-                self._flush_if_due()
-            return []
-        new: Sequence[int] = range(m)  # indexes into misses of the keys still in question
-        if self._pending_n and not screened:
-            keep = self._pending.absent(blob)
-            if len(keep) < m:
-                new = keep
-                blob = b"".join([blob[16 * j:16 * j + 16] for j in keep])
-        n_ask = len(new)
-        counters["confirm_cache_hits"] += hits + m - n_ask  # answered from memory
-        at = self.bloom.maybe_fingerprints(blob) if n_ask else []
-        counters["bloom_maybe"] += len(at)
-        counters["bloom_definitely_new"] += n_ask - len(at)
-        if at:
-            counters["ledger_queries"] += 1
-            maybe = b"".join([blob[16 * j:16 * j + 16] for j in at])
-            found = self.ledger.held_among(maybe)
-            counters["false_positives"] += len(at) - len(found)
-            if found:
-                self._confirmed.add(halves(b"".join([maybe[16 * j:16 * j + 16]
-                                                     for j in found])))
-                gone = {at[j] for j in found}
-                kept = [k for k in range(n_ask) if k not in gone]
-                new = [new[k] for k in kept]
-                blob = b"".join([blob[16 * k:16 * k + 16] for k in kept])
-        n_new = len(new)
-        counters["new"] += n_new
-        counters["repeats"] += n_links - n_new
-        if not n_new:
-            if self._pending_n:
-                self._flush_if_due()
-            return []
         if self.readonly:
-            raise PermissionError(f"{self.state_dir}: opened read-only")
-        if not self._pending_n:
-            self._pending_since = time.monotonic()
-        self._pending.add(blob)
-        self._pending_n += n_new
-        if text is not None:  # admit_one: m == 1, and it is new
-            self._pend_row(depth, blob, text[0])
-        else:
-            batch = self._batch(depth)
-            batch += blob
-        # the confirm cache learns them when they are written (one call a group): until
-        # then a repeat is answered from the pending keys, as cheaply
-        self._flush_if_due()
-        return list(new)
+            self._refuse()
+        self._pend_row(depth, fp, url, host)
+        seq = self._rows_first + self._pending_row_count - 1
+        self._core.tick()
+        return seq
 
-    def _batch(self, depth: int) -> bytearray:
-        """The pending fingerprints of ``depth``'s new keys (written at the flush),
-        made empty at its first key."""
-        batch = self._pending_fps.get(depth)
-        if batch is None:
-            batch = self._pending_fps[depth] = bytearray()
-        return batch
-
-    def _pend_row(self, depth: int, fp: bytes, text: tuple[str, str]) -> None:
+    def _pend_row(self, depth: int, fp: bytes, url: str, host: str) -> None:
         """Queue one :meth:`admit_one` row; its seq is the next promised one."""
         rows = self._pending_rows
         if not rows:
@@ -511,228 +403,49 @@ class UrlSeen(CrawlRecords):
             rows.append([depth, bytearray(), [], []])
         run = rows[-1]
         run[1] += fp
-        run[2].append(text[0])
-        run[3].append(text[1])
+        run[2].append(url)
+        run[3].append(host)
         self._pending_row_count += 1
 
-    def _flush_if_due(self) -> None:
-        """Write the pending admissions if there are ``pending_keys`` of them or the
-        oldest has waited ``pending_seconds`` (so an answer's age is bounded by the
-        next call after it, not by a timer thread sharing the connection)."""
-        if self._pending_n >= self._pending_keys or \
-                time.monotonic() - self._pending_since >= self._pending_seconds:
-            self._flush_pending()
+    # -- writing what the core answered -------------------------------------------------
 
     def _flush_pending(self) -> None:
-        """Write the pending admissions: :meth:`admit_one`'s rows first, in answer
-        order (their seqs were promised), then the others one depth at a time
-        (shallowest first, as :meth:`admit_resolved_pages`); each batch bits first,
-        then one ledger append (committed at once with ``autocommit``)."""
-        if not self._pending_n:
-            return
+        """Write the pending admissions (the core's flush, which calls
+        :meth:`_write_pending`)."""
+        self._core.flush()
+
+    def _write_pending(self, batches: list[tuple[int, bytes]]) -> None:
+        """The core's ``write``: :meth:`admit_one`'s rows first, in answer order (their
+        seqs were promised), then the core's batches one depth at a time (shallowest
+        first); each bits first, then one ledger append (committed at once with
+        ``autocommit``)."""
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
         rows, self._pending_rows = self._pending_rows, []
         self._pending_row_count = 0
         for depth, fps, urls, hosts in rows:
-            self._write_pending(bytes(fps), depth, urls, hosts, self._rows_first)
+            first = self._rows_first
             self._rows_first += len(urls)
-        batches = self._pending_fps
-        while batches:
-            depth = min(batches)
-            if batches[depth]:  # (add makes its depth's batch before it knows of a key)
-                self._write_pending(bytes(batches[depth]), depth, None, None, None)
-            del batches[depth]
-        self._pending.clear()  # every key is written: answered by the confirm cache
-        self._pending_n = 0
+            seqs = self._write(bytes(fps), depth, urls, hosts)
+            if seqs.start != first:  # a real check, not an assert
+                raise RuntimeError(f"{self.state_dir}: pending rows promised seq {first}, "
+                                   f"the ledger gave {seqs.start}")
+        for depth, fps in batches:
+            if fps:
+                self._write(fps, depth, None, None)
 
-    def _write_pending(self, blob: bytes, depth: int, urls: list[str] | None,
-                       hosts: list[str] | None, first: int | None) -> None:
+    def _write(self, blob: bytes, depth: int, urls: list[str] | None,
+               hosts: list[str] | None) -> range:
+        """One batch of new keys: bits first, then one ledger append."""
         h = halves(blob)
         self.bloom.add_hashes(h)
+        self._show_filter()
         seqs = self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts, h=h)
-        if first is not None and seqs.start != first:  # a real check, not an assert
-            raise RuntimeError(f"{self.state_dir}: pending rows promised seq {first}, "
-                               f"the ledger gave {seqs.start}")
-        # a pending key's repeat is then a confirm-cache hit, not a miss
-        self._confirmed.add(h)
-        self._appended_seq = seqs.stop - 1
-        if self.ledger.autocommit:
-            self._covered_seq = self._appended_seq
-
-    def filter_new_pages(self, pages: Iterable[tuple[str | None, Iterable[str]]], *,
-                         depth: int = 0) -> list[list[str]]:
-        """:meth:`filter_new` of many ``(base_url, links)`` pages at once: the same
-        answers as calling it page by page in order (a key new on two pages is new
-        on the first), with one Bloom probe, one index lookup and one ledger row for
-        them all. For a caller that has pages in hand (a group commit's worth, a
-        crawl dump): the dozen keys of a page that the confirm cache misses
-        otherwise pay each step's fixed cost alone. Its new keys are written before
-        it returns (and committed, with ``autocommit``), pending ones first."""
-        self._flush_pending()
-        misses, ends, n_links, hits = self._misses_of_pages(
-            self._resolve(page_links, base_url) for base_url, page_links in pages)
-        idx, _, _ = self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
-                                       State.QUEUED, keep_urls=False)
-        keys = misses.keys
-        return [[keys[i] for i in part] for part in _split(idx, ends)]
-
-    def _misses_of_pages(self, pages: Iterable[tuple[Sequence[tuple[str, str] | None], int]]
-                         ) -> tuple[CacheMisses, list[int], int, int]:
-        """The confirm cache's answer for pages of ``(pairs, n_links)`` (Nones skipped),
-        in one pass: ``(the keys it does not hold, each once in first-seen order;
-        how many there are after each page; how many links; hits)``."""
-        misses = CacheMisses()
-        ends: list[int] = []
-        n_links = hits = 0
-        for pairs, n in pages:
-            n_links += n
-            hits += self._confirmed.count_hits(pairs, misses)
-            ends.append(len(misses))  # keys are in first-seen order: page by page
-        return misses, ends, n_links, hits
-
-    def admit(self, links: Iterable[str], base_url: str | None = None, *, depth: int = 0,
-              state: State = State.QUEUED) -> list[NewUrl]:
-        """Resolve raw links against ``base_url`` and admit the new ones, keeping their
-        URL text in the ledger's frontier."""
-        pairs = [p for p in self._resolve(links, base_url)[0] if p is not None]
-        return self.admit_resolved(pairs, depth=depth, state=state)
-
-    def _resolve(self, links: Iterable[str], base_url: str | None
-                 ) -> tuple[list[tuple[str, str] | None], int]:
-        """``(fetch_url, key)`` per link, None where rejected, and how many are not:
-        the confirm cache skips the Nones, so they need no pass of their own."""
-        resolved = self.canonicalizer.resolve_many(links, base_url)
-        rejected = resolved.count(None)
-        self._counters["rejected"] += rejected
-        return resolved, len(resolved) - rejected
-
-    def admit_resolved(self, pairs: Sequence[tuple[str, str]], *, depth: int = 0,
-                       state: State = State.QUEUED) -> list[NewUrl]:
-        """Admit already-canonical ``(fetch_url, key)`` pairs: one ledger append."""
-        misses, idx, seqs, hosts = self._admit(pairs, len(pairs), depth, state, keep_urls=True)
-        keys, urls = misses.keys, misses.values
-        return [NewUrl(seq, urls[i], keys[i], host, depth)
-                for seq, i, host in zip(seqs, idx, hosts, strict=True)]
-
-    def admit_resolved_pages(self, pages: Sequence[tuple[Sequence[tuple[str, str]], int]]
-                             ) -> list[list[NewUrl]]:
-        """:meth:`admit_resolved` of many ``(pairs, depth)`` pages at once, for a
-        crawler's group commit: the same URLs are new as page by page in order (a
-        key on two pages is new on the first), with one confirm-cache pass per page
-        (which fingerprints each link as it checks it), then one Bloom probe, one
-        index lookup and one ledger row per depth for the keys it did not hold.
-
-        Seqs ascend with depth, then page order: the rows of one depth are one
-        journal batch, and a breadth-first frontier wants shallow URLs first."""
-        self._flush_pending()
-        misses, ends, n_links, hits = self._misses_of_pages(
-            (pairs, len(pairs)) for pairs, _ in pages)
-        depths = [depth for _, depth in pages]
-        idx, seqs, hosts = self._admit_misses(misses, n_links, hits,
-                                              list(zip(ends, depths, strict=True)),
-                                              State.QUEUED, keep_urls=True)
-        keys, urls = misses.keys, misses.values
-        out: list[list[NewUrl]] = []
-        j = 0  # each page's new keys are the next slice of idx (and of seqs, hosts)
-        for part, depth in zip(_split(idx, ends), depths, strict=True):
-            k = j + len(part)
-            out.append([NewUrl(seq, urls[i], keys[i], host, depth)
-                        for i, seq, host in zip(part, seqs[j:k], hosts[j:k], strict=True)])
-            j = k
-        return out
-
-    def _admit(self, pairs: Sequence[tuple[str, str] | None], n_links: int, depth: int,
-               state: State, *, keep_urls: bool
-               ) -> tuple[CacheMisses, list[int], Sequence[int], list[str]]:
-        """The seen-test for one page's ``pairs`` (``n_links`` links; Nones skipped):
-        ``(the keys the confirm cache did not hold, with their first URLs; indexes
-        of the new ones among them; their seqs; their hosts, with keep_urls)``.
-
-        Keys confirmed or admitted lately are answered from memory: navigation
-        repeats on every page, so most links never reach the filter or the ledger.
-        "Definitely new" keys are appended with no read at all; only "maybe seen"
-        ones go to the ledger's index, in one batch. A key keeps its first URL.
-        """
-        self._flush_pending()
-        misses = CacheMisses()
-        hits = self._confirmed.count_hits(pairs, misses)
-        return (misses, *self._admit_misses(misses, n_links, hits, [(len(misses), depth)],
-                                            state, keep_urls=keep_urls))
-
-    def _admit_misses(self, misses: CacheMisses, n_links: int, hits: int,
-                      spans: Sequence[tuple[int, int]], state: State, *, keep_urls: bool
-                      ) -> tuple[list[int], Sequence[int], list[str]]:
-        """:meth:`_admit` once the confirm cache has answered: ``misses`` holds the
-        keys it did not, of ``n_links`` links of which ``hits`` it did: ``(indexes of
-        the new ones, their seqs, their hosts)``; the hosts (with ``keep_urls``, else
-        empty) are computed here once, for the journal's frontier rows and the
-        caller's ``NewUrl``. ``spans``: ``(end, depth)`` of consecutive runs
-        of its keys; the new keys of a depth are one ledger append, shallowest first."""
-        counters = self._counters
-        counters["links"] += n_links
-        confirmed = self._confirmed
-        counters["confirm_cache_hits"] += hits
-        if not len(misses):
-            counters["repeats"] += n_links
-            return [], range(0), []
-        h = halves(misses.fps)
-        probed = self.bloom.probe_hashes(h)
-        new_mask = ~probed.found
-        maybe = np.flatnonzero(probed.found)
-        counters["bloom_maybe"] += len(maybe)
-        counters["bloom_definitely_new"] += len(misses) - len(maybe)
-        if len(maybe):
-            counters["ledger_queries"] += 1
-            present = self.ledger.contains_hashes(h[maybe])
-            absent = maybe[~present]
-            new_mask[absent] = True
-            counters["false_positives"] += len(absent)
-            confirmed.add(h[maybe[present]])
-        new = np.flatnonzero(new_mask)
-        counters["new"] += len(new)
-        counters["repeats"] += n_links - len(new)
-        if not len(new):
-            return [], range(0), []
-        if self.readonly:
-            raise PermissionError(f"{self.state_dir}: opened read-only")
-        idx = new.tolist()
-        values = misses.values
-        hosts = [host_of(values[i]) for i in idx] if keep_urls else []
-        depths = {d for _, d in spans}
-        if len(depths) == 1:
-            seqs: Sequence[int] = self._append(new, misses, h, depths.pop(), hosts)
-            last = seqs[-1]
-        else:  # one append per depth; idx keeps key order, seqs follow it
-            depth_of = np.array([d for _, d in spans])[
-                np.searchsorted([e for e, _ in spans], new, side="right")]
-            seq_arr = np.empty(len(new), dtype=np.int64)
-            for d in sorted(depths):
-                at = np.flatnonzero(depth_of == d)
-                if len(at):
-                    got = self._append(new[at], misses, h, d,
-                                       [hosts[j] for j in at.tolist()] if keep_urls else [])
-                    seq_arr[at] = np.arange(got.start, got.stop)
-                    last = got.stop - 1
-            seqs = seq_arr.tolist()
-        if state is not State.QUEUED:
-            self.ledger.mark_many([(seq, state, None, None) for seq in seqs])
-        self.bloom.add_probed(probed, new)
-        self._appended_seq = last
-        if self.ledger.autocommit:
-            self._covered_seq = self._appended_seq
-        confirmed.add(h[new])
-        return idx, seqs, hosts
-
-    def _append(self, new: np.ndarray, misses: CacheMisses, h: np.ndarray, depth: int,
-                hosts: list[str]) -> range:
-        """One ledger append of the keys at ``new`` (indexes into ``misses``), with
-        their URL text and ``hosts`` (the frontier's) if given, none if empty."""
-        blob = np.frombuffer(misses.fps, dtype="V16")[new].tobytes()
-        urls = None
-        if hosts:
-            values = misses.values
-            urls = [values[i] for i in new.tolist()]
-        return self.ledger.append(blob, depth=depth, urls=urls, hosts=hosts or None,
-                                  h=h[new])
+        if len(seqs):
+            self._appended_seq = seqs.stop - 1
+            if self.ledger.autocommit:
+                self._covered_seq = self._appended_seq
+        return seqs
 
     # -- inspection and forgetting ----------------------------------------------------
 
@@ -767,7 +480,7 @@ class UrlSeen(CrawlRecords):
         self._flush_pending()
         fps = [fingerprint(key, self.seed) for key in keys]
         if fps:
-            self._confirmed.clear()  # it may hold them: a hit would answer "seen"
+            self._core.forget_all()  # it may hold them: a hit would answer "seen"
         return self.ledger.forget(fps)
 
     def stats(self) -> dict[str, Any]:
@@ -797,17 +510,31 @@ class UrlSeen(CrawlRecords):
         self.ledger.commit()
         self._covered_seq = self._appended_seq
 
-    def snapshot_shard(self, i: int) -> None:
-        """Write shard ``i`` atomically. Safe to run in a thread while one other
-        thread admits URLs: the mark is read before the bits are copied, and
-        every row at or below it already has its bits set."""
+    def sync(self) -> int:
+        """Make the ledger durable up to the rows committed so far, and let snapshots
+        record them as covered; returns that mark. Safe to run in a thread while one
+        other thread admits and commits: the mark is read before the sync."""
         if self.readonly:
             raise PermissionError(f"{self.state_dir}: opened read-only")
-        hwm = self._covered_seq
+        mark = self._covered_seq
+        self.ledger.sync()
+        self._durable_seq = max(self._durable_seq, mark)
+        return mark
+
+    def snapshot_shard(self, i: int) -> None:
+        """Write shard ``i`` atomically, marked with what the last :meth:`sync` made
+        durable. Safe to run in a thread while one other thread admits URLs: the
+        mark is read before the bits are copied, and every row at or below it
+        already has its bits set."""
+        if self.readonly:
+            raise PermissionError(f"{self.state_dir}: opened read-only")
+        hwm = self._durable_seq
         write_snapshot(self.shard_path(i), self.bloom.shards[i], shard_index=i,
                        shard_count=self.nshards, hwm=hwm, crawl_id=self.crawl_id)
 
     def snapshot(self) -> None:
+        """Sync the ledger, then write every shard."""
+        self.sync()
         for i in range(self.nshards):
             self.snapshot_shard(i)
 
@@ -827,6 +554,7 @@ class UrlSeen(CrawlRecords):
             if shards:
                 seen.bloom = seen._empty_filter()
                 replay(seen.bloom, seen.ledger, np.zeros(seen.nshards, dtype=np.int64))
+                seen._show_filter()
                 seen.snapshot()
         except BaseException:
             seen.close()
@@ -840,18 +568,10 @@ class UrlSeen(CrawlRecords):
             if not self.readonly:
                 self._flush_pending()
         finally:
-            self._unbind_add()
+            self.canonicalizer.count_compiled_by(None)
+            self._fold_compiled()
             self.ledger.close()
             self._unlock()
-
-    def _unbind_add(self) -> None:
-        """Back to the Python :meth:`add` (which then finds the ledger closed); the
-        compiled one's counts folded, and the cycle through this instance broken."""
-        adder, self._adder = self._adder, None
-        if adder is not None:
-            self.__dict__.pop("add", None)
-            self.canonicalizer.count_compiled_by(None)
-            adder.unbind()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -864,11 +584,3 @@ class UrlSeen(CrawlRecords):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _split(idx: list[int], ends: Sequence[int]) -> Iterator[list[int]]:
-    """``idx`` (ascending) cut at each of ``ends``: the new keys of each page."""
-    j = 0
-    for end in ends:
-        k = bisect_left(idx, end, j)
-        yield idx[j:k]
-        j = k

@@ -135,9 +135,8 @@ class Canonicalizer:
 
     Two generations of dicts approximate LRU at plain-dict cost: lookups hit the
     young one; when it is full it becomes the old one, and entries still in use
-    are promoted back on their next hit (the eviction of the confirm cache,
-    ``dedup.store.confirmed``, which keeps a set of fingerprints in the store
-    layer above this one; this cache maps to values).
+    are promoted back on their next hit (this cache maps to values; the
+    seen-test's cache of fingerprints, ``dedup.store.seencore``, is another).
     Rejections are cached too (every page has its ``javascript:void(0)``). The
     links the compiled fast path resolves never reach the cache: it is cheaper
     than a lookup (``cache_info()["compiled"]`` counts them).

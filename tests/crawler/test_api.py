@@ -356,3 +356,151 @@ def test_every_crawl_runs_on_crawler():
     makers = sorted(p for p in (REPO / "crawler").rglob("*.py")
                     if re.search(r"\bEngine\(", p.read_text(encoding="utf-8")))
     assert makers == [Path(inspect.getfile(Crawler))]
+
+
+AGAIN_SCRIPT = '''
+import asyncio
+import sys
+
+from crawler import Crawler
+
+
+def handler(page):
+    yield {"url": page.url, "part": 1}
+    yield {"url": page.url, "part": 2}
+
+
+def follow(page):
+    return [u for u in page.links if "/x/" not in u]
+
+
+async def main(root, state):
+    # the same call every time: it starts the crawl, or continues the one in `state`
+    async with Crawler([root], state=state, handler=handler, follow=follow,
+                       config={"crawl": {"concurrency": 4, "max_retries": 1},
+                               "politeness": {"delay": 0.0, "per_host": 4},
+                               "dedup": {"capacity": 100_000, "shards": 4}},
+                       allow_private=True, max_pages=0) as crawl:
+        await crawl.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+'''
+
+
+def tree_app(n: int) -> tuple[web.Application, object]:
+    """/p/0 .. /p/n-1, a binary tree; each page also links to /x/i, which the
+    script's follow leaves out. 10 ms a page, so a kill lands mid-crawl."""
+    import asyncio
+
+    app = web.Application()
+    log = add_request_log(app)
+
+    async def page(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.01)
+        i = int(request.match_info["i"])
+        links = [f"/p/{j}" for j in (2 * i + 1, 2 * i + 2) if j < n] + [f"/x/{i}"]
+        body = "".join(f'<a href="{u}">x</a>' for u in links)
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    app.router.add_get("/p/{i}", page)
+    app.router.add_get("/x/{i}", page)
+    return app, log
+
+
+async def test_the_same_script_run_again_after_kill_9_continues_its_crawl(tmp_path):
+    """The script that started a crawl, run again after a kill -9, continues it with
+    its handler and follow (no 'already holds a crawl'): every page's items once,
+    no URL follow left out ever fetched. `bloomcrawl resume` of that crawl refuses
+    to run without the handler and follow (Python objects it cannot import), and
+    runs with them named as MODULE:FUNCTION."""
+    import asyncio
+    import os
+
+    n = 120
+    rng = random.Random(36)
+    script = tmp_path / "crawl_script.py"
+    script.write_text(AGAIN_SCRIPT)
+    state = tmp_path / "state"
+    app, log = tree_app(n)
+
+    def pages_asked() -> int:
+        return sum(1 for r in log.records if r.path.startswith("/p/"))
+
+    async with serve(app) as base:
+        run = [sys.executable, str(script), base + "/p/0", str(state)]
+        kills = 0
+        for at in sorted(rng.sample(range(10, n - 20), 3)):
+            proc = await asyncio.create_subprocess_exec(
+                *run, cwd=tmp_path, env=cli_env(), stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while pages_asked() < at and proc.returncode is None:
+                assert loop.time() < deadline, "the crawl made no progress"
+                await asyncio.sleep(0.005)
+            if proc.returncode is None:
+                proc.kill()
+                kills += 1
+            _, err = await proc.communicate()
+            assert proc.returncode in (0, -9), err.decode()
+        assert kills == 3
+        refused = await run_cli("resume", str(state), "--quiet")
+        assert refused.rc == 1
+        assert "started from Python with handler=__main__.handler, " \
+            "follow=__main__.follow" in refused.stderr, refused.stderr
+        assert "--handler MODULE:FUNCTION --follow MODULE:FUNCTION" in refused.stderr
+        env = {"PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+        named = await run_cli("resume", str(state), "--quiet", "--max-pages", "100",
+                              "--handler", "crawl_script:handler",
+                              "--follow", "crawl_script:follow", env=env)
+        assert named.rc == 0, named.stderr
+        proc = await asyncio.create_subprocess_exec(
+            *run, cwd=tmp_path, env=cli_env(), stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+    assert not any(r.path.startswith("/x/") for r in log.records)  # follow respected
+    assert {r.path for r in log.records if r.path.startswith("/p/")} == \
+        {f"/p/{i}" for i in range(n)}
+    lines = Counter(r["url"].removeprefix(base) for r in read_pages(state / "pages.jsonl"))
+    assert set(lines) == {f"/p/{i}" for i in range(n)} and set(lines.values()) == {1}
+    parts = Counter((i["url"].removeprefix(base), i["part"]) for i in items_of(state))
+    assert set(parts.values()) == {1}
+    assert set(parts) == {(f"/p/{i}", p) for i in range(n) for p in (1, 2)}
+
+
+async def test_run_again_with_other_settings_is_refused_or_stored(tmp_path):
+    """A crawl continued by seeds-and-state: a frozen setting that differs is refused
+    (named), a limit a resume may change is stored, a new seed is admitted, and a
+    seed out of the frozen scope is reported."""
+    app, log = docs_app()
+    state = tmp_path / "state"
+    config = config_file(tmp_path)
+    async with serve(app) as base:
+        first = await Crawler([base + "/"], state=state, handler=title, config=config,
+                              max_pages=2).run()
+        assert first["outcome"] == "max pages reached"
+        with pytest.raises(CrawlError, match=r"crawl\.exclude = \['/blog/'\] \(the crawl's: "
+                           r"\[\]\)"):
+            Crawler([base + "/"], state=state, handler=title, config=config,
+                    max_pages=2, exclude="/blog/").open()
+        crawl = Crawler([base + "/", base + "/about", "http://203.0.113.9/x"], state=state,
+                        handler=title, config=config, max_pages=0).open()
+        try:
+            assert crawl.settings.crawl.max_pages == 0  # stored as the crawl's new value
+            assert crawl.problems == ["seed 'http://203.0.113.9/x': out of the crawl's "
+                                      "scope (its hosts were frozen when it started)"]
+        finally:
+            crawl.close()
+        summary = await Crawler(state=state, handler=title).run()
+    assert summary["outcome"] == "finished"
+    assert fetched_paths(log) == Counter(PAGES.keys())
+    assert Counter(i["url"] for i in items_of(state)) == Counter(base + p for p in PAGES)
+
+
+def test_crawl_error_and_handler_error_come_from_crawler():
+    import crawler
+
+    assert crawler.CrawlError is CrawlError and issubclass(crawler.HandlerError, CrawlError)
+    assert {"CrawlError", "HandlerError"} <= set(crawler.__all__)

@@ -69,16 +69,16 @@ def test_a_regular_file_is_not_a_state_directory(tmp_path, capsys, command):
     assert "not found" not in err
 
 
-def test_stats_of_a_fleet_directory_points_to_its_workers_and_merge(tmp_path, capsys):
+def test_stats_of_a_fleet_directory_without_worker_states_is_one_line(tmp_path, capsys):
+    """(``stats`` of a real fleet: tests/fleet/test_fleet_limits.py.)"""
     root = tmp_path / "fleet"
     for i in range(2):
         (root / f"worker-{i}").mkdir(parents=True)
     (root / "fleet.json").write_text('{"crawl_id": "x", "workers": 2, "redis": "local"}')
     assert main(["stats", str(root)]) == 1
     err = capsys.readouterr().err
-    assert "is a fleet directory" in err
-    assert f"bloomcrawl stats {root / 'worker-0'}" in err
-    assert "bloomcrawl merge -o" in err
+    assert err == f"bloomcrawl: error: {root} is not a fleet directory (no worker-I state " \
+        "directories)\n"
 
 
 # -- the status line ---------------------------------------------------------------------------

@@ -80,13 +80,13 @@ async def test_a_group_of_pages_goes_through_the_seen_test_in_one_batch(tmp_path
         seeds = write_seeds(tmp_path / "seeds.txt", running.seeds)
         seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
         calls = []
-        real = seen.admit_resolved_pages
+        real = seen.admit_pages
 
         def counting(pages):
             calls.append([len(pairs) for pairs, _ in pages])
             return real(pages)
 
-        seen.admit_resolved_pages = counting
+        seen.admit_pages = counting
         try:
             summary = await Engine(seen, settings, scope).run()
         finally:

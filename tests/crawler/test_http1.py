@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import random
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -19,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from crawler.config.settings import FetchSettings
-from crawler.net import http1
+from crawler.net.contentcoding import ACCEPT_ENCODING
 from crawler.net.fetch import Fetcher
 
 SETTINGS = FetchSettings(allow_private=True, connect_timeout=1.0, read_timeout=0.5,
@@ -112,12 +113,85 @@ CANNED: dict[str, tuple[bytes, bool]] = {
     "/keepalive-close": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nConnection: close\n"
                                f"Content-Length: {len(PAGE)}", PAGE), True),
 }
-BROTLI = http1.HAS_BROTLI
+# Content-Encoding edge cases (crawler/net/contentcoding.py against aiohttp's decoders).
+# NOISY compresses to ~1/3 of its size, so half of its encoded body is half a page.
+NOISY = b"<html><body>" + b"".join(
+    f"<a href='/p/{n}'>{n}</a>".encode() for n in random.Random(7).choices(range(10**9), k=800)
+) + b"</body></html>"
+_GZ = gzip.compress(PAGE)
+_NZ = gzip.compress(NOISY)
+
+
+def _members(n: int) -> bytes:
+    return b"".join(gzip.compress(PAGE[i:i + 2]) for i in range(0, 2 * n, 2))
+
+
+CANNED.update({
+    "/gzip-garbage-after": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip\n"
+                                  f"Content-Length: {len(_GZ) + 6}", _GZ + b"junk!!"), False),
+    "/gzip-zero-padded": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip\n"
+                                f"Content-Length: {len(_GZ) + 8}", _GZ + bytes(8)), False),
+    "/gzip-cut": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip",
+                        _NZ[:len(_NZ) // 2]), True),
+    "/gzip-no-trailer": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip",
+                               _NZ[:-8]), True),
+    "/gzip-1024-members": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip\n"
+                                 f"Content-Length: {len(_members(1024))}", _members(1024)),
+                           False),
+    "/gzip-1025-members": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip\n"
+                                 f"Content-Length: {len(_members(1025))}", _members(1025)),
+                           False),
+    "/deflate-cut": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: deflate",
+                           zlib.compress(NOISY)[:3000]), True),
+    "/rawdeflate-cut": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: deflate",
+                              zlib.compress(NOISY, wbits=-15)[:3000]), True),
+    "/deflate-members": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: deflate\n"
+                               "Transfer-Encoding: chunked",
+                               _chunked(zlib.compress(PAGE[:5000]) + zlib.compress(PAGE[5000:]),
+                                        7)), False),
+    "/identity": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: identity\n"
+                        f"Content-Length: {len(PAGE)}", PAGE), False),
+    "/two-codings": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip, identity\n"
+                           f"Content-Length: {len(_GZ)}", _GZ), False),
+    "/empty-gzip": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: gzip\n"
+                          "Transfer-Encoding: chunked", b"0\r\n\r\n"), False),
+})
+BROTLI = "br" in ACCEPT_ENCODING
 if BROTLI:
     import brotli
 
+    _BR = brotli.compress(PAGE)
+    _NBR = brotli.compress(NOISY)
     CANNED["/br"] = (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: br\nContent-Length: "
-                           f"{len(brotli.compress(PAGE))}", brotli.compress(PAGE)), False)
+                           f"{len(_BR)}", _BR), False)
+    CANNED["/br-cut"] = (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: br",
+                               _NBR[:len(_NBR) // 2]), True)
+    CANNED["/br-bomb"] = (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: br",
+                                brotli.compress(b"<html>" + b" " * 5_000_000)), True)
+    CANNED["/br-bad"] = (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: br\n"
+                               "Content-Length: 9", b"not brotl"), False)
+ZSTD = "zstd" in ACCEPT_ENCODING
+if ZSTD:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]
+    except ImportError:
+        from backports import zstd  # type: ignore[import-not-found,no-redef]
+
+    _ZS = zstd.compress(PAGE)
+    _NZS = zstd.compress(NOISY)
+    _ZS2 = zstd.compress(PAGE[:5000]) + zstd.compress(PAGE[5000:])
+    CANNED.update({
+        "/zstd": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: zstd\n"
+                        f"Content-Length: {len(_ZS)}", _ZS), False),
+        "/zstd-frames": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: zstd\n"
+                               "Transfer-Encoding: chunked", _chunked(_ZS2, 11)), False),
+        "/zstd-cut": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: zstd",
+                            _NZS[:len(_NZS) // 2]), True),
+        "/zstd-bomb": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: zstd",
+                             zstd.compress(b"<html>" + b" " * 5_000_000)), True),
+        "/zstd-bad": (_resp(f"HTTP/1.1 200 OK\n{HTML}\nContent-Encoding: zstd\n"
+                            "Content-Length: 9", b"not zstd!"), False),
+    })
 
 
 class RawServer:

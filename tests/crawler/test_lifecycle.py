@@ -49,6 +49,20 @@ async def test_resume_stores_new_limits_and_refuses_frozen_flags(tmp_path, small
     assert bad.rc == 2 and "--max-pages" in bad.stderr
 
 
+async def test_a_crawl_at_its_page_limit_says_to_resume_with_a_higher_one(tmp_path,
+                                                                         small_site):
+    """A plain resume of a crawl at its limit fetches nothing: the summary says which
+    resume goes on (the same words as a fleet's)."""
+    seeds, config, state = setup_crawl(tmp_path, small_site)
+    for argv in (["crawl", str(seeds), "--state", str(state), "--config", str(config),
+                  "--max-pages", "5"], ["resume", str(state)]):
+        done = await run_cli(*argv)
+        assert done.rc == 0, done.stderr
+        assert ("(its page limit is reached; continue with a higher one: bloomcrawl resume "
+                f"{state} --max-pages N)") in done.stderr
+    assert len(read_pages(state / "pages.jsonl")) == 5
+
+
 # -- a start that fails or is killed leaves nothing that crawl/resume refuse ---------------
 
 

@@ -66,7 +66,7 @@ async def test_malformed_ledger_is_named_and_repaired(tmp_path, site):
         refused = await run_cli("resume", str(state))
         assert refused.rc == 1
         # what SQLite says depends on what the scrambled page held
-        assert ("malformed" in refused.stderr or "Could not decode" in refused.stderr
+        assert ("malformed" in refused.stderr or "not UTF-8" in refused.stderr
                 or "not a database" in refused.stderr), refused.stderr
         assert f"bloomcrawl repair {state}" in refused.stderr
         assert "Traceback" not in refused.stderr
@@ -75,10 +75,10 @@ async def test_malformed_ledger_is_named_and_repaired(tmp_path, site):
         want = running.site.reachable()
         assert max(after.values()) == 1  # no page written twice
         assert set(before) <= set(after) <= want.fetched | want.robots_blocked
-        if "left the frontier" not in report:  # nothing was reported lost
-            assert set(after) == want.fetched | want.robots_blocked, report
+        assert "stay lost" not in report
+        assert set(after) == want.fetched | want.robots_blocked, report  # none lost
         server = running.total_pages()
-        assert max(server.values()) == 1, server.most_common(3)  # nothing fetched twice
+        assert max(server.values()) <= 2, server.most_common(3)  # a crawl fetch, a repair's
         with UrlSeen(state, readonly=True) as seen:
             counts = seen.ledger.counts()
         assert counts["queued"] == 0

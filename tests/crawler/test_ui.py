@@ -25,7 +25,7 @@ FIELDS = ("schema", "mode", "generated_at", "state_dir", "outcome", "elapsed", "
           "series", "status_codes", "status_codes_scope", "errors_by_cause", "top_hosts",
           "filter", "dedup", "storage", "recent_errors", "workers", "interval")
 TOTALS = ("fetched", "failed", "given_up", "skipped", "queued", "in_flight", "hosts",
-          "session_pages", "bytes", "pages_per_s", "bytes_per_s")
+          "hosts_crawled", "session_pages", "bytes", "pages_per_s", "bytes_per_s")
 SERIES = ("t", "pages_per_s", "bytes_per_s", "queued", "fill", "ledger_bytes", "index_bytes")
 # the one absolute URL the page may hold: the SVG namespace (an identifier, never fetched)
 EXTERNAL = re.compile(r"(?:https?:)?//(?!www\.w3\.org/2000/svg)[a-z0-9.-]+", re.I)
@@ -86,6 +86,23 @@ def test_tally_counts_statuses_causes_hosts_and_rates(tmp_path: Path) -> None:
     # binned to at most max_points, rates over each bin's seconds
     s = bin_series({0: [10, 0, 0], 1: [10, 0, 0], 2: [4, 0, 0]}, max_points=2)
     assert s["bin_s"] == 2 and s["pages_per_s"] == [10, 4]
+
+
+def test_tally_counts_every_host_crawled_exactly_past_its_host_counters(tmp_path) -> None:
+    """Hosts crawled: exact beyond the hosts counted by name (MAX_HOST_ENTRIES) and across
+    the folds of their hashes, and for a fleet's tallies merged (shared hosts once)."""
+    def records(hosts: range, repeat: int = 2) -> list[bytes]:
+        return [json.dumps({"url": f"http://h{h}.test/{k}", "status": 200, "bytes": 1,
+                            "fetched_at": "2026-01-01T00:00:00.000Z"}).encode()
+                for k in range(repeat) for h in hosts]
+    a, b = PageTally(), PageTally()
+    for chunk in range(0, 70_000, 7_000):  # the live dashboard's and report's batches
+        a.feed_lines(records(range(chunk, chunk + 7_000)))
+    b.feed_lines(records(range(60_000, 80_000), repeat=1))
+    assert (a.hosts_crawled, b.hosts_crawled) == (70_000, 20_000)
+    assert len(a.hosts) < 70_000  # the counters by name kept the biggest only
+    a.merge(b)
+    assert a.hosts_crawled == 80_000 and a.pages == 160_000
 
 
 def test_tail_reads_complete_lines_as_they_come(tmp_path: Path) -> None:

@@ -181,31 +181,6 @@ def test_first_new_keeps_each_absent_fingerprint_once_in_order(ids, flags):
     assert got.tolist() == want.tolist()
 
 
-def test_confirm_cache_calls_check_their_arguments():
-    require_kernel()
-    lk = compiled.lookup
-    t = np.zeros(16, dtype=np.uint64)  # 8 slots
-    h = np.zeros((1, 2), dtype=np.uint64)
-    with pytest.raises(ValueError, match="2 \\* 2\\*\\*k"):
-        lk.confirm_add(np.zeros(12, dtype=np.uint64), 0, 2, h, 0)
-    with pytest.raises(ValueError, match="held <= half"):
-        lk.confirm_add(t, 3, 2, h, 0)
-    with pytest.raises(ValueError, match="held <= half"):
-        lk.confirm_add(t, 0, 7, h, 0)  # more than three quarters of the slots
-
-    def split(young, held, old, half, batch, bheld, seed=0):
-        return lk.confirm_split([("u", "k")], 0, seed, young, held, old, half, batch, bheld,
-                                [], [], bytearray())
-
-    with pytest.raises(ValueError, match="held <= half"):
-        split(t, 0, t.copy(), 7, t.copy(), 0)  # past 3/4 of the young table
-    with pytest.raises(ValueError, match="half full"):
-        split(t, 0, t.copy(), 2, t.copy(), 4)
-    with pytest.raises(ValueError, match="seed"):
-        split(t, 0, t.copy(), 2, t.copy(), 0, seed=-1)
-    assert split(t, 0, t.copy(), 2, t.copy(), 0) == (1, 0, 0, 1)
-
-
 def test_ci_builds_the_kernel():
     require_kernel()
     assert compiled.kernel.fingerprints(["a"], 0) == fingerprint("a")

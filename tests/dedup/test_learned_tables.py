@@ -10,13 +10,18 @@ import pytest
 from dedup import HeldRow, LedgerDamaged, PrintRow, RuleRow, UrlSeen
 
 
+def _admit(seen: UrlSeen, pairs: list[tuple[str, str]]) -> list:
+    """One page of ``(url, key)`` pairs through the seen-test: its new URLs."""
+    return seen.admit_pages([(pairs, 0)])[0]
+
+
 def _rows(seen: UrlSeen) -> tuple[list, list, list]:
     return list(seen.prints()), seen.learned_rules(), list(seen.held())
 
 
 def test_prints_rules_and_held_urls_commit_with_the_marks_and_read_back(tmp_path):
     with UrlSeen(tmp_path / "s", autocommit=False) as seen:
-        new = seen.admit_resolved([("http://h/a", "http://h/a"), ("http://h/b", "~http://h/b")])
+        new = _admit(seen, [("http://h/a", "http://h/a"), ("http://h/b", "~http://h/b")])
         seen.note_prints([PrintRow(new[0].seq, "h", "http://h/a", "sha1:X", (1 << 64) - 1,
                                    None, new[0].seq, 1)])
         seen.note_rules([RuleRow(7, "h", {"kind": "trailing_slash"}, "accepted", {"pairs": 4})])
@@ -37,17 +42,17 @@ def test_prints_rules_and_held_urls_commit_with_the_marks_and_read_back(tmp_path
 
 def test_forgetting_a_rule_key_lets_it_be_admitted_again(tmp_path):
     with UrlSeen(tmp_path / "s") as seen:
-        seen.admit_resolved([("http://h/b", "~http://h/b")])
-        assert seen.admit_resolved([("http://h/b?x", "~http://h/b")]) == []
+        _admit(seen, [("http://h/b", "~http://h/b")])
+        assert _admit(seen, [("http://h/b?x", "~http://h/b")]) == []
         assert seen.forget_keys(["~http://h/b"]) == 1
         seen.drop_held([1])
-        assert [n.url for n in seen.admit_resolved([("http://h/b?x", "~http://h/b")])] == \
+        assert [n.url for n in _admit(seen, [("http://h/b?x", "~http://h/b")])] == \
             ["http://h/b?x"]
 
 
 def test_a_ledger_from_before_the_tables_gets_them_and_a_damaged_row_is_named(tmp_path):
     with UrlSeen(tmp_path / "s") as seen:
-        seen.admit_resolved([("http://h/a", "http://h/a")])
+        _admit(seen, [("http://h/a", "http://h/a")])
     db = sqlite3.connect(tmp_path / "s" / "ledger.sqlite")
     db.executescript("DROP TABLE prints; DROP TABLE rules; DROP TABLE held;")
     db.close()

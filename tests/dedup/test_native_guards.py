@@ -1,9 +1,8 @@
 """The compiled kernels' guards (dedup/native/_kernel.c, dedup/native/_lookup.c,
 dedup/native/_buffers.h):
 they are called from Python, so each refuses what would otherwise corrupt memory,
-spin forever holding the GIL or read the wrong numbers -- aliased lists, full
-tables, wrong dtypes, strided or read-only buffers -- and an error leaves a
-table's contents equal to the count its caller keeps. Each test calls the
+spin forever holding the GIL or read the wrong numbers -- full
+tables, wrong dtypes, strided or read-only buffers. Each test calls the
 compiled functions directly; a call that could spin runs in a child process
 under a timeout, since a spinning loop holds the GIL and no in-process timeout
 can stop it."""
@@ -20,8 +19,6 @@ import numpy as np
 import pytest
 
 from dedup.native import compiled
-from dedup.store import confirmed
-from dedup.url.fingerprint import fingerprint_many, halves
 from tests.dedup.conftest import require_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,77 +28,6 @@ SEED = 3
 @pytest.fixture(autouse=True)
 def _kernel() -> None:
     require_kernel()
-
-
-def occupied(table: np.ndarray) -> int:
-    """Slots of a confirm-cache table that hold a fingerprint."""
-    rows = table.reshape(-1, 2)
-    return int(((rows[:, 0] | rows[:, 1]) != 0).sum())
-
-
-def fps(keys: list[str]) -> np.ndarray:
-    return halves(fingerprint_many(keys, SEED))
-
-
-def holding(keys: list[str], slots: int = 64) -> np.ndarray:
-    """A confirm-cache table of ``slots`` slots holding ``keys``."""
-    table = np.zeros(2 * slots, dtype=np.uint64)
-    stop, held = compiled.lookup.confirm_add(table, 0, slots // 2, fps(keys), 0)
-    assert stop == held == len(keys)
-    return table
-
-
-def split(items: list, young: np.ndarray, held: int, old: np.ndarray, half: int,
-          batch: np.ndarray, bheld: int, keys: list, values: list, out: bytearray,
-          start: int = 0) -> tuple[int, int, int, int]:
-    return compiled.lookup.confirm_split(items, start, SEED, young, held, old, half, batch,
-                                         bheld, keys, values, out)
-
-
-def run_as_caller(items: list, young: np.ndarray, old: np.ndarray, batch: np.ndarray,
-                  keys: list, values: list, out: bytearray) -> tuple[int, int, Exception]:
-    """Call confirm_split as dedup/store/confirmed.py does, from each returned stop on,
-    until it raises; the counts are those of the last call that returned."""
-    i = held = bheld = 0
-    while True:
-        before = (young.copy(), batch.copy(), list(keys), bytes(out))
-        try:
-            i, _, held, bheld = split(items, young, held, old, len(young) // 4, batch, bheld,
-                                      keys, values, out, i)
-        except Exception as e:  # the error is what the caller asserts on
-            # the raising call changed nothing
-            assert np.array_equal(before[0], young) and np.array_equal(before[1], batch)
-            assert (before[2], before[3]) == (keys, bytes(out))
-            return held, bheld, e
-        assert i < len(items), "the bad item was not reached"
-
-
-# -- aliased lists ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("alias", ["items is keys", "items is values", "keys is values"])
-def test_confirm_split_refuses_aliased_lists(alias: str) -> None:
-    """Appending to ``keys`` while it is ``items`` would move the items the loop
-    reads (a use after free); ``keys is values`` would interleave them."""
-    items: list = [("u", "k")]
-    keys: list = items if alias == "items is keys" else []
-    values: list = items if alias == "items is values" else keys if alias == "keys is values" \
-        else []
-    batch = np.zeros(64, dtype=np.uint64)
-    with pytest.raises(ValueError, match="three different lists"):
-        split(items, np.zeros(16, np.uint64), 0, np.zeros(4, np.uint64), 4, batch, 0, keys,
-              values, bytearray())
-    assert items == [("u", "k")] and not batch.any()
-
-
-def test_confirm_split_refuses_tables_sharing_memory() -> None:
-    young = np.zeros(32, dtype=np.uint64)
-    with pytest.raises(ValueError, match="must not share memory"):
-        split([("u", "k")], young, 0, np.zeros(4, np.uint64), 4, young, 0, [], [], bytearray())
-    with pytest.raises(ValueError, match="must not share memory"):  # old: a view of young
-        split([("u", "k")], young[:16], 0, young[8:12], 4, np.zeros(16, np.uint64), 0,
-              [], [], bytearray())
-    assert not young.any()
 
 
 # -- full tables raise instead of spinning ---------------------------------------------
@@ -136,44 +62,6 @@ def in_child(body: str, timeout: float = 60) -> str:
     return done.stdout.strip()
 
 
-def test_confirm_split_raises_on_a_full_batch_table() -> None:
-    out = in_child("""
-        keys = []
-        show(lambda: lk.confirm_split([("u", "k")], 0, 3, np.zeros(16, np.uint64), 0,
-                                      np.zeros(4, np.uint64), 4, junk, 0, keys, [], bytearray()))
-        print(keys)
-        """)
-    assert out.splitlines() == [
-        "ValueError: confirm cache: the batch table is full (it holds more than its count "
-        "says)", "[]"]
-
-
-def test_confirm_split_raises_on_a_full_young_table() -> None:
-    """The key is held by the old table, so it must move to the young one."""
-    out = in_child("""
-        old = np.zeros(16, np.uint64)
-        assert lk.confirm_add(old, 0, 4, h, 0) == (1, 1)
-        young = junk.copy()
-        show(lambda: lk.confirm_split([("u", "k")], 0, 3, young, 0, old, 4,
-                                      np.zeros(16, np.uint64), 0, [], [], bytearray()))
-        print((young == junk).all())
-        """)
-    assert out.splitlines() == [
-        "ValueError: confirm cache: the young table is full (it holds more than its count "
-        "says)", "True"]
-
-
-def test_confirm_add_raises_on_a_full_table() -> None:
-    out = in_child("""
-        young = junk.copy()
-        show(lambda: lk.confirm_add(young, 0, 4, h, 0))
-        print((young == junk).all())
-        """)
-    assert out.splitlines() == [
-        "ValueError: confirm cache: the young table is full (it holds more than its count "
-        "says)", "True"]
-
-
 def test_table_put_raises_on_a_full_table_and_table_find_misses() -> None:
     """A held count below the table's keys passes the up-front check; the probe
     then goes round the table once and stops."""
@@ -187,85 +75,6 @@ def test_table_put_raises_on_a_full_table_and_table_find_misses() -> None:
         """)
     assert out.splitlines() == ["ValueError: table_put: the table is full: it holds 8 keys, "
                                 "not 0", "returned 0", "[1] False"]
-
-
-def test_pages_that_fail_one_after_another_never_fill_the_batch_table() -> None:
-    """A caller that survives a failing page (the item list holds something that
-    is not a pair) goes on with its counts: each failure used to leave a
-    fingerprint in the batch table that the count did not hold, until the table
-    was full and the next pass spun."""
-    out = in_child("""
-        from dedup.store.confirmed import ConfirmCache, CacheMisses
-        cache, out = ConfirmCache(1000, 3), CacheMisses()
-        errors = 0
-        for p in range(5000):  # the batch table starts at 4,096 slots
-            try:
-                cache.count_hits([(f"u{p}", f"k{p}")] + [None] * 15 + [("u", 7)], out)
-            except TypeError:
-                errors += 1
-        rows = out.table.reshape(-1, 2)
-        print(errors, out.held, int(((rows[:, 0] | rows[:, 1]) != 0).sum()), len(out.keys))
-        """)
-    assert out == "5000 5000 5000 5000"
-
-
-# -- counts consistent after an error exit --------------------------------------------
-
-
-@pytest.mark.parametrize("bad", [("u", 7), "not a pair", ("u", "\ud800")],
-                         ids=["int key", "not a pair", "lone surrogate"])
-def test_an_error_after_new_keys_leaves_the_batch_count_true(bad: object) -> None:
-    items = [(f"u{i}", f"k{i}") for i in range(20)] + [bad] + [("u", "z")]
-    young, batch = np.zeros(64, np.uint64), np.zeros(256, np.uint64)
-    keys: list = []
-    values: list = []
-    out = bytearray()
-    held, bheld, e = run_as_caller(items, young, holding([]), batch, keys, values, out)
-    assert isinstance(e, (TypeError, UnicodeEncodeError))
-    assert 0 < bheld == occupied(batch) == len(keys) == len(values) == len(out) // 16
-    assert held == occupied(young) == 0
-    assert bytes(out) == fingerprint_many(keys, SEED)
-
-
-def test_an_error_after_old_hits_leaves_the_young_count_true() -> None:
-    """Keys held by the old table move to the young one as they are hit."""
-    old_keys = [f"k{i}" for i in range(20)]
-    items = [(k, k) for k in old_keys] + ["not a pair"]
-    young, batch = np.zeros(128, np.uint64), np.zeros(64, np.uint64)
-    keys: list = []
-    held, bheld, e = run_as_caller(items, young, holding(old_keys), batch, keys, [],
-                                   bytearray())
-    assert isinstance(e, TypeError)
-    assert 0 < held == occupied(young) and bheld == occupied(batch) == len(keys) == 0
-
-
-def test_an_append_that_fails_adds_nothing() -> None:
-    """``fps`` cannot grow while a view of it is held: the key's batch slot and
-    its appends are refused together."""
-    out = bytearray()
-    view = memoryview(out)
-    batch, keys, values = np.zeros(64, np.uint64), [], []
-    with pytest.raises(BufferError):
-        split([("u", "k")], np.zeros(16, np.uint64), 0, np.zeros(4, np.uint64), 4, batch, 0,
-              keys, values, out)
-    assert not batch.any() and keys == values == [] and not out
-    view.release()
-
-
-def test_the_python_side_checks_what_it_used_to_assert(monkeypatch: pytest.MonkeyPatch) -> None:
-    """confirmed._doubled and ConfirmCache._full check the compiled call's counts
-    with a raise, not an ``assert`` that ``python -O`` removes."""
-    class Short:
-        @staticmethod
-        def confirm_add(table, held, half, h, start):  # type: ignore[no-untyped-def]
-            return 0, 0
-
-        confirm_split = None
-
-    table = holding(["k"], 8)
-    monkeypatch.setattr(compiled, "lookup", Short)
-    with pytest.raises(RuntimeError, match="kept 0 of 1"):
-        confirmed._doubled(table)
 
 
 # -- buffers: dtype, layout, writability ----------------------------------------------
@@ -298,16 +107,6 @@ _ONE = np.ones(1, np.uint64)
 _H = np.zeros((2, 2), np.uint64)
 # each passes one argument of the right byte length but the wrong dtype
 WRONG_DTYPES = {
-    "confirm_add young float64": lambda: _lk().confirm_add(np.zeros(16, np.float64), 0, 4,
-                                                           _H, 0),
-    "confirm_add h big-endian": lambda: _lk().confirm_add(np.zeros(16, np.uint64), 0, 4,
-                                                          _H.astype(">u8"), 0),
-    "confirm_split batch uint32": lambda: split(
-        [("u", "k")], np.zeros(16, np.uint64), 0, np.zeros(4, np.uint64), 4,
-        np.zeros(32, np.uint32), 0, [], [], bytearray()),
-    "confirm_split old int8": lambda: split(
-        [("u", "k")], np.zeros(16, np.uint64), 0, np.zeros(32, np.int8), 4,
-        np.zeros(16, np.uint64), 0, [], [], bytearray()),
     "table_put hi float64": lambda: _lk().table_put(*_table_args(), 0, _ONE.astype(np.float64),
                                                     _ONE, _ONE),
     "table_put tags bool": lambda: _lk().table_put(_table_args()[0], np.zeros(8, bool), 0,
@@ -349,7 +148,9 @@ def test_the_right_dtypes_pass() -> None:
     """What dedup passes: uint64 (numpy's 'L', or 'Q' and '<u8'), uint8 or bool
     flags, intp, an int32 or int64 directory."""
     lk, k = compiled.lookup, compiled.kernel
-    assert lk.confirm_add(np.zeros(16, np.ulonglong), 0, 4, np.ones((1, 2), "<u8"), 0) == (1, 1)
+    slots, tags = _table_args()
+    one = np.ones(1, np.ulonglong)
+    assert lk.table_put(slots.astype(np.ulonglong), tags, 0, one, one.astype("<u8"), one) == 1
     for start in (np.array([0, 2], np.int32), np.array([0, 2], np.int64)):
         for todo in (np.ones(1, np.uint8), np.ones(1, bool)):
             raw = np.zeros(1, np.uint64)
@@ -361,8 +162,6 @@ def test_the_right_dtypes_pass() -> None:
 
 def test_a_strided_buffer_raises() -> None:
     lk, k = compiled.lookup, compiled.kernel
-    with pytest.raises(BufferError, match="C-contiguous"):
-        lk.confirm_add(np.zeros(32, np.uint64)[::2], 0, 4, np.zeros((1, 2), np.uint64), 0)
     with pytest.raises(BufferError, match="C-contiguous"):
         lk.table_put(*_table_args(), 0, np.ones(4, np.uint64)[::2], np.ones(2, np.uint64),
                      np.ones(2, np.uint64))
@@ -384,10 +183,6 @@ def test_a_read_only_buffer_that_is_written_raises() -> None:
     one = np.ones(1, np.uint64)
     slots, tags = _table_args()
     for call in [
-        lambda: lk.confirm_add(read_only(np.zeros(16, np.uint64)), 0, 4, np.ones((1, 2),
-                               np.uint64), 0),
-        lambda: split([("u", "k")], np.zeros(16, np.uint64), 0, np.zeros(4, np.uint64), 4,
-                      read_only(np.zeros(16, np.uint64)), 0, [], [], bytearray()),
         lambda: lk.table_put(read_only(slots), tags, 0, one, one, one),
         lambda: lk.table_find(slots, tags, one, one, read_only(np.ones(1, np.uint8)),
                               one.copy()),
@@ -403,8 +198,8 @@ def test_a_read_only_buffer_that_is_written_raises() -> None:
 
 
 def test_read_only_inputs_pass() -> None:
-    """A table only read (the old generation; the index buffer's table in a
-    lookup) and a mapped run's columns may be read-only."""
+    """A table only read (the index buffer's table in a lookup) and a mapped run's
+    columns may be read-only."""
     lk = compiled.lookup
     slots, tags = _table_args()
     one = np.ones(1, np.uint64)
@@ -412,9 +207,6 @@ def test_read_only_inputs_pass() -> None:
     todo, raw = np.ones(1, np.uint8), np.zeros(1, np.uint64)
     assert lk.table_find(read_only(slots), read_only(tags), one, one, todo, raw) == 1
     assert raw[0] == 2 and not todo[0]
-    old = read_only(holding(["k"], 8))
-    assert split([("u", "k")], np.zeros(16, np.uint64), 0, old, 4, np.zeros(16, np.uint64),
-                 0, [], [], bytearray()) == (1, 1, 1, 0)
     raw = np.zeros(1, np.uint64)
     cols = tuple(read_only(np.array(c, np.uint64)) for c in ([1, 2], [1, 2], [7, 8]))
     assert lk.sorted_find(*_sorted_args(start=read_only(np.array([0, 2], np.int64)),

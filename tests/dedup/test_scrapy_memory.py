@@ -21,7 +21,7 @@ pytest.importorskip("scrapy")
 
 from dedup import UrlSeen
 from dedup import scrapy as ds
-from dedup.store.confirmed import ConfirmCache
+from dedup.store.seencore import PySeenCore
 
 MB = 1 << 20
 
@@ -56,15 +56,16 @@ def test_a_new_dir_plans_a_small_filter_an_existing_one_keeps_its_own(tmp_path: 
 
 
 def test_the_confirm_cache_fits_its_default_budget() -> None:
-    """Filled past its size, the default confirm cache's two tables stay within
-    2.5 MB (131,072 keys took 4.2 MB, the 500,000-key default 16.8 MB)."""
-    cache = ConfirmCache(ds.CONFIRM_CACHE, seed=1)
+    """Filled past its size, the default cache of recent keys stays within its
+    budget (16 bytes a key: 1 MB) and holds about its size."""
+    core = PySeenCore(1, cache_bytes=16 * ds.CONFIRM_CACHE, pending_keys=1,
+                      pending_seconds=0, fast_page=lambda b: None, resolve=lambda ls, b: [],
+                      probe=lambda f: [], lookup=lambda f: [], write=lambda b: None)
     rng = np.random.default_rng(3)
-    for _ in range(8):
-        cache.add(rng.integers(1, 2**63, size=(65_536, 2), dtype=np.uint64))
-    assert isinstance(cache._young, np.ndarray) and isinstance(cache._old, np.ndarray)
-    assert cache._young.nbytes + cache._old.nbytes <= 2.5 * MB
-    assert len(cache) >= ds.CONFIRM_CACHE // 2
+    for _ in range(3):
+        core.learn(rng.integers(1, 2**64, size=(65_536, 2), dtype=np.uint64).tobytes())
+    assert core.cache_buckets * 64 <= 16 * ds.CONFIRM_CACHE
+    assert core.cached >= 0.9 * ds.CONFIRM_CACHE
 
 
 _CHILD = r"""

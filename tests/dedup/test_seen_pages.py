@@ -71,8 +71,8 @@ def test_admitting_pages_at_once_admits_what_page_by_page_does(
     root = tmp_path_factory.mktemp("admit")
     with _open(root / "one") as one, _open(root / "many") as many:
         for group in groups:
-            want = [one.admit_resolved(pairs, depth=depth) for pairs, depth in group]
-            got = many.admit_resolved_pages(group)
+            want = [one.admit_pages([(pairs, depth)])[0] for pairs, depth in group]
+            got = many.admit_pages(group)
             assert [[(n.url, n.key, n.host, n.depth) for n in page] for page in got] == \
                 [[(n.url, n.key, n.host, n.depth) for n in page] for page in want]
             rows = sorted((n.seq, n.depth) for page in got for n in page)

@@ -18,7 +18,6 @@ import pytest
 from dedup import UrlSeen, canonicalize, fingerprint
 from dedup.store.ledger import Ledger, State
 from dedup.store.statedir import ledger_path
-from dedup.url.fingerprint import halves
 
 pytestmark = pytest.mark.usefixtures("store_impl")  # compiled and numpy/Python alike
 
@@ -242,7 +241,7 @@ def test_admit_one_promises_seqs_and_keeps_urls(tmp_path):
         first = promised["http://h0.test/p/0?utm_source=x"]
         seen.record_outcomes([(first, State.FETCHED, 200, None)])
         # an admission that writes at once comes after the promised rows
-        (later,) = seen.admit_resolved([("http://z.test/", "http://z.test/")])
+        (later,) = seen.admit_pages([([("http://z.test/", "http://z.test/")], 0)])[0]
         assert later.seq > max(promised.values())
         assert seen.admit_one("http://z.test/", "http://z.test/") is None
         after = seen.admit_one("http://y.test/", "http://y.test/")
@@ -272,11 +271,11 @@ def test_admit_one_refuses_a_url_with_a_newline_and_loses_nothing(tmp_path):
         assert {r.url for r in seen.queued(10)} == {"http://a.test/1", "http://a.test/2"}
 
 
-def test_contains_hashes_answers_for_pending_keys(tmp_path):
+def test_held_among_answers_for_pending_keys(tmp_path):
     """The ledger-side membership test writes pending keys first: a key answered
     "new" a moment ago is present, as the set says."""
     with UrlSeen(tmp_path / "s", pending_keys=10**6, pending_seconds=3600) as seen:
         assert seen.filter_new(["http://a.test/1"]) == ["http://a.test/1"]
         fp = fingerprint("http://a.test/1", seen.seed)
-        assert seen.contains_hashes(halves(fp)).tolist() == [True]
+        assert seen.held_among(fp) == [0]
         assert seen.counts()["admitted"] == 1

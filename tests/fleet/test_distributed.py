@@ -22,6 +22,7 @@ from crawler.admin.report import state_stats
 from crawler.cli.main import main
 from crawler.config.scope import Scope
 from crawler.core.outputs.output import read_pages
+from crawler.core.schedule.sitemaps import SITEMAPS_FILE, SitemapCounts
 from crawler.core.state.state import FLEET_KEY, create_crawl
 from crawler.demo.serve import RunningSite
 from crawler.demo.site import SiteSpec
@@ -29,7 +30,7 @@ from crawler.fleet.identity import derive_crawl_id, fleet_geometry, settings_geo
 from crawler.wire.outbox import Outbox
 from crawler.wire.owner import owner_of
 from crawler.wire.transport import RedisTransport
-from dedup import Ledger, UrlSeen
+from dedup import Ledger, State, UrlSeen
 from dedup.filter.bloom import read_snapshot
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import read_header
@@ -141,7 +142,7 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
     with UrlSeen(tmp_path / "reference", crawl_id=CRAWL_ID, capacity=g.capacity,
                  error_rate=g.error_rate, shards=g.shards, seed=g.seed, growth=g.growth) as ref:
         keys = sorted(want.fetched | want.robots_blocked)
-        assert len(ref.admit_resolved([(k, k) for k in keys])) == len(keys)
+        assert len(ref.admit_pages([([(k, k) for k in keys], 0)])[0]) == len(keys)
         ref.snapshot()
     for i in range(g.shards):
         merged, header = read_snapshot(ShardedBloom.shard_path(out, i))
@@ -168,6 +169,68 @@ def test_merge_of_the_workers_dirs_is_the_filter_of_every_admitted_url(crawled3,
         assert len(seen.ledger) == len(keys)
         assert all(seen.check(k)[0] for k in keys)
     assert len(read_pages(full / "pages.jsonl")) == len(keys)
+
+
+@pytest.mark.slow
+def test_merge_state_and_the_reports_count_the_fleets_links_pages_and_hosts(crawled3, tmp_path,
+                                                                            capsys):
+    """Issue 37: the union of a fleet's workers carries their dedup counters, page counts
+    and per-host counts (each from its own worker), and the union's report and the
+    fleet's count every host crawled."""
+    dirs = crawled3.fleet.dirs
+    per = [state_stats(d) for d in dirs]
+    records = [r for d in dirs for r in read_pages(d / "pages.jsonl")]
+    full = tmp_path / "union"
+    assert main(["merge", "--state", "-o", str(full), *map(str, dirs)]) == 0
+    links, new, repeats = (sum(w[k] for w in per) for k in ("links", "new", "repeats"))
+    assert capsys.readouterr().out.strip().endswith(
+        f"0 present in several inputs), {len(records)} pages.jsonl records on {SPEC.hosts} "
+        f"host(s); dedup (all runs): {links} links checked: {new} new, {repeats} repeats")
+    union = state_stats(full)
+    for key in ("links", "new", "repeats", "confirm_cache_hits", "fetched",
+                "fetched_with_errors", "failed", "skipped"):
+        assert union[key] == sum(w[key] for w in per), key
+    counts: Counter[str] = Counter()
+    for d in dirs:
+        counts.update(json.loads((d / "host_counts.json").read_text()))
+    assert json.loads((full / "host_counts.json").read_text()) == dict(counts)
+    for what in (full, crawled3.fleet.root / "fleet"):
+        out = tmp_path / f"{what.name}.html"
+        assert main(["report", str(what), "-o", str(out)]) == 0
+        html = out.read_text()
+        tag = '<script type="application/json" id="data">'
+        start = html.index(tag) + len(tag)
+        doc = json.loads(html[start:html.index("</script>", start)])
+        assert doc["totals"]["hosts_crawled"] == SPEC.hosts, what
+        assert doc["dedup"]["links"] == links, what
+
+
+def test_merge_state_sums_the_workers_sitemap_counts_and_unites_their_queued_sitemaps(
+        tmp_path, capsys):
+    """What each worker's sitemap fetches came to (kept in its ledger's meta, as its
+    group commits count them) adds up in the union and in `stats FLEETDIR`, and a
+    sitemap a worker had queued is still known as one in the union (sitemaps.json)."""
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/", "http://127.0.0.2:9/"])
+    dirs = [tmp_path / f"worker-{i}" for i in range(2)]
+    queued = [{"http://127.0.0.1:9/sitemap.xml": 0}, {"http://127.0.0.2:9/s.xml.gz": 1}]
+    for i, d in enumerate(dirs):
+        seen, _, _ = create_crawl(d, worker_settings(), seeds, crawl_id="c3",
+                                  meta=worker_meta("c3", 2, i, "redis://127.0.0.1:9/0"))
+        SitemapCounts(seen).add([(State.FETCHED, None, 40 + i, 30 + i),
+                                 (State.FETCHED, "http 404", 0, 0)] * (i + 1))
+        seen.commit()
+        seen.close()
+        (d / SITEMAPS_FILE).write_text(json.dumps(queued[i]))
+    full = tmp_path / "union"
+    assert main(["merge", "--state", "-o", str(full), *map(str, dirs)]) == 0
+    capsys.readouterr()
+    assert state_stats(full)["sitemaps"] == {"fetched": 6, "with_errors": 3, "failed": 0,
+                                             "skipped": 0, "urls": 40 + 2 * 41,
+                                             "new": 30 + 2 * 31}
+    assert json.loads((full / SITEMAPS_FILE).read_text()) == queued[0] | queued[1]
+    assert main(["stats", str(tmp_path)]) == 0  # the fleet dir: its workers' sums too
+    assert "  sitemaps: 6 fetched (3 with errors), 0 failed, 0 disallowed by robots.txt: " \
+        "122 URLs listed, 92 of them new\n" in capsys.readouterr().out
 
 
 def test_merge_brings_shards_that_lag_their_ledger_up_to_date_first(tmp_path, capsys):

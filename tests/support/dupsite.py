@@ -58,7 +58,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urljoin, urlsplit
 
 from aiohttp import web
 
-__all__ = ["DEFAULT_HOSTS", "PATTERNS", "HostLog", "HostSpec", "Node", "RunningDupSite",
+__all__ = ["DEFAULT_HOSTS", "PATTERNS", "Host", "HostLog", "HostSpec", "Node", "RunningDupSite",
            "Served", "Site", "build"]
 
 PATTERNS: dict[str, str] = {
@@ -68,7 +68,7 @@ PATTERNS: dict[str, str] = {
     "jsessionid": ";jsessionid=<id> after every internal link's path, new on every response",
     # parameters that never change content
     "sort_param": "links carry ?sort=newest|oldest|popular, which the server ignores",
-    "ref_param": "links carry ?ref=nav|footer|list|related|home|sidebar, ignored",
+    "ref_param": "links carry ?ref=nav|footer|list|related|home, which the server ignores",
     "default_param": "listing links spell out defaults: ?page=1 (first page), "
                      "?per_page=10 (the page size)",
     "print_view": "articles link to a printer view (?print=1 or /print/...): same text, "
@@ -261,7 +261,6 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
 _SECTIONS = ("news", "sport", "culture", "science", "travel", "business", "opinion", "food")
 _STATICS = ("about", "contact", "privacy")
 _SORTS = ("newest", "oldest", "popular")
-_REFS = ("nav", "footer", "list", "related", "home", "sidebar")
 _COLORS = ("red", "blue", "green")
 _SIZES = ("s", "m", "l")
 _MATERIALS = {"red": "cotton", "blue": "wool", "green": "linen"}
@@ -322,7 +321,7 @@ class _Article:
     section: str
 
 
-class _Host:
+class Host:
     """The pages of one host: nodes, router, links and rendering."""
 
     def __init__(self, seed: int, h: int, spec: HostSpec, pages: int) -> None:
@@ -573,7 +572,7 @@ class _Host:
 
     # -- links -------------------------------------------------------------------------------
 
-    def _aliases(self, node: Node) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    def aliases(self, node: Node) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
         """The other spellings of ``node`` the host's patterns allow (query kept)."""
         p, path, q = self.p, node.path, node.query
         out: list[tuple[str, tuple[tuple[str, str], ...]]] = []
@@ -598,7 +597,7 @@ class _Host:
         the ignored parameters the host uses."""
         node = self.nodes[nid]
         path, q = node.path, node.query
-        aliases = self._aliases(node)
+        aliases = self.aliases(node)
         if aliases and rng.random() < ALIAS_RATE:
             path, q = rng.choice(aliases)
         params = list(q)
@@ -846,7 +845,7 @@ class Site:
         self.specs = tuple(hosts)
         self.pages = pages
         share = max(20, pages // len(hosts))
-        self.hosts = [_Host(seed, h, spec, spec.pages or share)
+        self.hosts = [Host(seed, h, spec, spec.pages or share)
                       for h, spec in enumerate(hosts)]
         self.origins = list(origins) if origins is not None else [
             f"http://h{h}.dupsite.test" for h in range(len(hosts))]

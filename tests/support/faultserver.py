@@ -426,16 +426,20 @@ async def fault_server(*, prefix: str = "", **kwargs: object) -> AsyncIterator[F
 
 
 class HostMap(AbstractResolver):
-    """A DNS resolver with a fixed table (hostname -> IP literal), for tests only."""
+    """A DNS resolver with a fixed table (hostname -> IP literal), for tests only;
+    ``delay`` seconds before each answer (a slow or hanging DNS server)."""
 
-    def __init__(self, table: dict[str, str]) -> None:
+    def __init__(self, table: dict[str, str], *, delay: float = 0.0) -> None:
         self.table = {k.lower().rstrip("."): v for k, v in table.items()}
         self.lookups: list[str] = []
+        self.delay = delay
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         self.lookups.append(host)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         ip = self.table.get(host.lower().rstrip("."))
         if ip is None:
             raise OSError(socket.EAI_NONAME, f"HostMap: unknown host {host}")

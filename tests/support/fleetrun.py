@@ -31,7 +31,14 @@ from crawler.wire.monitor import FleetMonitor
 from crawler.wire.owner import owner_of
 from dedup import UrlSeen
 from dedup.store.seen import host_of
-from tests.support.helpers import config_toml, fast_settings, start_cli, until, write_seeds
+from tests.support.helpers import (
+    REPO,
+    config_toml,
+    fast_settings,
+    start_cli,
+    until,
+    write_seeds,
+)
 
 CRAWL_ID = "test-fleet"
 SLOW_SPEC = SiteSpec(hosts=8, pages=45, seed=32, delay=0.03)
@@ -73,10 +80,11 @@ def fleet_files(tmp_path: Path, seeds: list[str], settings: Settings | None = No
 
 
 async def start_fleet(seeds: Path, root: Path, workers: int, config: Path, *extra: str,
-                      env: dict[str, str | None] | None = None) -> asyncio.subprocess.Process:
+                      env: dict[str, str | None] | None = None, cwd: Path = REPO
+                      ) -> asyncio.subprocess.Process:
     """``bloomcrawl fleet SEEDS --state ROOT --workers W --config CONFIG EXTRA...``."""
     return await start_cli("fleet", str(seeds), "--state", str(root), "--workers",
-                           str(workers), "--config", str(config), *extra, env=env)
+                           str(workers), "--config", str(config), *extra, env=env, cwd=cwd)
 
 
 @dataclass

@@ -104,10 +104,10 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-async def start_cli(*args: str, env: dict[str, str | None] | None = None
-                    ) -> asyncio.subprocess.Process:
-    """``python -m crawler ARGS`` as a child process (stdout/stderr piped); ``env``
-    sets (or, with None, removes) variables of its environment."""
+async def start_cli(*args: str, env: dict[str, str | None] | None = None,
+                    cwd: Path = REPO) -> asyncio.subprocess.Process:
+    """``python -m crawler ARGS`` as a child process (stdout/stderr piped) in ``cwd``;
+    ``env`` sets (or, with None, removes) variables of its environment."""
     child = cli_env()
     for name, value in (env or {}).items():
         if value is None:
@@ -115,14 +115,14 @@ async def start_cli(*args: str, env: dict[str, str | None] | None = None
         else:
             child[name] = value
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawler", *args, cwd=REPO, env=child,
+        sys.executable, "-m", "crawler", *args, cwd=cwd, env=child,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
 
 async def run_cli(*args: str, timeout: float = 60.0,
-                  env: dict[str, str | None] | None = None) -> CliResult:
+                  env: dict[str, str | None] | None = None, cwd: Path = REPO) -> CliResult:
     """Run the CLI to completion without blocking the event loop (servers keep serving)."""
-    proc = await start_cli(*args, env=env)
+    proc = await start_cli(*args, env=env, cwd=cwd)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:

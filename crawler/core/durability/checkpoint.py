@@ -2,7 +2,9 @@
 
 Why they are only an optimisation: opening the state replays the ledger past
 each snapshot's high-water mark, so a checkpoint never decides what survives a
-crash; it decides how much has to be replayed. Each shard is written in its own
+crash; it decides how much has to be replayed. The marks it writes are what the
+ledger has synced to disk (one fdatasync of its WAL first), so a power cut
+never leaves a snapshot covering rows the ledger lost. Each shard is written in its own
 ``asyncio.to_thread`` call, so the event loop never waits for the whole filter.
 """
 
@@ -46,8 +48,10 @@ class Checkpoint:
                 for k in COUNTER_KEYS}
 
     async def snapshot(self) -> None:
-        """Write every shard (one per thread hop) and the crawl's counters."""
+        """Sync the ledger, then write every shard (one per thread hop: they record
+        what the sync made durable, ``UrlSeen.sync``) and the crawl's counters."""
         async with self._lock:
+            await asyncio.to_thread(self.seen.sync)
             for i in range(self.seen.nshards):
                 await asyncio.to_thread(self.seen.snapshot_shard, i)
             self.seen.meta_set(TOTALS_KEY, self.totals())

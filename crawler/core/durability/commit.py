@@ -29,8 +29,9 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    at any moment at most ``concurrency`` URLs are taken-but-unmarked — exactly
    the ones fetched again after a kill -9, which also rediscover their links.
 
-pages.jsonl holds one record per URL taken from the frontier: fetched pages
-(any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
+pages.jsonl holds one record per URL taken from the frontier but sitemap files
+(``crawler.core.schedule.sitemaps``: marked, counted and in the WARC, no record):
+fetched pages (any status), failures (``status`` null or 5xx/429, ``error`` set) and URLs
 robots.txt disallows (``status`` null, ``error`` "robots.txt", ledger state
 skipped). Links over the per-host cap are marked skipped in the ledger without
 a record; out-of-scope and too-deep links are never admitted at all. A
@@ -53,6 +54,7 @@ from crawler.core.outputs.warc import Blob, WarcFiles, build_records
 from crawler.core.schedule.admission import Pairs
 from crawler.core.schedule.frontier import Frontier, Item
 from crawler.core.schedule.learning import Learning
+from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import OUTPUTS_KEY, TOTALS_KEY
 from crawler.net.exchange import Exchange
@@ -79,6 +81,10 @@ class _Entry:
     content: Content | None = None  # the page's body, for revisits and duplicate_of
     page_exchange: Exchange | None = None  # the one of ``exchanges`` that is the page's
     items: bytes = b""  # items.jsonl lines of the page's handler
+    source: str | None = None  # the URL ``links`` were found on (their referrer)
+    # a sitemap file's (ledger state, error, URLs listed): counted, not recorded
+    sitemap: tuple[State, str | None, int] | None = None
+    new: int = 0  # of ``links``, the URLs admitted new
     text_print: tuple[int, int, int, int] | None = None  # its main text's (Learning.text_print)
     key: str | None = None  # the page's key, as the frontier had it (None: not known)
     # a queued URL's turn: decides, in the commit, whether it is fetched (None) or
@@ -137,15 +143,21 @@ class GroupCommit:
                  before_commit: Callable[[list[int]], None] | None = None,
                  also_sync: Sequence[Syncable] = (),
                  counts: PageCounts | None = None, items: ItemLog | None = None,
+                 sitemaps: SitemapFiles | None = None,
+                 sitemap_counts: SitemapCounts | None = None,
                  learning: Learning | None = None) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the marks
         of ``seqs`` go into the transaction, so what it writes commits with them;
         ``also_sync`` files are synced with pages.jsonl before the marks commit;
         ``counts`` counts the group's pages in the same transaction; ``items`` is
         items.jsonl (its size is committed with every group, written or not);
-        ``learning`` classifies the group's pages with content (None: --no-learn)."""
+        a URL ``sitemaps`` knows is a sitemap file: marked and counted in
+        ``sitemap_counts``, with no record; ``learning`` classifies the group's pages
+        with content (None: --no-learn)."""
         self._learning = learning
         self._counts = counts
+        self._sitemaps = sitemaps
+        self._sitemap_counts = sitemap_counts
         self._items = items
         self._pagelog = pagelog
         self._before_commit = before_commit
@@ -167,16 +179,22 @@ class GroupCommit:
     async def commit(self, record: dict[str, Any] | None, mark: Mark | None,
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
-                     items: bytes = b"", text_print: tuple[int, int, int, int] | None = None,
+                     items: bytes = b"", source: str | None = None,
+                     sitemap: tuple[State, str | None, int] | None = None,
+                     text_print: tuple[int, int, int, int] | None = None,
                      key: str | None = None) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
-        ``Admission.route``; ``record["links_new"]``, ``record["duplicate_of"]`` and
+        ``Admission.route``, found on ``source`` (default: the record's URL);
+        ``record["links_new"]``, ``record["duplicate_of"]`` and
         ``record["near_duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if source is None and record is not None:
+            source = record["url"]
         self._pending.append(_Entry(record, mark, links, fut, exchanges, content,
-                                    page_exchange, items, text_print, key=key))
+                                    page_exchange, items, source, sitemap, text_print=text_print,
+                                    key=key))
         self._wake.set()
         await fut
 
@@ -252,6 +270,9 @@ class GroupCommit:
                 if self._counts is not None:
                     self._counts.add((e.record["url"], *e.mark[1:]) for e in batch
                                      if e.record is not None and e.mark is not None)
+                if self._sitemap_counts is not None:
+                    self._sitemap_counts.add((*e.sitemap, e.new) for e in batch
+                                             if e.sitemap is not None)
                 seen.record_outcomes(marks)
                 self._seen.commit()
             except BaseException as exc:
@@ -322,11 +343,10 @@ class GroupCommit:
         if not waiting:
             return
         pages = [links for e in waiting for links in e.links]
-        sources = [e.record["url"] if e.record is not None else None
-                   for e in waiting for _ in e.links]
+        sources = [e.source for e in waiting for _ in e.links]
         queued = iter(self._admit(pages, sources))
         for e in waiting:
-            n = sum(next(queued) for _ in e.links)
+            e.new = n = sum(next(queued) for _ in e.links)
             if e.record is not None:
                 e.record["links_new"] = n
 
@@ -367,7 +387,8 @@ class GroupCommit:
         mark. ``attempts``: the requests sent for the URL over every round and run
         (default: this fetch's). ``items``: its handler's items.jsonl lines;
         ``extra``: fields added to its record; ``text_print``: its main text's
-        print (``Learning.text_print``)."""
+        print (``Learning.text_print``). A sitemap file gets no record: its WARC
+        records, its mark, its links and its counts."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -382,6 +403,13 @@ class GroupCommit:
         if digest is not None and payload and status is not None and 200 <= status < 300:
             content = (digest, ex.url if ex is not None else item.url,
                        iso_time(ex.started) if ex is not None else fetched_at)
+        mark = (item.seq, state, status, error)
+        exchanges = (ex,) if ex is not None else ()
+        if self._sitemaps is not None and self._sitemaps.level(item.url) is not None:
+            await self.commit(None, mark, (links,) if links is not None else (),
+                              exchanges=exchanges, content=content, page_exchange=ex,
+                              source=item.url, sitemap=(state, error, links_found))
+            return
         record = {
             "url": item.url,
             "final_url": final_url,
@@ -403,8 +431,6 @@ class GroupCommit:
         }
         if extra:
             record.update(extra)
-        await self.commit(record, (item.seq, state, status, error),
-                          (links,) if links is not None else (),
-                          exchanges=(ex,) if ex is not None else (), content=content,
-                          page_exchange=ex, items=items, text_print=text_print,
-                          key=getattr(item, "key", None))
+        await self.commit(record, mark, (links,) if links is not None else (),
+                          exchanges=exchanges, content=content, page_exchange=ex, items=items,
+                          text_print=text_print, key=getattr(item, "key", None))

@@ -38,24 +38,26 @@ from crawler.core.state.state import (
     Seeds,
     create_crawl,
     open_crawl,
+    readmit_seeds,
     store_changes,
 )
 from crawler.net.fetch import check_env_proxies
 from crawler.wire.owner import owner_of
-from dedup import UrlSeen
+from dedup import UrlSeen, is_state_dir
 
 if TYPE_CHECKING:
     from crawler.config.scope import Scope
     from crawler.wire.transport import RedisTransport
 
-__all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "Crawler", "HandlerError", "Page",
+__all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "CrawlError", "Crawler", "HandlerError", "Page",
            "load_callable", "settings_from_options"]
 
 # The crawl options: the command line's long options, with underscores.
 CRAWL_OPTIONS = (
-    "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "no_sitemaps",
-    "no_learn", "concurrency", "per_host", "delay", "allow_private", "user_agent", "header",
-    "cookies", "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
+    "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "sitemaps",
+    "no_sitemaps", "no_learn", "concurrency", "per_host", "delay", "allow_private", "user_agent",
+    "header", "cookies", "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size",
+    "warc_content_type",
 )
 # What a resume may change (stored as the crawl's new values), and where it lives.
 RESUME_OPTIONS = {
@@ -122,8 +124,10 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
     for key in ("include", "exclude"):
         if key in lists:
             crawl[key] = list(dict.fromkeys([*getattr(settings.crawl, key), *lists[key]]))
-    if o.get("no_sitemaps"):
-        crawl["sitemaps"] = False
+    if o.get("sitemaps") and o.get("no_sitemaps"):
+        raise ConfigError("sitemaps and no_sitemaps (--sitemaps, --no-sitemaps): give one")
+    if o.get("sitemaps") or o.get("no_sitemaps"):
+        crawl["sitemaps"] = bool(o.get("sitemaps"))
     politeness = {k: o[k] for k in ("per_host", "delay") if k in o}
     learn: dict[str, Any] = {"enabled": False} if o.get("no_learn") else {}
     fetch: dict[str, Any] = {"allow_private": True} if o.get("allow_private") else {}
@@ -153,6 +157,34 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
         output["warc_content_types"] = o["warc_content_type"]
     return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output,
                                 learn=learn)
+
+
+def _continued(stored: Settings, asked: Settings, given: Mapping[str, Any]
+               ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """What a script run again on its crawl asks of it: ``(changes, refused)``. The
+    values ``RESUME_OPTIONS`` may change that it gives (or its config sets) are
+    changes; any other value it sets (an option or a config key off its default)
+    must be the one the crawl was started with, or it is refused (named)."""
+    default, have, want = Settings().to_dict(), stored.to_dict(), asked.to_dict()
+    resumable = {where: name for name, where in RESUME_OPTIONS.items()}
+    changes: dict[str, dict[str, Any]] = {}
+    refused = []
+    for section, values in want.items():
+        for key, value in values.items():
+            old = have.get(section, {}).get(key)
+            if value == old:
+                continue
+            name = resumable.get((section, key))
+            if name is not None and (name in given or value != default[section][key]):
+                changes.setdefault(section, {})[key] = value
+            elif name is None and value != default[section][key]:
+                refused.append(f"{section}.{key} = {value!r} (the crawl's: {old!r})")
+    return changes, refused
+
+
+def _name_of(fn: Any) -> str:
+    """Where a hook given as a Python object was defined, for the user: module.name."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def _check_env_proxies() -> None:
@@ -201,13 +233,23 @@ class Crawler:
     (``async for page in crawl``: each fetched page once its group is committed)
     or ``await crawl.run()`` (to the end, returning the summary figures).
 
+    Run again on the state directory of a crawl it started (the same script after a
+    crash or a stop), ``Crawler(seeds, state=DIR, ...)`` continues that crawl with
+    the script's handler and follow: its seeds go through the seen-test again (new
+    ones are queued), the ``RESUME_OPTIONS`` it gives are stored as the crawl's new
+    values, and any other option that differs from the crawl's is refused
+    (``CrawlError`` naming it: the scope, the filter and the requests are frozen).
+
     ``handler(page)`` (sync or async) returns items — a dict, an iterable (or
     async iterable) of dicts, or None — written to DIR/items.jsonl with the
     page's commit: each page's items exactly once, across kill -9 and resume.
     ``follow(page)`` returns the URLs to enqueue (relative ones resolve against
     the page; out-of-scope ones are dropped); default: all of ``page.links``.
     Either may be given as ``"module:function"``; a crawl started so resumes
-    with them when a resume names none.
+    with them when a resume names none. Given as Python objects they cannot be
+    stored: a resume that does not give them again (``Crawler(state=DIR)``,
+    ``bloomcrawl resume DIR`` without ``--handler``/``--follow``) is refused with a
+    ``CrawlError`` naming them, rather than run without them.
 
     A handler or follow that raises: the traceback goes into the page's
     pages.jsonl record (``handler_error``), is counted (``handler_errors`` in the
@@ -314,24 +356,72 @@ class Crawler:
                 if not settings.fetch.proxy:
                     _check_env_proxies()
                 self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
+                if self._explicit_hooks:  # the crawl's hooks from now on
+                    seen.meta_set(HOOKS_KEY, self._hooks_meta())
+                    seen.commit()
             except BaseException:
                 seen.close()
                 raise
             self._settings = settings
+        elif self.fleet is None and is_state_dir(self.state_dir):
+            seen, scope = self._continue()
         else:
             assert self._seeds is not None
             fleet = self.fleet
             if fleet is None:
                 seen, scope, self.problems = create_crawl(
-                    self.state_dir, self.settings, self._seeds, hooks=self._specs or None)
+                    self.state_dir, self.settings, self._seeds, hooks=self._hooks_meta())
             else:
                 workers, me = int(fleet["workers"]), int(fleet["worker_id"])
                 seen, scope, self.problems = create_crawl(
-                    self.state_dir, self.settings, self._seeds, hooks=self._specs or None,
+                    self.state_dir, self.settings, self._seeds, hooks=self._hooks_meta(),
                     crawl_id=fleet["crawl_id"], meta=fleet,
                     owns=lambda host: owner_of(host, workers) == me)
         self._seen, self._scope = seen, scope
         return self
+
+    def _continue(self) -> tuple[UrlSeen, Scope]:
+        """Seeds given for a directory that holds a crawl: the script that started it,
+        run again. Its settings must agree with the crawl's (``_continued``); its
+        seeds are admitted again; its hooks are the crawl's from now on."""
+        assert self._seeds is not None and self._settings is not None
+        seen, settings, scope = open_crawl(self.state_dir)
+        try:
+            self._check_identity(seen.meta_get(FLEET_KEY))
+            changes, refused = _continued(settings, self._settings, self._options)
+            if refused:
+                raise CrawlError(
+                    f"{self.state_dir} holds a crawl that this one would change: "
+                    f"{'; '.join(refused)}. What decides the scope, the filter and the "
+                    "requests is frozen when a crawl starts (a resume may change "
+                    f"{', '.join(RESUME_OPTIONS)}); start it in another state directory")
+            if changes:
+                settings = store_changes(seen, settings, changes)
+            if not settings.fetch.proxy:
+                _check_env_proxies()
+            self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
+            self.problems = readmit_seeds(seen, settings, scope, self._seeds)
+            if self._explicit_hooks:
+                seen.meta_set(HOOKS_KEY, self._hooks_meta())
+                seen.commit()
+        except BaseException:
+            seen.close()
+            raise
+        self._settings = settings
+        return seen, scope
+
+    def _hooks_meta(self) -> dict[str, Any] | None:
+        """What ``HOOKS_KEY`` keeps of the hooks: names given as ``module:function``
+        (a resume imports them), and under "python" the ones given as Python objects
+        (a resume must be given them again)."""
+        meta: dict[str, Any] = dict(self._specs)
+        python = {name: _name_of(fn) for name, fn in (("handler", self._handler),
+                                                      ("follow", self._follow))
+                  if fn is not None and name not in self._specs}
+        if python:
+            meta["python"] = python
+            meta.setdefault("on_error", self._on_error)
+        return meta or None
 
     def _check_identity(self, stored: Mapping[str, Any] | None) -> None:
         """A fleet worker's state directory resumes only as that worker, a single
@@ -350,9 +440,24 @@ class Crawler:
                                  f"worker {self.fleet['worker_id']} of "
                                  f"{self.fleet['workers']} in {self.fleet['crawl_id']}")
 
-    def _stored_hooks(self, stored: Mapping[str, str]) -> None:
+    def _stored_hooks(self, stored: Mapping[str, Any]) -> None:
         """A resume that names no handler or follow runs the ones the crawl was
-        started with by name (``module:function``)."""
+        started with by name (``module:function``); one started with Python objects
+        is refused unless it is given each of them again."""
+        python = stored.get("python") or {}
+        missing = {name: python[name] for name in ("handler", "follow")
+                   if name in python
+                   and (self._handler if name == "handler" else self._follow) is None}
+        if missing and self._seeds is None:
+            given = ", ".join(f"{name}={where}" for name, where in missing.items())
+            flags = " ".join(f"--{name} MODULE:FUNCTION" for name in missing)
+            raise CrawlError(
+                f"{self.state_dir} was started from Python with {given}: Python objects "
+                "that a resume cannot import, and it will not run without them (pages "
+                "would get no items, and links no follow rule). Run the script that "
+                "started it again (it continues the crawl), or name them: 'bloomcrawl "
+                f"resume {self.state_dir} {flags}' (from Python: Crawler(state=DIR, "
+                f"{', '.join(f'{n}=...' for n in missing)}))")
         if self._explicit_hooks or not stored:
             return
         if stored.get("handler"):

@@ -4,7 +4,7 @@ Per page: its turn (learned rules and trap budgets may skip it) -> robots.txt
 check -> one fetch (one hop) -> a redirect target, or the HTML page's links (and
 its main text's fingerprint), resolved in one batch, filtered by scope, depth and
 the per-host cap -> the group commit, where the pages of a group go through the
-learned rules and ``UrlSeen.admit_resolved_pages`` together (one call per group)
+learned rules and ``UrlSeen.admit_pages`` together (one call per group)
 -> frontier. What is learned, and where it acts: ``crawler.core.schedule.learning``.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
@@ -47,14 +47,14 @@ from crawler.core.durability.commit import GroupCommit, Links, items_file, outpu
 from crawler.core.outputs.output import read_json
 from crawler.core.run.page import HandlerError, Hooks, Outcome, Page
 from crawler.core.run.pending import Pending
-from crawler.core.run.progress import Progress, SessionCounts, crawl_status
+from crawler.core.run.progress import LIMIT_REACHED, Progress, SessionCounts, crawl_status
 from crawler.core.run.signals import stop_on_signals
 from crawler.core.schedule.admission import Admission, Remote
 from crawler.core.schedule.frontier import Frontier, Item
 from crawler.core.schedule.learning import Learning
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
-from crawler.core.schedule.sitemaps import SitemapFiles
+from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
@@ -96,7 +96,9 @@ class Engine:
                                      delay=settings.politeness.delay,
                                      max_crawl_delay=settings.politeness.max_crawl_delay,
                                      max_backoff=settings.fetch.max_retry_after)
-        self._base = seen.counts()
+        self.sitemap_counts = SitemapCounts(seen)
+        # the pages' counts: sitemap files are marked in the ledger too, but are no pages
+        self._base = without_sitemaps(seen.counts(), self.sitemap_counts.counts)
         done_before = self._base["fetched"] + self._base["failed"]
         max_take = max(0, c.max_pages - done_before) if c.max_pages else None
         self.frontier = Frontier(seen, self.politeness, memory=c.frontier_memory,
@@ -139,6 +141,8 @@ class Engine:
                                      before_commit=self.retries.before_commit,
                                      also_sync=[outbox] if outbox is not None else [],
                                      counts=self.pages, items=self.items,
+                                     sitemaps=self.sitemaps,
+                                     sitemap_counts=self.sitemap_counts,
                                      learning=self.learning)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
@@ -167,7 +171,7 @@ class Engine:
         if not self.stopping:
             f = self.frontier
             if f.max_take is not None and f.taken >= f.max_take:
-                self.outcome = "max pages reached"
+                self.outcome = LIMIT_REACHED
         self.frontier.close()
         self._ended.set()
 
@@ -333,6 +337,7 @@ class Engine:
             check_literal_host(hostname_of(item.host)) is not None
         if refused:
             robots = None  # the fetcher refuses it and says why; robots.txt would too, vaguely
+        sitemap_level = self.sitemaps.level(url) if self.sitemaps is not None else None
         if robots is not None:
             try:
                 answer = await robots.check(url)
@@ -343,22 +348,19 @@ class Engine:
             if not answer.allowed:
                 await self._not_allowed(item, answer.unavailable, answer.retryable)
                 return
-        sitemap_level = None
-        if self.sitemaps is not None:
-            sitemap_level = self.sitemaps.level(url)
-            if sitemap_level is None and item.depth == 0 and not refused and \
-                    item.host not in self._sitemap_hosts:
-                self._sitemap_hosts.add(item.host)
-                try:
-                    await self._queue_sitemaps(url)
-                except BaseException:
-                    frontier.done(item, requested=False, counted=False)
-                    raise
+        if self.sitemaps is not None and sitemap_level is None and item.depth == 0 and \
+                not refused and item.host not in self._sitemap_hosts:
+            self._sitemap_hosts.add(item.host)
+            try:
+                await self._queue_sitemaps(url)
+            except BaseException:
+                frontier.done(item, requested=False, counted=False)
+                raise
         retries = self.retries
         seq = item.seq
         allowed = retries.allowance(seq)
         if allowed == 0:  # spent before a restart (its last round counted in advance)
-            frontier.done(item, requested=False)
+            frontier.done(item, requested=False, counted=sitemap_level is None)
             await self._give_up(item, retries.tried(seq).error or "retries exhausted")
             return
         reserved = allowed if retries.reserve(seq, allowed) else 0
@@ -393,11 +395,11 @@ class Engine:
         try:
             status = res.status
             if sitemap_level is not None:
-                links_found, links, remote, final_url, sm_error = self._sitemap_links(
-                    item, res, sitemap_level)
-                if sm_error is not None:
+                links_found, links, remote, final_url, sm_error, outcome = \
+                    await self._sitemap_links(item, res, sitemap_level)
+                if sm_error is not None:  # an answer, unreadable: counted with errors
                     error = f"sitemap: {sm_error}"
-                    failed = failed or not sm_error.startswith(("over ", "an index"))
+                    log.warning("sitemap %s: %s", url, sm_error)  # no pages.jsonl line says it
             elif self.hooks is not None and status is not None:
                 links_found, final_url, page, outcome, links, remote, text_print = \
                     await self._hooked(item, res)
@@ -422,7 +424,7 @@ class Engine:
                         self._canon.resolve_many(hrefs, base), item.depth + 1, self._local)
         finally:
             frontier.done(item, retry_after=res.retry_after if res.status in (429, 503)
-                          else None)
+                          else None, counted=sitemap_level is None)
         if outcome is not None and outcome.error is not None and self.hooks is not None \
                 and self.hooks.stops:
             # not committed: the URL stays queued, and a resume handles it again
@@ -432,9 +434,7 @@ class Engine:
         if remote:  # with their owners before this page counts as done
             assert self.relay is not None  # only a fleet worker has remote links
             await self.relay.forward(remote)
-        self.session.pages += 1
-        if failed:
-            self.session.failed += 1
+        self._count_done(item, State.FAILED if failed else State.FETCHED)
         retries.forget(seq)
         hooks = self.hooks
         extra = ({"items": outcome.count, "handler_error": outcome.error}
@@ -477,16 +477,8 @@ class Engine:
             if hrefs:
                 pairs = self._canon.resolve_many(hrefs, base)
             text = decode_text(res.body, res.charset)
-        allows = self.scope.allows_host
-        url_ok = self.scope.url_filter()
-        in_scope = dict.fromkeys(
-            p[0] for p in pairs
-            if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1])))
-        page = Page(url=url, final_url=final_url, status=status, headers=res.headers or {},
-                    depth=item.depth,
-                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
-                    content_type=res.content_type, body=res.body or b"", text=text,
-                    links=list(in_scope), error=res.error)
+        page = self._page(item, res, final_url, self._in_scope(pairs), body=res.body or b"",
+                          text=text)
         assert self.hooks is not None
         deeper = item.depth < self.settings.crawl.max_depth
         outcome = await self.hooks.run(page, follow=deeper)
@@ -499,6 +491,25 @@ class Engine:
             if pairs:
                 links, remote = self.admission.route(pairs, item.depth + 1, self._local)
         return found, final_url, page, outcome, links, remote, text_print
+
+    def _page(self, item: Item, res: FetchResult, final_url: str | None, links: list[str],
+              *, body: bytes, text: str | None, sitemap: bool = False) -> Page:
+        assert res.status is not None
+        return Page(url=item.url, final_url=final_url, status=res.status,
+                    headers=res.headers or {}, depth=item.depth,
+                    referrer=self.seen.referrer_of(item.seq) if item.depth else None,
+                    content_type=res.content_type, body=body, text=text, links=links,
+                    error=res.error, sitemap=sitemap)
+
+    def _in_scope(self, pairs: Sequence[tuple[str, str] | None], *,
+                  patterns: bool = True) -> list[str]:
+        """The URLs of resolved ``pairs`` in the crawl's scope (hosts, and include/exclude
+        with ``patterns``), each once, in order: a ``Page``'s ``links``."""
+        allows = self.scope.allows_host
+        url_ok = self.scope.url_filter() if patterns else None
+        return list(dict.fromkeys(
+            p[0] for p in pairs
+            if p is not None and allows(host_of(p[0])) and (url_ok is None or url_ok(p[1]))))
 
     async def _queue_sitemaps(self, url: str) -> None:
         """Queue the sitemaps of a seed's host (its robots.txt's ``Sitemap:`` lines,
@@ -521,47 +532,63 @@ class Engine:
         if links is not None:
             await self.committer.commit(None, None, [links])
 
-    def _sitemap_links(self, item: Item, res: FetchResult, level: int
-                       ) -> tuple[int, Links | None, list[Remote], str | None, str | None]:
+    async def _sitemap_links(self, item: Item, res: FetchResult, level: int
+                             ) -> tuple[int, Links | None, list[Remote], str | None,
+                                        str | None, Outcome | None]:
         """A fetched sitemap's URLs, routed at the sitemap's own depth: ``(found,
-        links, remote, final url, what was wrong with it or None)``. An index's
-        sitemaps are queued (level 1) only from a level-0 sitemap; a redirect's
-        target is a sitemap of the same level."""
+        links, remote, final url, what was wrong with it or None, what ``follow`` made
+        of it)``. An index's sitemaps are queued (level 1) only from a level-0
+        sitemap; a redirect's target is a sitemap of the same level. With a
+        ``follow`` hook, it decides which of them are queued, as for a page's links
+        (it sees the sitemap as a ``Page`` with ``sitemap=True``; no handler runs)."""
         assert self.sitemaps is not None
         c = self.settings.crawl
         url = item.url
         status = res.status
         if item.depth > c.max_depth:
-            return 0, None, [], url, None
+            return 0, None, [], url, None, None
+        note = None
+        child: int | None = level  # what the URLs are: sitemaps of this level, or pages
         if status is not None and 300 <= status < 400 and res.location is not None:
-            target = self._canon.resolve_many((res.location,), url)
-            final = target[0][0] if target[0] is not None else None
-            pairs = self.sitemaps.register(target, level)
-            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
-            return 1, links, [], final, None
-        if res.body is None or status is None or not 200 <= status < 300:
-            return 0, None, [], url, None  # the fetch's own error says why
-        if res.nbytes > c.sitemap_max_bytes:
-            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)"
-        parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
-        if parsed.error is not None:
-            return 0, None, [], url, parsed.error
-        resolved = self._canon.resolve_many(parsed.locs, url)
-        if parsed.index:
-            if level >= 1:
-                return len(parsed.locs), None, [], url, "an index listed by an index (not read)"
-            pairs = self.sitemaps.register(resolved, level + 1)
-            links, _ = self.admission.route(pairs, item.depth, self._local, patterns=False)
-            return len(parsed.locs), links, [], url, parsed.note
-        links, remote = self.admission.route(resolved, item.depth, self._local)
-        return len(parsed.locs), links, remote, url, parsed.note
+            pairs = self._canon.resolve_many((res.location,), url)
+            found, final = 1, pairs[0][0] if pairs[0] is not None else None
+        elif res.body is None or status is None or not 200 <= status < 300:
+            return 0, None, [], url, None, None  # the fetch's own error says why
+        elif res.nbytes > c.sitemap_max_bytes:
+            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)", None
+        else:
+            parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
+            if parsed.error is not None:
+                return 0, None, [], url, parsed.error, None
+            found, final, note = len(parsed.locs), url, parsed.note
+            if parsed.index and level >= 1:
+                return found, None, [], url, "an index listed by an index (not read)", None
+            child = level + 1 if parsed.index else None
+            pairs = self._canon.resolve_many(parsed.locs, url)
+        outcome = None
+        hooks = self.hooks
+        if hooks is not None and hooks.follow is not None:
+            page = self._page(item, res, final, self._in_scope(pairs, patterns=child is None),
+                              body=res.body or b"", text=None, sitemap=True)
+            outcome = await hooks.run(page, follow=True, handle=False)
+            if outcome.error is not None:
+                log.warning("follow raised on the sitemap %s%s", url,
+                            "" if hooks.stops else " (its URLs are all queued)")
+            elif outcome.follow is not None:
+                pairs = self._canon.resolve_many(outcome.follow, url) if outcome.follow else []
+        if child is not None:
+            links, _ = self.admission.route(self.sitemaps.register(pairs, child), item.depth,
+                                            self._local, patterns=False)
+            return found, links, [], final, note, outcome
+        links, remote = self.admission.route(pairs, item.depth, self._local)
+        return found, links, remote, final, note, outcome
 
     async def _not_allowed(self, item: Item, unavailable: str | None, retryable: bool) -> None:
         """robots.txt says no: skipped for good, retried later, or given up (failed)."""
         frontier = self.frontier
         if unavailable is None:  # a real Disallow
             frontier.done(item, requested=False, counted=False)
-            self.session.skipped += 1
+            self._count_done(item, State.SKIPPED)
             tried = self.retries.tried(item.seq)
             self.retries.forget(item.seq)
             await self.committer.commit_page(item, None, item.url, 0, None, State.SKIPPED,
@@ -575,17 +602,31 @@ class Engine:
                 return
         else:  # refused for good (an SSRF refusal names itself, not robots.txt:
             error = unavailable  # the page would be refused just the same)
-        frontier.done(item, requested=False)
+        frontier.done(item, requested=False, counted=not self._is_sitemap(item))
         await self._give_up(item, error)
 
     async def _give_up(self, item: Item, error: str) -> None:
         """Record ``item`` failed without a fetch this round (its frontier slot released)."""
         tried = self.retries.tried(item.seq)
         self.retries.forget(item.seq)
-        self.session.pages += 1
-        self.session.failed += 1
+        self._count_done(item, State.FAILED)
         await self.committer.commit_page(item, None, item.url, 0, None, State.FAILED, error,
                                          warc=self._warc_pages, attempts=tried.requests)
+
+    def _is_sitemap(self, item: Item) -> bool:
+        return self.sitemaps is not None and self.sitemaps.level(item.url) is not None
+
+    def _count_done(self, item: Item, state: State) -> None:
+        """This run's figures, for a URL about to be marked ``state``: a page, or a
+        sitemap file (no page: ``crawler.core.schedule.sitemaps``)."""
+        s = self.session
+        if self._is_sitemap(item):
+            s.sitemaps += 1
+        elif state == State.SKIPPED:
+            s.skipped += 1
+        else:
+            s.pages += 1
+            s.failed += int(state == State.FAILED)
 
     async def _retry_later(self, item: Item, *, hold_host: bool, requested: bool = True,
                            at_least: float = 0.0) -> bool:
@@ -642,12 +683,15 @@ class Engine:
         if final or info is None:
             info = self._info = self.seen.bloom.info()
         out = crawl_status(
-            outcome=self.outcome,
+            # the outcome is decided when the crawl ends; a reader before that (the
+            # dashboard, a fleet's supervisor) sees it running
+            outcome=self.outcome if self.frontier.closed else "running",
             elapsed=time.monotonic() - self._started if self._started else 0.0,
             base=self._base, session=self.session, queued_new=self.admission.queued,
             in_flight=self.frontier.in_flight,
             hosts=self.frontier.hosts, counters=self.seen.counters, info=info,
             shards=self.seen.nshards, state_dir=str(self.state_dir), pages=self.pages.counts)
+        out["capacity"] = self.seen.geometry.capacity
         if self.relay is not None:
             out.update(self.relay.status())
         if self.hooks is not None and self.hooks.records:
@@ -655,6 +699,8 @@ class Engine:
             out["handler_errors"] = self.hooks.errors
         if self.learning is not None:
             out["learn"] = self.learning.status()
+        if self.sitemaps is not None or any(self.sitemap_counts.counts.values()):
+            out["sitemaps"] = dict(self.sitemap_counts.counts)
         if final:
             out["totals"] = self.checkpoint.totals()
         return out

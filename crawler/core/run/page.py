@@ -47,6 +47,9 @@ class Page:
     # the page links to (a redirect: its target), each once, in page order
     links: list[str] = field(default_factory=list)
     error: str | None = None  # why the body is not there ("http 404", "not html", ...)
+    # a sitemap file, shown to ``follow`` alone (no handler, not delivered: not a page);
+    # ``links`` are the URLs it lists in the crawl's scope, ``body`` the file as received
+    sitemap: bool = False
 
 
 Item = Mapping[str, Any]
@@ -111,12 +114,13 @@ class Hooks:
         """Pages get ``items`` and ``handler_error`` fields (there is user code)."""
         return self.handler is not None or self.follow is not None
 
-    async def run(self, page: Page, *, follow: bool) -> Outcome:
-        """The handler's items (encoded), then ``follow``'s URLs when ``follow`` (the
-        page's links are enqueued at all). Never raises for user code's errors."""
+    async def run(self, page: Page, *, follow: bool, handle: bool = True) -> Outcome:
+        """The handler's items (encoded) when ``handle``, then ``follow``'s URLs when
+        ``follow`` (the page's links are enqueued at all). Never raises for user
+        code's errors."""
         out = Outcome()
         try:
-            if self.handler is not None:
+            if handle and self.handler is not None:
                 lines = [_dumps(_item(x)) for x in await _collect(self.handler(page))]
                 if lines:
                     out.items = ("\n".join(lines) + "\n").encode()

@@ -16,15 +16,19 @@ from crawler.core.state.pagecounts import format_host_failures, top_failed_hosts
 from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
+    "LIMIT_REACHED",
     "Progress",
     "SessionCounts",
     "crawl_status",
     "format_filter_stats",
+    "format_fleet_stats",
     "format_stats",
     "format_status",
     "format_summary",
     "si",
 ]
+
+LIMIT_REACHED = "max pages reached"  # the outcome of a crawl stopped by --max-pages
 
 
 def si(n: float) -> str:
@@ -71,6 +75,16 @@ def _pages_line(s: dict[str, Any]) -> str:
             + (f", {given_up} given up after retries" if given_up else ""))
 
 
+def _sitemap_lines(s: dict[str, Any]) -> list[str]:
+    """What the sitemap files came to (they are no pages), when the crawl reads them."""
+    c = s.get("sitemaps")
+    if not c:
+        return []
+    return [f"  sitemaps: {c['fetched']} fetched ({c['with_errors']} with errors), "
+            f"{c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
+            f"{c['urls']} URLs listed, {c['new']} of them new"]
+
+
 def _host_lines(s: dict[str, Any]) -> list[str]:
     """The hosts with the most failures, each with its causes."""
     hosts = s.get("failed_hosts") or {}
@@ -114,6 +128,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f" pages/s)",
         f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
         *_host_lines(s),
+        *_sitemap_lines(s),
         *([f"  items:  {s['items']} written to items.jsonl this run, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
@@ -125,10 +140,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
     ]
     if s.get("state_dir"):
-        lines.append(f"  state:  {s['state_dir']}"
-                     + (f"  (continue with: bloomcrawl resume {s['state_dir']})"
-                        if s["queued"] else ""))
+        lines.append(f"  state:  {s['state_dir']}" + _continue_with(s))
     return "\n".join(lines)
+
+
+def _continue_with(s: dict[str, Any]) -> str:
+    """How to go on: a crawl stopped by its page limit goes on only with a higher one."""
+    if s.get("outcome") == LIMIT_REACHED and s["queued"]:
+        return (f"  (its page limit is reached; continue with a higher one: bloomcrawl "
+                f"resume {s['state_dir']} --max-pages N)")
+    return f"  (continue with: bloomcrawl resume {s['state_dir']})" if s["queued"] else ""
 
 
 def format_stats(s: dict[str, Any]) -> str:
@@ -138,8 +159,8 @@ def format_stats(s: dict[str, Any]) -> str:
         f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
-        f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
-        f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        *_sitemap_lines(s),
+        _dedup_stats_line(s),
         *_learn_lines(s),
         f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
@@ -148,6 +169,40 @@ def format_stats(s: dict[str, Any]) -> str:
     if s.get("damaged_shards"):
         lines.append(f"  damaged shard files (rebuilt from the ledger in memory): "
                      f"{s['damaged_shards']}")
+    return "\n".join(lines)
+
+
+def _dedup_stats_line(s: dict[str, Any]) -> str:
+    return (f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
+            f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected")
+
+
+def format_fleet_stats(f: dict[str, Any]) -> str:
+    """``bloomcrawl stats FLEETDIR``: the fleet's totals, then a line per worker
+    (``crawler.admin.report.fleet_stats``)."""
+    t = f["totals"]
+    fills = [w["fill"] for w in f["per_worker"]]
+    lines = [
+        f"fleet {f['crawl_id']} of {f['workers']} workers in {f['fleet_dir']}",
+        f"  pages:  {_pages_line(t)}, {t['skipped']} skipped, {t['queued']} queued, "
+        f"{t['hosts']} host(s) with queued URLs",
+        *_host_lines(t),
+        *_sitemap_lines(t),
+        _dedup_stats_line(t),
+        f"  filter: {f['workers']} filters, one per worker: fill {_pct(min(fills))} to "
+        f"{_pct(max(fills))}, ~{t['estimated_count']} URLs in all (capacity "
+        f"{t['capacity']} in all), expected FPR {t['expected_fpr']:.2e} (mean), "
+        f"{t['shards']} shards each",
+    ]
+    for i, w in enumerate(f["per_worker"]):
+        limit = int((w.get("config") or {}).get("crawl", {}).get("max_pages") or 0)
+        reached = limit and w["fetched"] + w["failed"] >= limit
+        lines.append(
+            f"  worker {i}: {w['fetched']} fetched, {w['failed']} failed, {w['skipped']} "
+            f"skipped, {w['queued']} queued ({w['hosts']} host(s)), {w['links']} links "
+            f"checked, {w['new']} new, fill {_pct(w['fill'])}"
+            + (f", page limit {limit} reached" if reached else "")
+            + ("" if w["links"] or w["queued"] else "  (no work: it owns no host reached)"))
     return "\n".join(lines)
 
 
@@ -230,6 +285,7 @@ class SessionCounts:
     pages: int = 0  # taken and settled this run (fetched and failed)
     failed: int = 0  # given up this run (the ledger's failed state)
     skipped: int = 0
+    sitemaps: int = 0  # sitemap files marked this run (no pages)
 
 
 def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session: SessionCounts,
@@ -245,7 +301,7 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
     (``crawler.core.state.pagecounts.PageCounts``). ``given_up`` is the URLs with no
     usable answer after every retry (the ledger's failed state: exit status 3).
     """
-    marked = session.pages + session.skipped
+    marked = session.pages + session.skipped + session.sitemaps
     pages = pages or {}
     out: dict[str, Any] = {
         "outcome": outcome,

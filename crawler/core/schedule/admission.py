@@ -105,7 +105,7 @@ class Admission:
         rewrites = None
         if learning is not None:  # rule keys for the links the hosts' rules rewrite
             pages, rewrites = learning.rewrite(pages)
-        per_page = self.seen.admit_resolved_pages(pages)
+        per_page = self.seen.admit_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
             self.seen.note_referrers(

@@ -308,7 +308,7 @@ class Learning:
             why[RULE_KEY + rkey] = f"{_ids(applied)}@{seq}"
         if not pairs:
             return
-        new = self.seen.admit_resolved(pairs)
+        (new,) = self.seen.admit_pages([(pairs, 0)])
         if not new:
             return
         self.seen.record_outcomes((n.seq, State.SKIPPED, None,
@@ -413,7 +413,7 @@ class Learning:
             seen.note_held(held)
         if not any(raw for raw, _ in raw_pages):
             return
-        again = seen.admit_resolved_pages(raw_pages)
+        again = seen.admit_pages(raw_pages)
         if sources is not None:
             seen.note_referrers((page[0].seq, page[-1].seq, source)
                                 for page, source in zip(again, sources, strict=True) if page)
@@ -503,7 +503,7 @@ class Learning:
         that made the two keys one: held, or fetched as a check."""
         if getattr(item, "key", None) == rkey:
             return None  # queued under the rule key as it still is: its page
-        new = self.seen.admit_resolved([(item.url, rkey)], depth=item.depth)
+        (new,) = self.seen.admit_pages([([(item.url, rkey)], item.depth)])
         if new:
             n = new[0]
             self.seen.record_outcomes([(n.seq, State.SKIPPED, None,

@@ -25,6 +25,7 @@ __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_
            "OUTPUTS_KEY",
            "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
            "committed_pages", "create_crawl", "fleet_identity", "open_crawl", "read_settings_copy",
+           "readmit_seeds",
            "require_state_dir", "save_settings_copy", "seeds_and_scope", "set_committed_pages",
            "store_changes"]
 
@@ -140,7 +141,7 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
                 seen.meta_set(FLEET_KEY, meta)
             if hooks:
                 seen.meta_set(HOOKS_KEY, hooks)
-            admitted = seen.admit_resolved(seeds, depth=0)
+            admitted = seen.admit_pages([(seeds, 0)])[0]
             if settings.crawl.max_pages_per_host:
                 write_json_atomic(tmp / HOST_COUNTS_FILE,
                                   dict(Counter(n.host for n in admitted)))
@@ -151,9 +152,36 @@ def create_crawl(state_dir: str | Path, settings: Settings, seeds_file: Seeds, *
         finally:
             seen.close()
     seen = _open_seen(state_dir, settings, create=False)
-    for k, v in counters.items():  # one session: the seeds count in this run's figures
-        seen.counters[k] = seen.counters.get(k, 0) + v
+    seen.carry_counts(counters)  # one session: the seeds count in this run's figures
     return seen, scope, problems
+
+
+def readmit_seeds(seen: UrlSeen, settings: Settings, scope: Scope, seeds_file: Seeds
+                  ) -> list[str]:
+    """The seeds of a crawl given again (``crawler.Crawler`` run again on its state
+    dir): the seen-test admits the ones it has not seen at depth 0, committed (with
+    the dedup totals) before the crawl goes on; a seed the crawl's frozen scope does
+    not hold is skipped. Returns the problems with seed lines."""
+    seeds, problems, _ = seeds_and_scope(seeds_file, settings)
+    keep = []
+    for url, key in seeds:
+        if scope.allows_host(host_of(url)):
+            keep.append((url, key))
+        else:
+            problems.append(f"seed {url!r}: out of the crawl's scope (its hosts were frozen "
+                            "when it started)")
+    before = {k: seen.counters.get(k, 0) for k in COUNTER_KEYS}
+    admitted = seen.admit_pages([(keep, 0)])[0]
+    totals = seen.meta_get(TOTALS_KEY) or {}
+    seen.meta_set(TOTALS_KEY, {k: int(totals.get(k, 0)) + seen.counters.get(k, 0) - before[k]
+                               for k in COUNTER_KEYS})
+    seen.commit()
+    if admitted and settings.crawl.max_pages_per_host:  # approximate, as the engine's
+        path = Path(seen.state_dir) / HOST_COUNTS_FILE
+        counts = Counter(read_json(path, {}))
+        counts.update(n.host for n in admitted)
+        write_json_atomic(path, dict(counts))
+    return problems
 
 
 def open_crawl(state_dir: str | Path) -> tuple[UrlSeen, Settings, Scope]:

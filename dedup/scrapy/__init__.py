@@ -6,6 +6,7 @@
     SPIDER_MIDDLEWARES = {"dedup.scrapy.UrlSeenSpiderMiddleware": 10}
     DOWNLOADER_MIDDLEWARES = {"dedup.scrapy.UrlSeenDownloaderMiddleware": 10}
     BLOOMCRAWL_SEEN_DIR = "crawl-seen"   # else JOBDIR/bloomcrawl-seen, else a temp dir
+    BLOOMCRAWL_ITEMS = "items.jsonl"     # the items, exactly once across kill -9
 
 Scrapy's own ``RFPDupeFilter`` keeps every fingerprint in a Python set (RAM grows
 with the crawl) and, with ``JOBDIR``, in a file read whole at start. This filter
@@ -39,6 +40,18 @@ ignores (``IgnoreRequest``: robots.txt) is marked done (skipped), the latter by
 after Scrapy's retries reaches no spider middleware, stays queued and is offered
 again on the next run. A non-GET request is recorded as done at
 once: its body is not kept, so it is not re-issued after a crash.
+
+**Items exactly once** (``BLOOMCRAWL_ITEMS``, with the spider middleware): a
+page is marked done only when its callback's output is through *and* every item
+it yielded has left the item pipelines (``item_scraped``, ``item_dropped``,
+``item_error``); with ``BLOOMCRAWL_ITEMS`` its items are then appended to that
+JSON-lines file in the same ledger transaction as its mark
+(:mod:`dedup.scrapy.items`), so a kill -9 leaves each page's items in it exactly
+once: the pages whose marks were lost are re-issued and their items cut off the
+file's end. Scrapy's own feeds (``FEEDS``, ``-o``) get no such promise: they
+buffer items in an unsynced file that records nothing of which page they came
+from, so a kill -9 loses some items of pages marked done and keeps some of
+pages fetched again (see that module).
 
 Writes are group-committed (``BLOOMCRAWL_COMMIT_INTERVAL`` seconds, default 1.0,
 or every ``BLOOMCRAWL_COMMIT_EVERY`` new admissions); ``close()`` commits and
@@ -81,6 +94,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 from scrapy.utils.request import referer_str
 
+from dedup.scrapy.items import ItemLog
 from dedup.store.ledger import State
 from dedup.store.seen import UrlSeen
 from dedup.store.statedir import ledger_path
@@ -91,7 +105,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.spiders import Spider
 
-__all__ = ["SEQS_META", "UrlSeenDownloaderMiddleware", "UrlSeenDupeFilter",
+__all__ = ["SEQS_META", "ItemLog", "UrlSeenDownloaderMiddleware", "UrlSeenDupeFilter",
            "UrlSeenSpiderMiddleware", "request_key"]
 
 logger = logging.getLogger(__name__)
@@ -129,6 +143,20 @@ ERROR_RATE = 0.05
 _filters: weakref.WeakKeyDictionary[Any, UrlSeenDupeFilter] = weakref.WeakKeyDictionary()
 
 
+class _Page:
+    """A response whose callback output or items are still under way: its request's
+    seqs are marked done once both are through (``UrlSeenDupeFilter._finish``)."""
+
+    __slots__ = ("items", "lines", "seqs", "status", "through")
+
+    def __init__(self) -> None:
+        self.items = 0  # yielded, not yet out of the item pipelines
+        self.lines: list[bytes] = []  # the items' BLOOMCRAWL_ITEMS lines, in order
+        self.through = False  # the callback's output is exhausted (or it raised)
+        self.seqs: tuple[int, ...] = ()
+        self.status: int | None = None
+
+
 def request_key(request: Request, canonicalizer: Canonicalizer) -> str | None:
     """The dedup key of ``request`` (module docstring), None if its URL is refused."""
     try:
@@ -151,7 +179,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                  error_rate: float | None = None,
                  commit_interval: float = 1.0, commit_every: int = 10_000,
                  recover: bool = True, confirm_cache_size: int = CONFIRM_CACHE,
-                 index_buffer: int = INDEX_BUFFER) -> None:
+                 index_buffer: int = INDEX_BUFFER, items: str | Path | None = None) -> None:
         self._temporary = path is None
         self.path = Path(tempfile.mkdtemp(prefix="bloomcrawl-seen-")) if path is None \
             else Path(path)
@@ -177,6 +205,10 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         self._recover_upto = 0
         self._recover_cursor = 0
         self.recovered = 0
+        self.items_path = items
+        self.items: ItemLog | None = None
+        self._pages: dict[Any, _Page] = {}  # by response
+        self._tracks_items = False  # item signals connected: pages wait for their items
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UrlSeenDupeFilter:
@@ -194,7 +226,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                  commit_every=s.getint("BLOOMCRAWL_COMMIT_EVERY", 10_000),
                  recover=s.getbool("BLOOMCRAWL_RECOVER", True),
                  confirm_cache_size=s.getint("BLOOMCRAWL_CONFIRM_CACHE", CONFIRM_CACHE),
-                 index_buffer=s.getint("BLOOMCRAWL_INDEX_BUFFER", INDEX_BUFFER))
+                 index_buffer=s.getint("BLOOMCRAWL_INDEX_BUFFER", INDEX_BUFFER),
+                 items=s.get("BLOOMCRAWL_ITEMS") or None)
         _filters[crawler] = df
         return df
 
@@ -218,12 +251,26 @@ class UrlSeenDupeFilter(BaseDupeFilter):
         if self.recover and not (clean and jobdir):
             self._recover_upto = ledger.last_seq()
         ledger.meta_set(_CLEAN, False)
+        if self.items_path is not None:
+            s = self.crawler.settings if self.crawler is not None else None
+            self.items = ItemLog(self.items_path, self.seen,
+                                 encoding=s.get("FEED_EXPORT_ENCODING") if s else None,
+                                 fields=s.getlist("FEED_EXPORT_FIELDS") if s else None)
+            self.items.open()
         self.commit()
         if self.crawler is None:
             return
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         mws = self.crawler.settings.getwithbase("SPIDER_MIDDLEWARES")
-        if mws.get(MIDDLEWARE) is None:
+        if mws.get(MIDDLEWARE) is not None:
+            self._tracks_items = True
+            self.crawler.signals.connect(self._on_item, signal=signals.item_scraped)
+            self.crawler.signals.connect(self._on_item_gone, signal=signals.item_dropped)
+            self.crawler.signals.connect(self._on_item_gone, signal=signals.item_error)
+        else:
+            if self.items is not None:
+                raise RuntimeError(f"BLOOMCRAWL_ITEMS needs {MIDDLEWARE} in "
+                                   "SPIDER_MIDDLEWARES: it tells which page an item is of")
             logger.warning("UrlSeenDupeFilter: %s is not in SPIDER_MIDDLEWARES: requests are "
                            "marked done when their response arrives, so a kill -9 while a "
                            "callback runs can lose the requests it had not yet yielded",
@@ -241,6 +288,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                 seen.record_outcomes([(seq, State.SKIPPED, None, "dropped")
                                       for seq in self._dropped])
             seen.ledger.meta_set(_CLEAN, True)
+            if self.items is not None:
+                self.items.sync()
             seen.commit()
             seen.snapshot()
             if self.crawler is not None and self.crawler.stats is not None:
@@ -252,6 +301,8 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                 self.crawler.stats.set_value("bloomcrawl/recovered", self.recovered)
         finally:
             seen.close()
+            if self.items is not None:
+                self.items.close()
             if self._temporary:
                 shutil.rmtree(self.path, ignore_errors=True)
 
@@ -331,7 +382,7 @@ class UrlSeenDupeFilter(BaseDupeFilter):
                 meta[SEQS_META] = (*meta.get(SEQS_META, ()), seq)
             self._tick(seq is not None)
             return seq is not None
-        got = bool(seen.admit_resolved([(request.url, key)], state=State.FETCHED))
+        got = bool(seen.admit_pages([([(request.url, key)], 0)], state=State.FETCHED)[0])
         self._tick(got)
         return got
 
@@ -363,8 +414,11 @@ class UrlSeenDupeFilter(BaseDupeFilter):
             self.commit()
 
     def commit(self) -> None:
-        """Make every admission and mark so far durable (a group commit)."""
+        """Make every admission and mark so far durable (a group commit), the items
+        file synced first: the marks commit with the size it has for them."""
         if self.seen is not None:
+            if self.items is not None:
+                self.items.sync()
             self.seen.commit()
         self._uncommitted = 0
         self._last_commit = time.monotonic()
@@ -392,6 +446,51 @@ class UrlSeenDupeFilter(BaseDupeFilter):
 
     def _on_response(self, response: Response, request: Request, spider: Spider) -> None:
         self.done(request, response.status)
+
+    # -- pages and their items (with the spider middleware) -------------------------
+
+    def item_yielded(self, response: Response) -> None:
+        """``response``'s callback yielded an item: its page waits for it."""
+        if self._tracks_items:
+            self._pages.setdefault(response, _Page()).items += 1
+
+    def page_through(self, response: Response, seqs: Iterable[int]) -> None:
+        """``response``'s callback output is exhausted (or it raised): its request's
+        ``seqs`` are marked done once its items are out of the pipelines too."""
+        page = self._pages.get(response)
+        if page is None:
+            self.mark_done(seqs, response.status)
+            return
+        page.through, page.seqs, page.status = True, tuple(seqs), response.status
+        self._finish(response, page)
+
+    def _on_item(self, item: Any, response: Response | None, spider: Spider) -> None:
+        self._item_out(response, self.items.encode(item) if self.items is not None else None)
+
+    def _on_item_gone(self, item: Any, response: Response | None, spider: Spider,
+                      **kw: Any) -> None:
+        self._item_out(response, None)
+
+    def _item_out(self, response: Response | None, line: bytes | None) -> None:
+        page = self._pages.get(response) if response is not None else None
+        if page is None:  # not a page's (yielded by start(), say): written with no mark
+            if line is not None and self.items is not None and self.seen is not None:
+                self.items.append(line)
+            return
+        page.items -= 1
+        if line is not None:
+            page.lines.append(line)
+        self._finish(response, page)
+
+    def _finish(self, response: Any, page: _Page) -> None:
+        """A page whose output and items are all through: its items appended, then its
+        mark, both in the ledger's open transaction."""
+        if not page.through or page.items > 0:
+            return
+        del self._pages[response]
+        if page.lines and self.items is not None and self.seen is not None:
+            self.items.append(b"".join(page.lines))
+        self.mark_done(page.seqs, page.status)
 
     def _on_idle(self, spider: Spider) -> None:
         """Re-issue a page of the queued requests earlier runs left behind."""
@@ -446,8 +545,11 @@ class UrlSeenSpiderMiddleware:
                                     ) -> AsyncIterator[Any]:
         df = self._filter()
         async for out in result:
-            if df is not None and isinstance(out, Request):
-                df.preadmit(out)
+            if df is not None:
+                if isinstance(out, Request):
+                    df.preadmit(out)
+                elif out is not None:
+                    df.item_yielded(response)
             yield out
         self._done(df, response)
 
@@ -460,8 +562,7 @@ class UrlSeenSpiderMiddleware:
     def _done(df: UrlSeenDupeFilter | None, response: Response) -> None:
         request = response.request
         if df is not None and request is not None:
-            seqs = request.meta.pop(_DONE_META, ())
-            df.mark_done(seqs, response.status)
+            df.page_through(response, request.meta.pop(_DONE_META, ()))
 
 
 class UrlSeenDownloaderMiddleware:

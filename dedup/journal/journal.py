@@ -79,7 +79,7 @@ from dedup.journal.format import (
     groups_by_host,
     with_crc,
 )
-from dedup.journal.learned import HeldRow, LearnedTables, PrintRow, RuleRow
+from dedup.journal.learned import LearnedTables
 from dedup.journal.queue import QueueTable, select_in
 from dedup.journal.verify import verify_ledger
 from dedup.journal.walcheck import check_wal
@@ -569,36 +569,13 @@ class Journal:
         join the open transaction)."""
         return self._learned
 
-    def add_prints(self, rows: Iterable[PrintRow]) -> None:
-        """Fetched pages' content prints, in the open transaction."""
+    def learned_write(self, table: str, rows: Iterable[Any]) -> None:
+        """Rows into a learned table (``LearnedTables.write``: ``prints``, ``rules``,
+        ``held``; ``unheld``: held seqs to delete), in the open transaction."""
         rows = list(rows)
         if rows:
             self._begin()
-            self._learned.add_prints(rows)
-            self._end()
-
-    def put_rules(self, rows: Iterable[RuleRow]) -> None:
-        """Rules as they now stand (a row per id, replaced), in the open transaction."""
-        rows = list(rows)
-        if rows:
-            self._begin()
-            self._learned.put_rules(rows)
-            self._end()
-
-    def add_held(self, rows: Iterable[HeldRow]) -> None:
-        """URLs and keys a rule or a budget made or held, in the open transaction."""
-        rows = list(rows)
-        if rows:
-            self._begin()
-            self._learned.add_held(rows)
-            self._end()
-
-    def drop_held(self, seqs: Iterable[int]) -> None:
-        """Held rows that were admitted again (or forgotten), in the open transaction."""
-        seqs = list(seqs)
-        if seqs:
-            self._begin()
-            self._learned.drop_held(seqs)
+            self._learned.write(table, rows)
             self._end()
 
     # -- metadata ----------------------------------------------------------------

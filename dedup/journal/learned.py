@@ -97,6 +97,15 @@ class LearnedTables:
         self._damaged = damaged
         self.crc = {"prints": "crc", "rules": "crc", "held": "crc"}
 
+    def write(self, table: str, rows: list[Any]) -> None:
+        """``add_prints``, ``put_rules``, ``add_held`` or ``drop_held`` (``unheld``) of
+        ``rows``: the journal's one entry for writes, inside its transaction."""
+        writers = {"prints": self.add_prints, "rules": self.put_rules,
+                   "held": self.add_held, "unheld": self.drop_held}
+        if table not in writers:
+            raise ValueError(f"no learned table {table!r}")
+        writers[table](rows)
+
     def _rows(self, table: str, sql: str, args: tuple = ()) -> Iterator[tuple]:
         try:
             cur = self._db.execute(sql, args)

@@ -112,7 +112,7 @@ class CrawlRecords:
 
     def note_prints(self, rows: Iterable[PrintRow]) -> None:
         """Fetched pages' content prints, in the open transaction (with their marks)."""
-        self.ledger.journal.add_prints(rows)
+        self.ledger.journal.learned_write("prints", rows)
 
     def prints(self, after: int = 0) -> Iterator[PrintRow]:
         """Every page's content print past seq ``after``, in seq order."""
@@ -124,7 +124,7 @@ class CrawlRecords:
 
     def note_rules(self, rows: Iterable[RuleRow]) -> None:
         """Learned rules as they now stand, in the open transaction."""
-        self.ledger.journal.put_rules(rows)
+        self.ledger.journal.learned_write("rules", rows)
 
     def learned_rules(self, host: str | None = None) -> list[RuleRow]:
         """Every learned rule (one host's), by id."""
@@ -133,7 +133,7 @@ class CrawlRecords:
     def note_held(self, rows: Iterable[HeldRow]) -> None:
         """Admissions a rule or a budget made or held, in the open transaction."""
         self._flush_pending()
-        self.ledger.journal.add_held(rows)
+        self.ledger.journal.learned_write("held", rows)
 
     def held(self, host: str | None = None, kinds: Iterable[int] | None = None
              ) -> Iterator[HeldRow]:
@@ -145,7 +145,7 @@ class CrawlRecords:
 
     def drop_held(self, seqs: Iterable[int]) -> None:
         """Held rows done with (admitted again, or their keys forgotten)."""
-        self.ledger.journal.drop_held(seqs)
+        self.ledger.journal.learned_write("unheld", seqs)
 
     def lookup_key(self, key: str) -> dict[str, Any] | None:
         """What the ledger holds for a key as it is (not canonicalized: a rule's

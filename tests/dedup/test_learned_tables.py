@@ -67,3 +67,8 @@ def test_a_ledger_from_before_the_tables_gets_them_and_a_damaged_row_is_named(tm
     with UrlSeen(tmp_path / "s", readonly=True) as seen, \
             pytest.raises(LedgerDamaged, match="prints row 1"):
         list(seen.prints())
+
+
+def test_a_write_to_no_learned_table_is_refused(tmp_path):
+    with UrlSeen(tmp_path / "s") as seen, pytest.raises(ValueError, match="no learned table"):
+        seen.ledger.journal.learned_write("printz", [1])

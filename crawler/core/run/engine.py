@@ -51,7 +51,7 @@ from crawler.core.run.progress import LIMIT_REACHED, Progress, SessionCounts, cr
 from crawler.core.run.signals import stop_on_signals
 from crawler.core.schedule.admission import Admission, Remote
 from crawler.core.schedule.frontier import Frontier, Item
-from crawler.core.schedule.learning import Learning
+from crawler.core.schedule.learning import LATER, Learning
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
@@ -130,11 +130,8 @@ class Engine:
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
         self.pages = PageCounts(seen)
-        self.learning = (Learning(seen, settings.learn, self.frontier)
-                         if settings.learn.enabled else None)
-        if self.learning is not None:
-            self.admission.learning = self.learning
-            self.learning.admit = self.admission.admit_pages
+        self.learning = Learning.of_crawl(seen, settings.learn, self.frontier)
+        self.admission.learn_with(self.learning)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
@@ -317,21 +314,12 @@ class Engine:
         url = item.url
         frontier = self.frontier
         learning = self.learning
-        if learning is not None and learning.busy(item.host):
-            if learning.later(item):
-                frontier.push_back(item)
-                return
-            if learning.may_hold(item.host):
-                try:
-                    reason = await self.committer.turn(item, learning.at_turn)
-                except BaseException:
-                    frontier.done(item, requested=False, counted=False)
-                    raise
-                if reason is not None:  # a duplicate under a learned rule, a closed budget
-                    frontier.done(item, requested=False, counted=False)
-                    self.session.skipped += 1
-                    self.retries.forget(item.seq)
-                    return
+        if learning is not None and learning.busy(item.host) and \
+                (why := await learning.turn(item, self.committer.turn)):
+            if why != LATER:  # not fetched: a duplicate under a learned rule, a closed budget
+                self.session.skipped += 1
+                self.retries.forget(item.seq)
+            return
         robots = self.robots
         refused = not self.settings.fetch.allow_private and \
             check_literal_host(hostname_of(item.host)) is not None

@@ -45,6 +45,13 @@ class Admission:
         # learned rules rewrite links before the seen-test (None: --no-learn)
         self.learning: Learning | None = None
 
+    def learn_with(self, learning: Learning | None) -> None:
+        """Links go through ``learning``'s rules before the seen-test, and the URLs it
+        admits again (a revoked rule's, a reopened budget's) come back through here."""
+        self.learning = learning
+        if learning is not None:
+            learning.admit = self.admit_pages
+
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
               local: Callable[[str], bool] | None = None, *, patterns: bool = True
               ) -> tuple[tuple[Pairs, int] | None, list[Remote]]:

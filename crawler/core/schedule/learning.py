@@ -32,7 +32,7 @@ windows) is rebuilt on resume by reading ``prints`` in commit order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from crawler.config.settings import LearnSettings
@@ -57,9 +57,10 @@ from dedup import (
 if TYPE_CHECKING:  # the frontier's module imports asyncio: `stats` reads these figures
     from crawler.core.schedule.frontier import Frontier, Item
 
-__all__ = ["BUDGETS_KEY", "COUNTS_KEY", "RULE_KEY", "Learning", "PageContent",
+__all__ = ["BUDGETS_KEY", "COUNTS_KEY", "LATER", "RULE_KEY", "Learning", "PageContent",
            "learning_figures", "merge_figures"]
 
+LATER = "later"  # Learning.turn: the URL was put back behind its host, not decided
 RULE_KEY = "~"  # a rule key is this + the rewritten canonical key (no URL starts so)
 BUDGETS_KEY = "learn_budgets"  # ledger meta: the closed budgets and their counters
 # ledger meta: the URLs learning marked skipped, by why (kept with their marks):
@@ -97,6 +98,12 @@ class Learning:
     """One crawl's learning, over its open ``UrlSeen``; ``admit`` re-admits URLs (a
     revoked rule's, a reopened budget's) through the crawl's admission, which
     applies the rules again."""
+
+    @classmethod
+    def of_crawl(cls, seen: UrlSeen, settings: LearnSettings, frontier: Frontier
+                 ) -> Learning | None:
+        """The learning of a crawl, None with ``--no-learn`` (``[learn] enabled``)."""
+        return cls(seen, settings, frontier) if settings.enabled else None
 
     def __init__(self, seen: UrlSeen, settings: LearnSettings, frontier: Frontier) -> None:
         self.seen = seen
@@ -441,6 +448,27 @@ class Learning:
         self._save()
 
     # -- a queued URL's turn ------------------------------------------------------------
+
+    async def turn(self, item: Item,
+                   decide: Callable[[Item, Callable[[Item], str | None]], Awaitable[str | None]]
+                   ) -> str | None:
+        """A queued URL's turn: None to fetch it; ``LATER`` when it was put back behind
+        its host; else why it is not fetched (``at_turn``, decided in the group commit
+        by ``decide``, the committer's ``turn``: the URL is done in the frontier). The
+        caller asks only of a ``busy`` host."""
+        if self.later(item):
+            self.frontier.push_back(item)
+            return LATER
+        if not self.may_hold(item.host):
+            return None
+        try:
+            reason = await decide(item, self.at_turn)
+        except BaseException:
+            self.frontier.done(item, requested=False, counted=False)
+            raise
+        if reason is not None:  # a duplicate under a learned rule, a closed budget
+            self.frontier.done(item, requested=False, counted=False)
+        return reason
 
     def busy(self, host: str) -> bool:
         """Whether a queued URL of ``host`` may be put back or held at its turn (its host

@@ -333,17 +333,29 @@ class Learning:
             return
         requeue: dict[int, list[tuple[str, str]]] = {}
         keys = []
+        own: list[HeldRow] = []  # URLs admitted under a rule key: their own keys recorded
         for h in rows:
-            if h.kind in (_KEY, _ALIAS):
-                state = (self.seen.lookup_key(h.key) or {}).get("state")
+            if h.kind == _KEY:
+                own.append(h)
+                # one still queued (or in flight) keeps its rule key: forgetting that
+                # would mark it skipped while the frontier still fetches it
+                if (self.seen.lookup_key(h.key) or {}).get("state") != "queued":
+                    keys.append(h.key)
+            elif h.kind == _ALIAS:
                 keys.append(h.key)
-                if h.kind == _KEY and state == "queued":  # forgetting it unqueues it
-                    requeue.setdefault(h.depth, []).append((h.url, self._key(h.url)))
             elif h.kind in (_SUPPRESSED, _BUDGET):
                 keys.append(h.key)
                 requeue.setdefault(h.depth, []).append((h.url, self._key(h.url)))
         self.seen.forget_keys(keys)
         self.seen.drop_held(h.seq for h in rows)
+        if own:  # a later link to one is seen: its URL is (or will be) fetched once
+            (new,) = self.seen.admit_pages([([(h.url, self._key(h.url)) for h in own], 0)])
+            seq_of = {h.url: h.seq for h in own}
+            self.seen.record_outcomes((n.seq, State.SKIPPED, None,
+                                       f"fetched under a learned rule key as seq {seq_of[n.url]}")
+                                      for n in new)
+            self.seen.note_held(HeldRow(n.seq, host, _ALIAS, f"@{seq_of[n.url]}", n.url, n.key,
+                                        0) for n in new)
         if requeue and self.admit is not None:
             pages = sorted(requeue.items())
             self.admit([(pairs, depth) for depth, pairs in pages], [None] * len(pages))

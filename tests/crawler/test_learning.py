@@ -34,9 +34,12 @@ async def crawl(tmp_path: Path, running: RunningDupSite, *, learn: bool = True,
         rules = seen.learned_rules()
     finally:
         seen.close()
+    records = read_pages(tmp_path / name / "pages.jsonl")
+    urls = Counter(r["url"] for r in records)
+    assert [u for u, n in urls.items() if n > 1] == []  # each URL fetched once at most
     return {"summary": summary, "rules": rules, "fetches": running.fetches() - sum(
         log.robots for log in running.logs), "found": running.found() & running.truth,
-        "records": read_pages(tmp_path / name / "pages.jsonl")}
+        "records": records}
 
 
 def kinds(rules, state: str = "accepted") -> set[str]:

@@ -70,6 +70,8 @@ BUDGETS_KEY = "learn_budgets"  # ledger meta: the closed budgets and their count
 COUNTS_KEY = "learn_counts"
 MAX_HOSTS = 500
 OTHER_HOSTS = "(other hosts)"
+# ledger states of a URL that is fetched, or will be (failed: tried, as without rules)
+_TRIED = ("queued", "fetched", "failed")
 _SUPPRESSED, _KEY, _CHECK, _BUDGET, _ALIAS = (HELD_KINDS[k] for k in (
     "suppressed", "key", "check", "budget", "alias"))
 
@@ -92,6 +94,10 @@ def _ids(ids: Sequence[int]) -> str:
 def _parse_ids(why: str) -> tuple[set[int], int | None]:
     ids, _, page = why.partition("@")
     return {int(i) for i in ids.split(",") if i}, int(page) if page else None
+
+
+def _same_reason(seq: int) -> str:
+    return f"the same URL, admitted under a learned rule key as seq {seq}"
 
 
 class Learning:
@@ -407,6 +413,7 @@ class Learning:
         queued as a check (appended to its page's ``per_page`` list)."""
         seen = self.seen
         held: list[HeldRow] = []
+        aliases: list[tuple[int, State, int | None, str | None]] = []
         raw_pages: list[tuple[Pairs, int]] = []
         raw_ids: list[dict[str, tuple[tuple[int, ...], str]]] = []
         for (pairs, depth), new, done in zip(pages, per_page, rewrites, strict=True):
@@ -416,10 +423,25 @@ class Learning:
                 continue
             admitted = {(n.url, n.key) for n in new}
             by_key = {rk: ids for _, rk, ids in done.values()}
+            own_of = {(pair[0], rk): pair[1] for pair, rk, _ in done.values()}
+            kept = []
             for n in new:
                 ids = by_key.get(n.key)
-                if ids is not None:
+                if ids is None:
+                    kept.append(n)
+                    continue
+                known = seen.lookup_key(own_of[n.url, n.key])
+                if known is None or known["state"] not in _TRIED:
                     held.append(HeldRow(n.seq, n.host, _KEY, _ids(ids), n.url, n.key, depth))
+                    kept.append(n)
+                else:  # its URL was admitted under its own key before the rules, and
+                    # is fetched or queued: that admission stands, this one records it
+                    held.append(HeldRow(n.seq, n.host, _ALIAS, f"{_ids(ids)}@{known['seq']}",
+                                        n.url, n.key, 0))
+                    aliases.append((n.seq, State.SKIPPED, None,
+                                    f"learned rule key of a page fetched as {n.url}"))
+            if len(kept) < len(new):
+                new[:] = kept
             raw: Pairs = []
             ids_of: dict[str, tuple[tuple[int, ...], str]] = {}
             for i, (pair, rk, ids) in done.items():
@@ -430,6 +452,9 @@ class Learning:
             raw_ids.append(ids_of)
         if held:
             seen.note_held(held)
+        if aliases:
+            seen.record_outcomes(aliases)
+            self._count("aliases", len(aliases))
         if not any(raw for raw, _ in raw_pages):
             return
         again = seen.admit_pages(raw_pages)
@@ -442,7 +467,11 @@ class Learning:
                                                     strict=True):
             for n in new:
                 ids, rk = ids_of[n.key]
-                if self.learner.judge(n.host, ids, n.key, rk):
+                same = self._same_url(n.url, rk)
+                if same is not None:  # this very URL holds the rule key: fetched once
+                    held.append(HeldRow(n.seq, n.host, _ALIAS, f"@{same}", n.url, n.key, 0))
+                    skipped.append((n.seq, State.SKIPPED, None, _same_reason(same)))
+                elif self.learner.judge(n.host, ids, n.key, rk):
                     held.append(HeldRow(n.seq, n.host, _CHECK, _ids(ids), n.url, n.key, depth))
                     self._checks[n.seq] = n.host
                     queued.append(n)
@@ -526,6 +555,15 @@ class Learning:
         self._save()
         return f"budget: {pattern}" if verdict == "hold" else None
 
+    def _same_url(self, url: str, rkey: str) -> int | None:
+        """The seq of ``url`` itself admitted under the rule key ``rkey`` and fetched or
+        queued there (then another admission of it is no duplicate: the same page),
+        else None."""
+        holder = self.seen.lookup_key(rkey)
+        if holder is None or holder["url"] != url or holder["state"] not in _TRIED:
+            return None
+        return int(holder["seq"])
+
     def _admitted(self, item: Item, key: str) -> str:
         """The key ``item`` was admitted under: its own, or a rule key (a NewUrl says;
         a row paged in from the ledger has it in its held row)."""
@@ -555,6 +593,11 @@ class Learning:
         holder = self.seen.lookup_key(rkey)
         if holder is None or holder["seq"] == item.seq:
             return None  # it is the rule key's own page
+        if holder["url"] == item.url and holder["state"] in _TRIED:
+            return _same_reason(holder["seq"])  # this URL, admitted again under the key
+        alias = self.seen.held_of(holder["seq"])
+        if alias is not None and alias.kind == _ALIAS and _parse_ids(alias.why)[1] == item.seq:
+            return None  # the rule key stands for this URL's own admission: its page
         if not ids:  # the rules left this URL as it is: blame those that made the holder's
             held = self.seen.held_of(holder["seq"])
             made = _parse_ids(held.why)[0] if held and held.kind in (_KEY, _ALIAS) else ()

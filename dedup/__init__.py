@@ -37,12 +37,14 @@ from dedup.admin.repair import RepairReport, index_keys, repair
 from dedup.admin.resize import check_compatible, merge_states, resize
 from dedup.base.atomic import atomic_write_bytes, fsync_dir
 from dedup.base.errors import (
+    FileError,
     GeometryMismatch,
     IndexDamaged,
     LedgerDamaged,
     SnapshotError,
     StateFormatError,
     StateLocked,
+    naming,
 )
 from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
@@ -84,6 +86,7 @@ __all__ = [
     "CanonRules",
     "Canonicalizer",
     "Diagnosis",
+    "FileError",
     "Geometry",
     "GeometryMismatch",
     "HeldRow",
@@ -127,6 +130,7 @@ __all__ = [
     "merge_files",
     "merge_states",
     "migrate",
+    "naming",
     "normalize",
     "parse_key",
     "pattern_of",

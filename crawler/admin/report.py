@@ -9,7 +9,13 @@ from typing import Any
 
 from crawler.admin.learned import learning_summary
 from crawler.core.schedule.sitemaps import SitemapCounts, without_sitemaps
-from crawler.core.state.pagecounts import MAX_HOSTS, OTHER_HOSTS, PageCounts
+from crawler.core.state.pagecounts import (
+    MAX_HOSTS,
+    OTHER_HOSTS,
+    PageCounts,
+    refused,
+    reopened,
+)
 from crawler.core.state.state import CONFIG_KEY, TOTALS_KEY, require_state_dir
 from crawler.ui.doc import totals_of_workers
 from dedup import ShardedBloom, UrlSeen, index_damage, is_state_dir, read_header
@@ -36,7 +42,11 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     out.update({k: v for k, v in totals.items() if isinstance(v, int)})
     # pages: fetched = responses received (any status), failed = none (by cause and
     # host); given_up = the ledger's failed state (no usable answer after every retry)
-    out["given_up"] = int(out.get("failed", 0))
+    # (refused private addresses are failed, not given up: --allow-private fetches them);
+    # skipped: without the first takings of URLs put back by a resume (pagecounts.REOPENED)
+    out["given_up"] = max(0, int(out.get("failed", 0)) - refused(pages))
+    out["refused"] = refused(pages)
+    out["skipped"] = max(0, int(out.get("skipped", 0)) - reopened(pages))
     out["fetched"] = int(pages.get("fetched", 0))
     out["fetched_with_errors"] = int(pages.get("fetched_with_errors", 0))
     out["failed"] = int(pages.get("failed", 0))

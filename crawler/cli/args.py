@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 
 from crawler.config.requestopts import check_proxy_url, parse_header_line
 from crawler.config.scope import check_pattern, normalize_domain
-from crawler.config.settings import Settings
+from crawler.config.settings import Settings, did_you_mean
+from crawler.core.run.progress import write_text
 from dedup import CRAWL_ID_BYTES
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "UsageError",
     "add_crawl_options",
     "add_hook_options",
+    "add_quiet_option",
     "add_seeded_command",
     "crawl_id",
     "crawl_options",
@@ -29,7 +31,9 @@ __all__ = [
     "describe",
     "err",
     "int_at_least",
+    "note",
     "resume_flags",
+    "resume_help",
     "warn",
     "worker_flags",
 ]
@@ -44,6 +48,26 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, with the nearest known flag named for an unknown one
+        ("--concurency: did you mean '--concurrency'?")."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command(getattr(parsed, "command", None))
+            flags = [o for a in command._actions for o in a.option_strings]
+            hints = [f"{x}: {hint}" for x in extras if x.startswith("--")
+                     if (hint := did_you_mean(x.partition("=")[0], flags))]
+            command.error(f"unrecognized arguments: {' '.join(extras)}"
+                          + "".join(f"; {h}" for h in hints))
+        return parsed
+
+    def _command(self, name: str | None) -> argparse.ArgumentParser:
+        """The parser of subcommand ``name`` (this one if none)."""
+        for action in self._actions:  # argparse offers no public walk of its tree
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                return action.choices[name]  # type: ignore[no-any-return]
+        return self
 
 
 def describe(command: Callable[..., int]) -> str:
@@ -63,13 +87,16 @@ def add_seeded_command(sub: Any, name: str, help: str, command: Callable[..., in
 
 
 def err(message: str) -> None:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    sys.stderr.flush()
+    write_text(sys.stderr, f"{PROG}: error: {message}\n")
+
+
+def note(message: str) -> None:
+    """A line for the user that is neither an error nor a warning."""
+    write_text(sys.stderr, f"{PROG}: {message}\n")
 
 
 def warn(message: str) -> None:
-    sys.stderr.write(f"{PROG}: warning: {message}\n")
-    sys.stderr.flush()
+    write_text(sys.stderr, f"{PROG}: warning: {message}\n")
 
 
 # -- argument types ------------------------------------------------------------------------
@@ -185,7 +212,9 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                      help="minimum seconds between fetch starts per host (default: "
                      f"{_D.politeness.delay:g})")),
     ("--allow-private", dict(action="store_true",
-                             help="allow private, loopback and link-local addresses")),
+                             help="also fetch private, loopback and link-local addresses "
+                             "(127.0.0.1, localhost, 10.x, 192.168.x: a local test site needs "
+                             "it; default: refused, recorded as failed)")),
     ("--user-agent", dict(type=user_agent, metavar="UA",
                           help="the User-Agent header; robots.txt groups are matched against "
                           "its product token, the part before the first '/' or space (after "
@@ -207,8 +236,10 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                            help="links are taken from the first BYTES of a page; the whole "
                            "body still goes to the WARC and the digest "
                            f"(default: {_D.fetch.parse_limit})")),
-    ("--warc", dict(metavar="FILE", help="also write every fetch (request, response, "
-                    "revisit records) to WARC files FILE-less-.warc[.gz]-NNNNN.warc[.gz] "
+    ("--warc", dict(metavar="FILE", help="also write every fetch (request, response and "
+                    "revisit records) to numbered WARC files named after FILE: "
+                    "out/crawl.warc.gz writes out/crawl-00000.warc.gz, "
+                    "out/crawl-00001.warc.gz and so on, gzipped when FILE ends in .gz "
                     "(default: none)")),
     ("--warc-max-size", dict(type=int_at_least(0), metavar="BYTES",
                              help="start a new WARC file before one would pass this size "
@@ -225,15 +256,23 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--concurrency": ("crawl", "concurrency"),
                 "--per-host": ("politeness", "per_host"), "--delay": ("politeness", "delay"),
                 "--proxy": ("fetch", "proxy"), "--max-bytes": ("fetch", "max_bytes"),
-                "--parse-limit": ("fetch", "parse_limit")}
+                "--parse-limit": ("fetch", "parse_limit"),
+                # widens only (a flag): the URLs refused before are fetched
+                # (crawler.core.state.reopen)
+                "--allow-private": ("fetch", "allow_private")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
 FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--sitemaps", "--no-sitemaps",
-                "--no-learn",
-                "--allow-private", "--warc",
+                "--no-learn", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
 _REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is read for its agent"
 FROZEN_WHY = {"--user-agent": _REQUEST_WHY, "--header": _REQUEST_WHY, "--cookies": _REQUEST_WHY}
+
+
+def add_quiet_option(p: argparse.ArgumentParser) -> None:
+    """``--quiet`` (``crawl``, ``resume``, ``fleet``)."""
+    p.add_argument("--quiet", action="store_true",
+                   help="no status line, no summary (default: both, on stderr)")
 
 
 def add_crawl_options(p: argparse.ArgumentParser) -> None:
@@ -245,7 +284,18 @@ def add_resume_options(p: Any) -> None:
     """The crawl options ``resume`` accepts: limits and politeness (see RESUME_FLAGS)."""
     for flag, kwargs in CRAWL_OPTIONS:
         if flag in RESUME_FLAGS:
-            p.add_argument(flag, **kwargs)
+            given = {"default": None} if kwargs.get("action") == "store_true" else {}
+            p.add_argument(flag, **{**kwargs, **given, "help": resume_help(kwargs["help"])})
+
+
+def resume_help(text: str) -> str:
+    """A crawl option's help as ``resume`` shows it: by default the crawl keeps its value,
+    and the value a new crawl gets is shown beside it ("default: the crawl's value; for a
+    new crawl: 20")."""
+    head, sep, tail = text.rpartition("default: ")
+    if not sep:
+        return text + " (default: the crawl's value)"
+    return f"{head}default: the crawl's value; for a new crawl: {tail}"
 
 
 def resume_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -341,6 +391,8 @@ def resume_flags(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     for flag in RESUME_FLAGS:
         value = getattr(args, _dest(flag))
-        if value is not None:
+        if value is True:  # a flag: --allow-private
+            out.append(flag)
+        elif value is not None:
             out += [flag, str(value)]
     return out + _hook_flags(args)

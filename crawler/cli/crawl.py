@@ -13,18 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from crawler.cli.args import (
+    CRAWL_OPTIONS,
     FROZEN_FLAGS,
     FROZEN_WHY,
     UsageError,
     add_crawl_options,
     add_hook_options,
+    add_quiet_option,
     add_resume_options,
     add_seeded_command,
     crawl_id,
     crawl_options,
     describe,
     int_at_least,
+    note,
     resume_flags,
+    resume_help,
     warn,
 )
 from crawler.cli.loop import add_loop_option, run
@@ -49,7 +53,7 @@ def add_crawl(sub: Any) -> None:
     p = add_seeded_command(sub, "crawl", "start a crawl from a seeds file", cmd_crawl,
                            "new or empty directory for the crawl's state (resumable)")
     add_crawl_options(p)
-    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_quiet_option(p)
     add_loop_option(p)
     add_hook_options(p, resume=False)
     add_ui_options(p)
@@ -135,21 +139,31 @@ def add_resume(sub: Any) -> None:
     p.add_argument("--redis", metavar="URL",
                    help=f"the fleet's Redis (or ${REDIS_ENV}); needed when its URL had a "
                    "password, which is never stored (default: the recorded one)")
-    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_quiet_option(p)
     add_loop_option(p)
     add_hook_options(p, resume=True)
     add_ui_options(p)
     g = p.add_argument_group(
         "changing limits", "Stored as the crawl's new values (later resumes keep them). "
+        "--allow-private also queues again the URLs the crawl refused as private addresses. "
         "What decides which URLs are the same or in scope (filter geometry, "
         "canonicalization, allowed domains, include/exclude patterns) and what the requests "
         "say (user agent, headers, cookies) are frozen at 'crawl' and cannot change.")
     add_resume_options(g)
+    crawl_help = {flag: kwargs["help"] for flag, kwargs in CRAWL_OPTIONS}
     for flag in FROZEN_FLAGS:
         g.add_argument(flag, dest=f"frozen_{flag.strip('-').replace('-', '_')}",
                        action="append", nargs="?", metavar="X",
-                       help="refused: frozen when the crawl started (default: its value then)")
+                       help="refused: DIR is the state directory (default: DIR)"
+                       if flag == "--state" else
+                       resume_help("refused: frozen when the crawl started (default: "
+                                   + _shown_default(crawl_help.get(flag))))
     p.set_defaults(func=cmd_resume)
+
+
+def _shown_default(text: str | None) -> str:
+    """What a crawl option's help says its default is ("none)" for ``--state``)."""
+    return text.rpartition("default: ")[2] if text and "default: " in text else "none)"
 
 
 def _refuse_frozen(args: argparse.Namespace) -> None:
@@ -189,4 +203,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
                     on_error=args.on_error, progress=not args.quiet,
                     handle_signals=True, watch=ui_watch(sock), fleet=identity,
                     **{name: getattr(args, name) for name in RESUME_OPTIONS})
+    if url is None:
+        crawl.open()
+        if crawl.reopened and not args.quiet:
+            note(f"{crawl.reopened} URL(s) refused as private addresses are queued again "
+                 "(--allow-private)")
     return _run(crawl, args.loop, resume_as_worker(crawl, url) if url is not None else None)

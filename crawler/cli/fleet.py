@@ -10,6 +10,7 @@ from typing import Any
 from crawler.cli.args import (
     add_crawl_options,
     add_hook_options,
+    add_quiet_option,
     add_seeded_command,
     crawl_id,
     crawl_settings,
@@ -39,7 +40,7 @@ def add_fleet(sub: Any) -> None:
                    help="the fleet's id (default: a new random one)")
     add_crawl_options(p)
     add_hook_options(p, resume=False, items="DIR/worker-I/items.jsonl (each worker's own)")
-    p.add_argument("--quiet", action="store_true", help="no status line, no summary")
+    add_quiet_option(p)
     add_ui_options(p)
     p.set_defaults(func=cmd_fleet)
 

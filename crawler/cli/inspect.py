@@ -24,7 +24,8 @@ def add_stats(sub: Any) -> None:
     p.add_argument("dir", metavar="DIR",
                    help="a crawl's state directory, a fleet directory or a directory of "
                    "shard files")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (default: lines of text)")
     p.set_defaults(func=cmd_stats)
 
 

@@ -1,4 +1,5 @@
 """Which asyncio event loop a crawl runs on: uvloop when it is installed, else asyncio's.
+(uvloop as ``crawler.cli.safeloop`` runs it: without the writes whose failure aborts it.)
 
 Why: a crawl is one event loop, CPU-bound at high concurrency, and uvloop's loop
 and transports (libuv, in C) spend less CPU a request than asyncio's pure-Python
@@ -33,13 +34,15 @@ def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     if kind == "asyncio":
         return None
     try:
-        import uvloop
+        import uvloop  # noqa: F401 - installed? (safeloop subclasses its loop)
     except ImportError:
         if kind == "uvloop":
             raise UsageError("--loop uvloop: uvloop is not installed "
                              "(pip install 'bloomcrawl[fast]')") from None
         return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    from crawler.cli.safeloop import new_event_loop
+
+    return new_event_loop
 
 
 def run(main: Coroutine[Any, Any, T], kind: str = "auto") -> T:

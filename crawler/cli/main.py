@@ -63,11 +63,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, state: str | None = None) -> str:
+    """One line for an error; ``state``: the command's state directory, whose ledger an
+    SQLite error is about ("disk I/O error" alone names no file)."""
+    if isinstance(exc, _loaded("dedup.base.errors", "FileError")):
+        return str(exc)  # names the step and the file
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if exc.filename is not None else ""
         return f"{where}: {exc.strerror}" if where else exc.strerror
-    return str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.Error) and state and "ledger" not in text:
+        return f"{os.path.join(state, 'ledger.sqlite')}: {text}"
+    return text
 
 
 # SQLite errors that say the machine is in the way, not that the ledger is damaged
@@ -143,8 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if os.environ.get("BLOOMCRAWL_DEBUG"):
             traceback.print_exc()
-        err(_describe(exc))
-        where = getattr(args, "dir", None) or getattr(args, "state", None) or "DIR"
+        state = getattr(args, "dir", None) or getattr(args, "state", None)
+        state = state if isinstance(state, str) else None  # merge's --state is a flag
+        err(_describe(exc, state))
+        where = state or "DIR"
         if isinstance(exc, _loaded("dedup.base.errors", "IndexDamaged")):
             err(f"the fingerprint index is damaged; it is derived from the ledger's "
                 f"journal, so rebuilding it loses nothing: 'bloomcrawl rebuild {where}' "

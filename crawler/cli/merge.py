@@ -27,7 +27,7 @@ def add_merge(sub: Any) -> None:
                    help="make OUT a new, complete state directory: the OR of the filters and "
                    "the union of the ledgers and pages.jsonl files (INPUTs: state "
                    "directories of one crawl or fleet); 'bloomcrawl resume OUT' continues "
-                   "it as one process")
+                   "it as one process (default: shard files only)")
     p.set_defaults(func=cmd_merge)
 
 

@@ -17,6 +17,7 @@ seen recently costs a dict lookup (``UrlPatterns``).
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +26,18 @@ from pathlib import Path
 from crawler.config.ipliteral import ip_literal
 from dedup import Canonicalizer, UrlRejected, host_of
 
-__all__ = ["Scope", "SeedError", "UrlPatterns", "check_pattern", "hostname_of",
-           "normalize_domain", "read_seeds", "seed_lines"]
+__all__ = [
+    "Scope",
+    "SeedError",
+    "Undecodable",
+    "UrlPatterns",
+    "check_pattern",
+    "decode_lines",
+    "hostname_of",
+    "normalize_domain",
+    "read_seeds",
+    "seed_lines",
+]
 
 
 class SeedError(ValueError):
@@ -223,22 +234,56 @@ def read_seeds(path: str | Path, canonicalizer: Canonicalizer,
     """
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SeedError(f"seeds file {path}: not found") from None
     except IsADirectoryError:
         raise SeedError(f"seeds file {path}: is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise SeedError(f"seeds file {path}: not UTF-8 text ({exc.reason} at byte "
-                        f"{exc.start})") from None
     except OSError as exc:
         raise SeedError(f"seeds file {path}: {exc.strerror or exc}") from None
-    return seed_lines(text.splitlines(), f"seeds file {path}", str(path), canonicalizer,
-                      patterns)
+    try:
+        lines = decode_lines(data)
+    except UnicodeDecodeError as exc:
+        raise SeedError(f"seeds file {path}: not UTF-16 text as its byte order mark says "
+                        f"({exc.reason} at byte {exc.start})") from None
+    return seed_lines(lines, f"seeds file {path}", str(path), canonicalizer, patterns)
 
 
-def seed_lines(lines: Iterable[str], source: str, where: str, canonicalizer: Canonicalizer,
-               patterns: UrlPatterns | None = None
+class Undecodable(bytes):
+    """A line of a text file that is not UTF-8: skipped and reported with its number."""
+
+
+def decode_lines(data: bytes) -> list[str | Undecodable]:
+    """The lines of a text file, each decoded on its own (UnicodeDecodeError only for a
+    file whose UTF-16 byte order mark lies).
+
+    Why line by line: one Latin-1 byte (a URL pasted from an old page) must cost its
+    line, not the whole file. A UTF-8 byte order mark is dropped; a file that starts
+    with a UTF-16 one (Windows' "Unicode" text) is read as UTF-16."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return list(data.decode("utf-16").splitlines())
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    lines: list[str | Undecodable] = []
+    for raw in data.splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(Undecodable(raw))
+    return lines
+
+
+def _not_utf8(raw: bytes) -> str:
+    """Why ``raw`` is not UTF-8: the first bad byte and where it is."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+    return "not UTF-8 text"  # pragma: no cover - only undecodable lines are asked
+
+
+def seed_lines(lines: Iterable[str | Undecodable], source: str, where: str,
+               canonicalizer: Canonicalizer, patterns: UrlPatterns | None = None
                ) -> tuple[list[tuple[str, str]], list[str]]:
     """``read_seeds`` for seeds already in memory (``crawler.Crawler``'s list):
     problems are named ``where:N``, and the SeedError ``source``."""
@@ -247,6 +292,9 @@ def seed_lines(lines: Iterable[str], source: str, where: str, canonicalizer: Can
     problems: list[str] = []
     excluded = 0
     for lineno, raw in enumerate(lines, 1):
+        if isinstance(raw, Undecodable):
+            problems.append(f"{path}:{lineno}: {_not_utf8(raw)}: {bytes(raw[:100])!r}")
+            continue
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

@@ -13,8 +13,9 @@ command-line flags.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -35,6 +36,7 @@ __all__ = [
     "PolitenessSettings",
     "Settings",
     "SnapshotSettings",
+    "did_you_mean",
     "load_settings",
     "settings_from_dict",
 ]
@@ -195,8 +197,9 @@ class Settings:
         known = {f.name: f for f in fields(self)}
         for name, values in data.items():
             if name not in known:
-                raise ConfigError(f"{source}: unknown section [{name}] "
-                                  f"(known: {', '.join(known)})")
+                hint = did_you_mean(name, known, form="[{}]")
+                raise ConfigError(f"{source}: unknown section [{name}]"
+                                  + (f"; {hint}" if hint else f" (known: {', '.join(known)})"))
             if not isinstance(values, Mapping):
                 raise ConfigError(f"{source}: [{name}] must be a table")
             section = getattr(self, name)
@@ -238,11 +241,41 @@ def _overlay_section(section: Any, name: str, values: Mapping[str, Any], source:
         if key not in known:
             if (name, key) in _REPLACED:
                 raise ConfigError(f"{source}: [{name}] {key} {_REPLACED[name, key]}")
-            raise ConfigError(f"{source}: unknown key '{key}' in [{name}]")
+            hint = _key_hint(key, name, known)
+            raise ConfigError(f"{source}: unknown key '{key}' in [{name}]"
+                              + (f"; {hint}" if hint else ""))
         typed[key] = _coerce(value, types[key], f"{source}: [{name}] {key}")
     new = dataclasses.replace(section, **typed)
     _validate(new, name, source)
     return new
+
+
+def did_you_mean(word: str, known: Iterable[str], *, form: str = "'{}'") -> str:
+    """"did you mean 'concurrency'?" for a misspelt name, the nearest of ``known``
+    (those as near as the nearest, up to three), or "" when none is near."""
+    known = list(known)
+    scored = sorted(((difflib.SequenceMatcher(None, word, k).ratio(), k) for k in known),
+                    reverse=True)
+    if not scored or scored[0][0] < 0.6:
+        return ""
+    best = [form.format(k) for score, k in scored[:3] if score >= scored[0][0] - 0.05]
+    names = best[0] if len(best) == 1 else f"{', '.join(best[:-1])} or {best[-1]}"
+    return f"did you mean {names}?"
+
+
+def _key_hint(key: str, section: str, known: set[str]) -> str:
+    """Where a key that ``section`` does not have probably belongs: the same key in
+    another section ("[crawl] delay" is ``[politeness] delay``), else the nearest
+    key of this section, else of any section."""
+    defaults = Settings()
+    others = {f.name: {k.name for k in fields(getattr(defaults, f.name))}
+              for f in fields(defaults) if f.name != section}
+    homes = [name for name, keys in others.items() if key in keys]
+    if homes:
+        return f"did you mean [{homes[0]}] {key}?"
+    return did_you_mean(key, sorted(known)) or did_you_mean(
+        key, sorted(f"[{name}] {k}" for name, keys in others.items() for k in keys),
+        form="{}")
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:

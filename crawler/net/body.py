@@ -17,6 +17,8 @@ import os
 import tempfile
 from typing import BinaryIO
 
+from dedup import naming
+
 __all__ = ["MEMORY", "Body", "sha1_text"]
 
 MEMORY = 1 << 20  # bytes kept in memory before a body moves to a temp file
@@ -66,12 +68,19 @@ class Body:
                 return
             # written on the loop: a page-cache write of one chunk costs less than a
             # thread hop, and the file never fsyncs. Closed by ``close``.
-            self._file = tempfile.TemporaryFile(  # noqa: SIM115
-                dir=self._spool_dir, buffering=0)
+            with naming("creating a temporary file for a response body in", self._where()):
+                self._file = tempfile.TemporaryFile(  # noqa: SIM115
+                    dir=self._spool_dir, buffering=0)
             self._fd = self._file.fileno()
             data, self._buf = memoryview(self._buf), bytearray()
-        while data:
-            data = data[os.write(self._fd, data):]
+        # the crawl's own disk, not the server's doing: a FileError stops the crawl
+        # (crawler.net.fetch), where a network error would only fail this fetch
+        with naming("writing a response body to a temporary file in", self._where()):
+            while data:
+                data = data[os.write(self._fd, data):]
+
+    def _where(self) -> str:
+        return self._spool_dir or tempfile.gettempdir()
 
     def digest(self) -> str:
         """``sha1:BASE32`` of every byte written, as WARC-Payload-Digest and

@@ -53,6 +53,7 @@ from crawler.net.headers import (
 from crawler.net.http1 import Pool, Response
 from crawler.net.netguard import GuardedResolver, PrivateAddressError, check_literal_host
 from crawler.net.outcome import BadResponse, FetchResult, classify_error
+from dedup import FileError
 
 __all__ = ["Fetcher", "TextFetch", "check_env_proxies", "decode_text"]
 
@@ -259,7 +260,10 @@ _FAILURES = (aiohttp.ClientError, HttpProcessingError, BadResponse, OSError, Tim
 
 def _failed(hop: _Hop, e: BaseException) -> None:
     """Record why a hop failed, and drop what it had read: a broken transfer is
-    neither parsed nor archived."""
+    neither parsed nor archived. A file of the crawl's own that failed (a body's
+    temporary file: ``FileError``) is no failure of the server's: it is raised."""
+    if isinstance(e, FileError):
+        raise e
     failure = classify_error(e.failure if isinstance(e, _Unretried) else e)
     hop.error, hop.retry, hop.interrupted = (failure.reason, failure.retryable,
                                               failure.interrupted)

@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from crawler.config.ipliteral import IPAddress, ip_literal
+from crawler.net.refused import refusal
 
 __all__ = [
     "GuardedResolver",
@@ -78,7 +79,7 @@ def check_literal_host(host: str) -> str | None:
     """
     addr = ip_literal(host)
     if addr is not None and not is_public_address(addr):
-        return f"refused private address {addr}"
+        return refusal(addr)
     return None
 
 
@@ -105,7 +106,7 @@ class GuardedResolver(AbstractResolver):
         public = [r for r in results if is_public_address(r["host"].split("%", 1)[0])]
         if not public:
             first = results[0]["host"] if results else host
-            raise PrivateAddressError(f"refused private address {first}")
+            raise PrivateAddressError(refusal(first))
         return public
 
     async def close(self) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from crawler.net.refused import PRIVATE_REFUSED, REFUSED
+
 if TYPE_CHECKING:
     from crawler.net.exchange import Exchange
 
@@ -143,7 +145,7 @@ _CAUSES = (
     ("timeout", "timeout"),
     ("connection reset", "connection reset"),
     ("tls error", "tls error"),
-    ("refused private address", "private address refused"),
+    (REFUSED, PRIVATE_REFUSED),
     ("retries exhausted", "given up (retry budget spent)"),
     ("connect error", "connect error"),
     ("os error", "os error"),
@@ -154,7 +156,7 @@ _CAUSES = (
 _TOO_LARGE = ("too large", "over the limit", "over limit")
 _ROBOTS = "robots.txt unavailable: "
 _NO_RESPONSE = frozenset({"connection refused", "dns error", "timeout", "connection reset",
-                          "tls error", "private address refused", "connect error"})
+                          "tls error", PRIVATE_REFUSED, "connect error"})
 
 
 def failure_cause(status: int | None, error: str | None) -> str | None:

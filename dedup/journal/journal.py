@@ -663,10 +663,14 @@ class Journal:
     def pending(self) -> bool:
         return self._db.in_transaction
 
-    def close(self) -> None:
-        """Close the connection; pending group-commit writes are committed first."""
+    def close(self, *, commit: bool = True) -> None:
+        """Close the connection; pending group-commit writes are committed first, or
+        with ``commit=False`` discarded, exactly as a crash would."""
         if not self.readonly:
-            self.commit()
+            if commit:
+                self.commit()
+            elif self._db.in_transaction:
+                self._db.execute("ROLLBACK")
         self._db.close()
 
     def __enter__(self) -> Journal:

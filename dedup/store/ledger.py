@@ -353,19 +353,21 @@ class Ledger:
     def index_stats(self) -> dict[str, Any]:
         return self.index.stats()
 
-    def close(self) -> None:
+    def close(self, *, commit: bool = True) -> None:
         """Commit pending writes and write the index buffer as a run, so the next
         open replays nothing (after a crash it replays at most a buffer's worth);
-        an abandoned merge is redone on the next open."""
+        an abandoned merge is redone on the next open. ``commit=False``: discard
+        pending writes and the index buffer instead, as a crash would (a writer
+        that failed halfway through a group)."""
         try:
-            if not self.readonly:
+            if not self.readonly and commit:
                 self.journal.commit()
                 if self._index is not None and self._index.stats()["buffer"]:
                     self._flush_index()
         finally:
             if self._index is not None:
                 self._index.close()
-            self.journal.close()
+            self.journal.close(commit=commit)
 
     def __enter__(self) -> Ledger:
         return self

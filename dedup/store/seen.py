@@ -483,6 +483,34 @@ class UrlSeen(CrawlRecords):
             self._core.forget_all()  # it may hold them: a hit would answer "seen"
         return self.ledger.forget(fps)
 
+    def reopen(self, rows: Iterable[tuple[int, str, str, int]], *, note: str) -> list[int]:
+        """Put URLs whose fetch is settled back in the frontier: ``(seq, url, key, depth)``
+        of rows marked done. Returns their new seqs, in order.
+
+        Why new seqs: a done seq never returns to QUEUED (its frontier text may be
+        compacted away). So each old seq is marked skipped with ``note``, its key
+        forgotten and admitted again with its text at ``depth``, as :meth:`forget`
+        then a link would, but without counting it in :attr:`counters` (no page
+        linked to it again). Its Bloom bits are set already. In the open transaction
+        (durable at :meth:`commit`)."""
+        self._flush_pending()
+        rows = list(rows)
+        if not rows:
+            return []
+        self.ledger.mark_many([(seq, State.SKIPPED, None, note) for seq, _, _, _ in rows])
+        fps = [fingerprint(key, self.seed) for _, _, key, _ in rows]
+        self.ledger.forget(fps)
+        self._core.forget_all()  # it may hold them: a hit would answer "seen"
+        by_depth: dict[int, list[tuple[str, bytes]]] = {}
+        for (_, url, _, depth), fp in zip(rows, fps, strict=True):
+            by_depth.setdefault(depth, []).append((url, fp))
+        new: dict[bytes, int] = {}
+        for depth, group in sorted(by_depth.items()):
+            seqs = self._write(b"".join(fp for _, fp in group), depth,
+                               [url for url, _ in group], [host_of(url) for url, _ in group])
+            new.update((fp, seq) for (_, fp), seq in zip(group, seqs, strict=True))
+        return [new[fp] for fp in fps]
+
     def stats(self) -> dict[str, Any]:
         """Counters of this session, the filter's health, and the ledger's states."""
         self._flush_pending()
@@ -561,16 +589,18 @@ class UrlSeen(CrawlRecords):
             raise
         return seen
 
-    def close(self) -> None:
+    def close(self, *, commit: bool = True) -> None:
         """Write pending admissions, commit pending rows and release the directory
-        (no snapshot is implied)."""
+        (no snapshot is implied). ``commit=False`` discards what is not committed
+        yet, as a crash would: for a caller that failed halfway through a group of
+        writes that must commit together."""
         try:
-            if not self.readonly:
+            if not self.readonly and commit:
                 self._flush_pending()
         finally:
             self.canonicalizer.count_compiled_by(None)
             self._fold_compiled()
-            self.ledger.close()
+            self.ledger.close(commit=commit)
             self._unlock()
 
     def _unlock(self) -> None:

@@ -185,7 +185,8 @@ async def test_resume_through_the_api_finishes_the_crawl_with_each_item_once(tmp
         assert len(items_of(state)) == 3
         with pytest.raises(CrawlError, match="cannot change include"):
             Crawler(state=state, include="/docs/")  # frozen at the crawl's start
-        with pytest.raises(TypeError, match="unknown crawl option 'max_page'"):
+        with pytest.raises(TypeError, match="unknown crawl option 'max_page'; did you mean "
+                           "'max_pages'"):
             Crawler(state=state, max_page=3)
         async with Crawler(state=state, handler=title, max_pages=0) as crawl:
             pages = [p.url async for p in crawl]
@@ -252,7 +253,7 @@ async def test_the_command_line_runs_the_same_handler_and_resumes_with_it(tmp_pa
         assert len(items_of(state)) == 2
         done = await run_cli("resume", str(state), "--max-pages", "0", env=env)
         assert done.rc == 0, done.stderr
-        assert f"items:  {len(DOCS) - 2} written to items.jsonl this run, 0 page(s)" \
+        assert f"items (this run): {len(DOCS) - 2} written to items.jsonl, 0 page(s)" \
             in done.stderr  # the summary
         bad = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "other"),
                             "--handler", "hooks_mod:nothing", env=env)

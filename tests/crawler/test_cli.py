@@ -10,9 +10,11 @@ import sys
 import pytest
 
 from crawler.cli.main import main
+from crawler.core.outputs.output import read_pages
 from crawler.core.run.engine import Engine
 from crawler.core.run.progress import Progress
 from crawler.core.state.state import create_crawl
+from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from dedup.filter.shards import ShardedBloom
 from tests.support.helpers import cli_env, config_toml, fast_settings, run_cli, write_seeds
@@ -37,6 +39,9 @@ def one_error_line(err: str) -> str:
     (["explode"], "invalid choice"),
     (["check", "dir"], "required: URL"),
     (["merge", "a"], "-o"),
+    (["crawl", "seeds.txt", "--state", "s", "--concurency", "3"],
+     "unrecognized arguments: --concurency 3; --concurency: did you mean '--concurrency'?"),
+    (["stats", "d", "--jsn"], "did you mean '--json'?"),
 ])
 def test_usage_errors_exit_2_with_one_line(capsys, argv, fragment):
     assert main(argv) == 2
@@ -70,6 +75,52 @@ def test_bad_seed_lines_are_reported_with_line_numbers_and_skipped(tmp_path, qui
     assert "error" not in err
     with UrlSeen(tmp_path / "s", readonly=True) as seen:
         assert seen.ledger.counts()["failed"] == 2  # both good seeds fetched (refused)
+
+
+async def test_a_seeds_line_that_is_not_utf8_is_skipped_naming_its_line(tmp_path, site):
+    """One Latin-1 byte rejected the whole file ("invalid start byte at byte 244"): now
+    it costs its own line, named like any bad line, and the other seeds are crawled."""
+    async with site(SiteSpec(hosts=2, pages=8, seed=5)) as running:
+        first, second = running.seeds
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_bytes(b"# caf\xc3\xa9: UTF-8 in a comment\n" + first.encode() + b"\n"
+                          b"http://127.0.0.1:9/caf\xe9\n" + second.encode() + b"\n")
+        config = tmp_path / "crawl.toml"
+        config.write_text(config_toml(fast_settings()))
+        state = tmp_path / "s"
+        res = await run_cli("crawl", str(seeds), "--state", str(state), "--config", str(config),
+                            "--quiet")
+        want = running.site.reachable()
+    assert res.rc == 0, res.stderr
+    assert res.stderr == (f"bloomcrawl: warning: {seeds}:3: not UTF-8 text (byte 0xe9 at "
+                          "column 23): b'http://127.0.0.1:9/caf\\xe9' (skipped)\n")
+    with UrlSeen(state, readonly=True) as seen:
+        keys = {seen.canonicalizer.resolve(r["url"])[1]
+                for r in read_pages(state / "pages.jsonl")}
+    assert keys == want.fetched | want.robots_blocked
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\xff\xfeh\x00t", "not UTF-16 text"),  # a lying byte order mark: odd length
+    (b"\xe9\n\xe9\n", "no valid URL (2 bad line(s))"),
+])
+def test_a_seeds_file_with_no_readable_line_is_refused(tmp_path, capsys, data, why):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_bytes(data)
+    assert main(["crawl", str(seeds), "--state", str(tmp_path / "s")]) == 1
+    assert why in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_utf16_seeds_file_is_read(tmp_path):
+    from crawler.config.scope import read_seeds
+    from dedup import Canonicalizer
+
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_bytes("http://example.com/é\r\nhttp://example.org/\r\n".encode("utf-16"))
+    found, problems = read_seeds(seeds, Canonicalizer())
+    assert [url for url, _ in found] == ["http://example.com/%C3%A9", "http://example.org/"]
+    assert problems == []
 
 
 @pytest.mark.parametrize("content", ["", "# nothing\n", "ftp://x\nnot-a-url\n"])
@@ -130,6 +181,8 @@ def test_a_state_dir_in_use_is_refused(tmp_path, quick, capsys):
     ("[crawl]\nmax_retries = -1\n", "max_retries"),
     ("[crawl]\nretry_rounds = 5\n", "retry_rounds is replaced by [crawl] max_retries"),
     ("[crawl\n", "c.toml"),
+    ("[crawl]\nconcurency = 4\n", "unknown key 'concurency' in [crawl]; did you mean "
+     "'concurrency'?"),
 ])
 def test_bad_config_file_exits_2_naming_the_key(tmp_path, capsys, text, fragment):
     seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.1:9/"])

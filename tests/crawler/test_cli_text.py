@@ -11,6 +11,7 @@ from importlib.metadata import version
 
 import pytest
 
+from crawler.cli.args import CRAWL_OPTIONS
 from crawler.cli.main import build_parser, main
 from crawler.core.run.progress import Progress, format_status
 
@@ -31,6 +32,18 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"bloomcrawl {version('bloomcrawl')}"
 
 
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """A parser's options by their long flag (``--help`` left out)."""
+    return {a.option_strings[-1]: a for a in parser._actions
+            if a.option_strings and not isinstance(a, argparse._HelpAction)}
+
+
+def _shown_default(action: argparse.Action) -> str | None:
+    """What ``(default: ...)`` in an option's help says, or None."""
+    found = re.findall(r"default: ([^;()]*(?:\([^()]*\))?[^;()]*)", action.help or "")
+    return found[-1].strip() if found else None
+
+
 def test_every_option_has_help_and_says_its_default_and_every_command_a_description():
     problems = []
     for name, sub in _subparsers(build_parser()).items():
@@ -42,10 +55,42 @@ def test_every_option_has_help_and_says_its_default_and_every_command_a_descript
             flag = "/".join(action.option_strings) or action.dest
             if not action.help:
                 problems.append(f"{name} {flag}: no help")
-            elif action.option_strings and _takes_value(action) and not action.required \
+            elif action.option_strings and not action.required \
                     and "default" not in action.help:
                 problems.append(f"{name} {flag}: help does not say its default")
+            elif action.option_strings and action.default not in (None, False, [], "==SUPPRESS==") \
+                    and str(action.default) not in action.help:
+                problems.append(f"{name} {flag}: help does not show its default "
+                                f"{action.default!r}")
     assert problems == []
+
+
+def test_a_crawl_option_shows_the_same_default_in_every_command_that_takes_it():
+    """``resume`` and ``fleet`` take (or refuse, naming them) crawl options: their help
+    shows the value a new crawl gets, as ``crawl --help`` does (``resume --help`` said
+    "its value then" for --warc-max-size and --user-agent: no value at all)."""
+    commands = _subparsers(build_parser())
+    crawl = {flag: _shown_default(a) for flag, a in _options(commands["crawl"]).items()
+             if flag in dict(CRAWL_OPTIONS)}
+    problems = []
+    for name, sub in commands.items():
+        if name == "crawl":
+            continue
+        for flag, action in _options(sub).items():
+            default = crawl.get(flag)
+            if default is not None and default not in re.sub(r"\s+", " ", action.help or ""):
+                problems.append(f"{name} {flag}: {action.help!r} does not show {default!r}")
+    assert problems == []
+    assert crawl["--warc-max-size"] == "1000000000"
+    assert "bloomcrawl/0.1" in crawl["--user-agent"]
+
+
+def test_the_warc_option_reads_as_words(capsys):
+    assert main(["crawl", "--help"]) == 0
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    warc = out[out.index("--warc FILE "):out.index("--warc-max-size BYTES ")]
+    assert "-less-" not in warc and "[.gz]" not in warc
+    assert "crawl-00000.warc.gz" in warc  # an example of the names it writes
 
 
 def test_help_shows_the_defaults_of_the_crawl_options(capsys):

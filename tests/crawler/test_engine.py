@@ -207,7 +207,7 @@ async def test_private_targets_are_refused_unless_allowed(tmp_path, site):
         assert sum(log.counts.total() for log in running.logs) == 0
     (record,) = records
     assert record["status"] is None
-    assert record["error"] == "refused private address 127.0.0.1"
+    assert record["error"] == "refused private address 127.0.0.1 (needs --allow-private)"
     assert counts["failed"] == 1
 
 

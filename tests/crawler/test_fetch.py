@@ -377,7 +377,8 @@ async def test_max_connections_bounds_concurrency(client: str, srv: FaultServer)
 async def test_loopback_literal_is_refused_by_default(client: str, srv: FaultServer) -> None:
     async with Fetcher(FetchSettings(retries=2, client=client)) as f:
         r = await f.fetch(srv.url("/html"))
-    assert (r.status, r.error, r.attempts) == (None, "refused private address 127.0.0.1", 0)
+    assert (r.status, r.error, r.attempts) == (
+        None, "refused private address 127.0.0.1 (needs --allow-private)", 0)
     assert srv.log.count() == 0
 
 
@@ -400,7 +401,8 @@ async def test_other_spellings_of_a_loopback_address_are_refused_as_it(
     port = srv.base.rsplit(":", 1)[1]
     async with Fetcher(FetchSettings(retries=2, client=client)) as f:
         r = await f.fetch(f"http://{host}:{port}/html")
-    assert (r.status, r.error, r.attempts) == (None, "refused private address 127.0.0.1", 0)
+    assert (r.status, r.error, r.attempts) == (
+        None, "refused private address 127.0.0.1 (needs --allow-private)", 0)
     r = await fetch(f"http://{host}:{port}/html", client=client)
     assert (r.status, r.error) == (200, None)
     assert srv.log.count("/html") == 1
@@ -430,7 +432,7 @@ async def test_dns_cannot_steer_into_private_network(client: str, srv: FaultServ
     hosts = HostMap({"innocent.test": "127.0.0.1"})
     async with Fetcher(FetchSettings(client=client), resolver=hosts) as f:
         r = await f.fetch(f"http://innocent.test:{port}/html")
-    assert r.error == "refused private address 127.0.0.1"
+    assert r.error == "refused private address 127.0.0.1 (needs --allow-private)"
     assert hosts.lookups == ["innocent.test"] and srv.log.count() == 0
     # The same table with allow_private reaches the server (so the guard made the difference).
     async with Fetcher(

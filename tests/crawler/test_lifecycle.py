@@ -40,7 +40,7 @@ async def test_resume_stores_new_limits_and_refuses_frozen_flags(tmp_path, small
     assert again.rc == 0, again.stderr
     assert len(read_pages(state / "pages.jsonl")) == 12
     for flag in (["--allow-domain", "example.org"], ["--warc", str(tmp_path / "w.warc")],
-                 ["--allow-private"]):
+                 ["--cookies"]):
         refused = await run_cli("resume", str(state), *flag)
         assert refused.rc == 2, refused.stderr
         assert f"resume cannot change {flag[0]}" in refused.stderr

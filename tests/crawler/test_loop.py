@@ -16,11 +16,18 @@ async def _loop_module() -> str:
     return type(asyncio.get_running_loop()).__module__
 
 
+async def _is_uvloop() -> bool:
+    import uvloop
+
+    return isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
 def test_auto_is_uvloop_when_installed_and_asyncio_turns_it_off():
-    uvloop = pytest.importorskip("uvloop")
-    assert loop_factory("auto") is uvloop.new_event_loop
-    assert run(_loop_module(), "auto").startswith("uvloop")
-    assert run(_loop_module(), "uvloop").startswith("uvloop")
+    pytest.importorskip("uvloop")
+    from crawler.cli import safeloop
+
+    assert loop_factory("auto") is safeloop.new_event_loop  # uvloop, as safeloop runs it
+    assert run(_is_uvloop(), "auto") and run(_is_uvloop(), "uvloop")
     assert loop_factory("asyncio") is None
     assert run(_loop_module(), "asyncio").startswith("asyncio")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 from collections import Counter
 
@@ -26,7 +27,7 @@ from dedup import State, UrlSeen, host_of
 from tests.crawler.test_engine import crawl
 from tests.crawler.test_resume import SPEC, run_until, setup_crawl
 from tests.support.faultserver import fault_server
-from tests.support.helpers import fast_settings, run_cli, start_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 
 
 def _closed_port() -> int:
@@ -206,3 +207,43 @@ def test_hosts_past_the_limit_are_counted_together_and_nothing_is_lost():
     assert stored["hosts"][OTHER_HOSTS] == {"timeout": 10}
     assert stored["hosts"]["h0.example"] == {"timeout": 1, "dns error": 1}
     assert PageCounts(ledger).counts == stored  # read back as written
+
+
+def _line(text: str, start: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.startswith(start)]
+    assert len(lines) == 1, (start, text)
+    return lines[0]
+
+
+def _number(line: str, after: str) -> int:
+    return int(re.search(rf"{re.escape(after)}(\d+)", line)[1])
+
+
+async def test_a_resumes_summary_says_which_figures_count_this_run_and_which_the_crawl(
+        tmp_path, small_site):
+    """A resume printed '1645 fetched' (every run) beside '15184 links checked' (this run)
+    with nothing saying which was which: each line now says what it counts, and the
+    whole crawl's dedup figures are the two runs' added up."""
+    seeds = write_seeds(tmp_path / "seeds.txt", small_site.seeds)
+    config = tmp_path / "c.toml"
+    config.write_text(config_toml(fast_settings()))
+    state = str(tmp_path / "s")
+    first = await run_cli("crawl", str(seeds), "--state", state, "--config", str(config),
+                          "--max-pages", "20")
+    assert first.rc == 0, first.stderr
+    second = await run_cli("resume", state, "--max-pages", "0")
+    assert second.rc == 0, second.stderr
+    records = read_pages(tmp_path / "s" / "pages.jsonl")
+    links = []
+    for res in (first, second):
+        pages = _line(res.stderr, "  pages (whole crawl): ")
+        this_run = _line(res.stderr, "  dedup (this run): ")
+        links.append(_number(this_run, "dedup (this run): "))
+        _line(res.stderr, "  filter (whole crawl): ")
+    taken = sum(1 for r in records if r["error"] != "robots.txt")  # every run's pages
+    assert _number(pages, "crawl): ") + _number(pages, "), ") == taken  # fetched + failed
+    whole = _line(second.stderr, "  dedup (whole crawl): ")
+    assert _number(whole, "dedup (whole crawl): ") == sum(links) > links[1]
+    stats = await run_cli("stats", state)
+    assert _line(stats.stdout, "  dedup (whole crawl): ").startswith(whole + ",")
+    assert _line(stats.stdout, "  pages (whole crawl): ").startswith(pages.split(" still")[0])

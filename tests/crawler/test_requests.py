@@ -163,8 +163,10 @@ async def test_through_a_proxy_the_guard_still_judges_the_target(tmp_path):
                 private = await fetcher.fetch("http://internal.test/")
                 literal = await fetcher.fetch(f"{base}/")
     assert ok.status == 200 and ok.error is None and b"/secret" in ok.body
-    assert private.status is None and private.error == "refused private address 10.0.0.7"
-    assert literal.status is None and literal.error == "refused private address 127.0.0.1"
+    assert private.status is None
+    assert private.error == "refused private address 10.0.0.7 (needs --allow-private)"
+    assert literal.status is None
+    assert literal.error == "refused private address 127.0.0.1 (needs --allow-private)"
     assert proxy.urls() == ["http://public.test/next"]
     auth = "Basic " + base64.b64encode(b"bot:pw").decode()
     assert proxy.log[0].headers["Proxy-Authorization"] == auth

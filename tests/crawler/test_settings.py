@@ -56,6 +56,14 @@ def test_config_file_overlays_only_the_keys_it_sets(tmp_path):
     ("[dedup]\nerror_rate = 1.5\n", "[dedup] error_rate must be between 0 and 1"),
     ("[crawl]\nallow_domains = 'a.com'\n", "allow_domains must be a list of strings"),
     ("[crawl\n", "invalid TOML"),
+    # a typo is told the nearest known name (difflib): within the section, the same key
+    # in another section, a section
+    ("[crawl]\nconcurency = 4\n", "unknown key 'concurency' in [crawl]; did you mean "
+     "'concurrency'?"),
+    ("[crawl]\ndelay = 0\n", "unknown key 'delay' in [crawl]; did you mean [politeness] delay?"),
+    ("[crawl]\nuser_agnet = 'x'\n", "did you mean [fetch] user_agent?"),
+    ("[fetch]\ntimeout = 3\n", "did you mean 'read_timeout' or 'total_timeout'?"),
+    ("[dedupe]\ncapacity = 10\n", "unknown section [dedupe]; did you mean [dedup]?"),
 ])
 def test_bad_config_files_are_errors_naming_the_key(tmp_path, text, fragment):
     cfg = tmp_path / "bad.toml"
@@ -64,6 +72,12 @@ def test_bad_config_files_are_errors_naming_the_key(tmp_path, text, fragment):
         load_settings(cfg)
     assert fragment in str(info.value)
     assert str(cfg) in str(info.value)
+
+
+def test_a_key_near_no_known_one_gets_no_guess():
+    with pytest.raises(ConfigError) as info:
+        Settings().overlay({"crawl": {"zzzzzz": 1}})
+    assert str(info.value).endswith("unknown key 'zzzzzz' in [crawl]")
 
 
 def test_missing_config_file_is_a_config_error(tmp_path):

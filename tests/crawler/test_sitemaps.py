@@ -131,7 +131,7 @@ async def test_a_60_page_site_gives_60_lines_without_a_sitemap_request(tmp_path)
     assert len(lines) == n
     assert {r["url"].removeprefix(base) for r in lines} == {f"/p/{i}" for i in range(n)}
     assert set(paths(log)) == {"/robots.txt", *(f"/p/{i}" for i in range(n))}
-    assert "sitemaps:" not in done.stderr  # the summary has no sitemap line
+    assert "  sitemaps (" not in done.stderr  # the summary has no sitemap line
     assert sitemap_counts(tmp_path / "s") == {}
 
 
@@ -415,9 +415,9 @@ async def test_with_sitemaps_a_listed_url_obeys_exclude_and_the_max_pages_count(
     assert got.count("/maps/s.xml") == 1
     lines = [r["url"].removeprefix(base) for r in read_pages(tmp_path / "s" / "pages.jsonl")]
     assert sorted(lines) == ["/", "/listed"]
-    assert "sitemaps: 1 fetched (0 with errors), 0 failed, 0 disallowed by robots.txt: " \
-        "2 URLs listed, 1 of them new" in done.stderr
-    assert "pages:  2 fetched" in done.stderr and "0 still queued" in done.stderr
+    assert "sitemaps (whole crawl): 1 fetched (0 with errors), 0 failed, 0 disallowed by " \
+        "robots.txt: 2 URLs listed, 1 of them new" in done.stderr
+    assert "pages (whole crawl): 2 fetched" in done.stderr and "0 still queued" in done.stderr
 
 
 async def secret_site(files: dict[str, tuple[bytes, str]], base: str) -> None:

@@ -81,3 +81,19 @@ def test_merge_refuses_an_input_that_lacks_shards_the_others_have(tmp_path: Path
     with pytest.raises(CrawlError, match=r"merge input .*b.*: lacks shard\(s\) \[2\]"):
         merge_shard_files([a, b], tmp_path / "out", lambda _: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_file_write_names_the_step_and_the_file(tmp_path: Path) -> None:
+    """An errno alone ('Not a directory', 'Input/output error') names no file: a write
+    of dedup's (snapshots, index runs, JSON) says what it was writing; the errno stays."""
+    import errno
+
+    from dedup import FileError, atomic_write_bytes
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(FileError) as info:
+        atomic_write_bytes(blocker / "shard-0001.bloom", b"bits")
+    assert str(info.value) == f"writing {blocker / 'shard-0001.bloom'}: Not a directory"
+    assert info.value.errno == errno.ENOTDIR and isinstance(info.value, OSError)
+    assert list(tmp_path.iterdir()) == [blocker]  # no temporary file left behind

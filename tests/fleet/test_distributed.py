@@ -229,7 +229,8 @@ def test_merge_state_sums_the_workers_sitemap_counts_and_unites_their_queued_sit
                                              "new": 30 + 2 * 31}
     assert json.loads((full / SITEMAPS_FILE).read_text()) == queued[0] | queued[1]
     assert main(["stats", str(tmp_path)]) == 0  # the fleet dir: its workers' sums too
-    assert "  sitemaps: 6 fetched (3 with errors), 0 failed, 0 disallowed by robots.txt: " \
+    assert "  sitemaps (whole crawl): 6 fetched (3 with errors), 0 failed, 0 disallowed by " \
+        "robots.txt: " \
         "122 URLs listed, 92 of them new\n" in capsys.readouterr().out
 
 

@@ -88,10 +88,11 @@ def test_stats_of_a_fleet_dir_shows_its_totals_and_each_worker(limited):
     assert text.startswith(f"fleet limits of 2 workers in {limited.root}\n")
     per = limited.at_limit
     queued = sum(w["queued"] for w in per)
-    assert f"  pages:  {2 * LIMIT} fetched (" in text and f", {queued} queued, " in text
+    assert f"  pages (whole crawl): {2 * LIMIT} fetched (" in text and \
+        f", {queued} queued, " in text
     links = sum(w["links"] for w in per)
-    assert f"  dedup (all runs): {links} links checked: {sum(w['new'] for w in per)} new" \
-        in text
+    assert f"  dedup (whole crawl): {links} links checked: {sum(w['new'] for w in per)} " \
+        "new" in text
     lines = worker_lines(text)
     assert len(lines) == 2
     for i, (line, w) in enumerate(zip(lines, per, strict=True)):

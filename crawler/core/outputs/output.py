@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from dedup import atomic_write_bytes
+from dedup import atomic_write_bytes, naming
 
 __all__ = ["ITEMS_FILE", "PAGES_FILE", "ItemLog", "PageLog", "iso_time", "read_json", "read_pages",
            "repair_tail", "truncate_to", "write_json_atomic"]
@@ -146,32 +146,37 @@ class AppendFile(abc.ABC):
 
     async def _open_append(self) -> None:
         if self.committed is not None:
-            truncate_to(self.path, self.committed)
+            with naming("cutting back to its committed size", self.path):
+                truncate_to(self.path, self.committed)
         # asyncio and aiofiles here and in sync(), not at the top: the state dir's
         # readers (bloomcrawl stats) import this module for its names and JSON helpers
         import aiofiles
 
-        self._fh = await aiofiles.open(self.path, "ab", buffering=0)
-        self.size = os.fstat(self._fh.fileno()).st_size
+        with naming("opening", self.path):
+            self._fh = await aiofiles.open(self.path, "ab", buffering=0)
+            self.size = os.fstat(self._fh.fileno()).st_size
 
     async def sync(self) -> None:
         """Make everything written so far durable (before a commit records ``size``)."""
         if self._fh is not None:
             import asyncio
 
-            await asyncio.to_thread(os.fdatasync, self._fh.fileno())
+            with naming("syncing", self.path):
+                await asyncio.to_thread(os.fdatasync, self._fh.fileno())
 
     async def _write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         self.size += len(view)
-        while view:
-            n = await self._fh.write(view)
-            view = view[n:]
+        with naming("appending to", self.path):
+            while view:
+                n = await self._fh.write(view)
+                view = view[n:]
 
     async def close(self) -> None:
         if self._fh is not None:
             fh, self._fh = self._fh, None
-            await fh.close()
+            with naming("closing", self.path):
+                await fh.close()
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -202,8 +207,9 @@ class PageLog(AppendFile):
             # through aiofiles, so a congested disk cannot stall the loop for long.
             fd = self._fh.fileno()
             self.size += len(view)
-            while view:
-                view = view[os.write(fd, view):]
+            with naming("appending to", self.path):
+                while view:
+                    view = view[os.write(fd, view):]
         await self._write(view)
 
 

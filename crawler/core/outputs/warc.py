@@ -50,7 +50,7 @@ from typing import Any
 from crawler.core.outputs.output import AppendFile, iso_time, truncate_to
 from crawler.net.body import MEMORY
 from crawler.net.exchange import Exchange
-from dedup import fsync_dir
+from dedup import fsync_dir, naming
 
 __all__ = ["RecordFile", "WarcFiles", "build_records", "first_warc", "warc_prefix",
            "warc_start"]
@@ -242,7 +242,8 @@ class _File(AppendFile):
         self.size += blob.size
         import asyncio
 
-        await asyncio.to_thread(copy)
+        with naming("appending a WARC record to", self.path):
+            await asyncio.to_thread(copy)
 
 
 class WarcFiles:
@@ -270,21 +271,24 @@ class WarcFiles:
         return [warc_path(self.prefix, s, self.gzip) for s in serials(self.prefix, self.gzip)]
 
     async def open(self) -> WarcFiles:
-        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        with naming("creating the WARC directory", self.prefix.parent):
+            self.prefix.parent.mkdir(parents=True, exist_ok=True)
         c = self._committed
         if isinstance(c, dict):
             serial, size = int(c["serial"]), int(c["size"])
             removed = False
             for s in serials(self.prefix, self.gzip):
                 if s > serial:  # opened by a rotation whose group never committed
-                    warc_path(self.prefix, s, self.gzip).unlink()
+                    with naming("deleting", warc_path(self.prefix, s, self.gzip)):
+                        warc_path(self.prefix, s, self.gzip).unlink()
                     removed = True
             if removed:
                 fsync_dir(self.prefix.parent)
         else:  # no offsets (a state dir from before them, or repaired): a new file
             serial, size = _next_serial(self.prefix, self.gzip), 0
         self._serial = serial
-        truncate_to(self.path, size)
+        with naming("cutting back to its committed size", self.path):
+            truncate_to(self.path, size)
         await self._open_file()
         return self
 

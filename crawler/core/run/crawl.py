@@ -27,10 +27,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from crawler.config.scope import normalize_domain
-from crawler.config.settings import ConfigError, Settings, load_settings
+from crawler.config.settings import ConfigError, Settings, did_you_mean, load_settings
 from crawler.core.run.engine import Engine, Watcher
 from crawler.core.run.page import Follow, Handler, HandlerError, Hooks, OnError, Page
 from crawler.core.run.progress import Progress
+from crawler.core.state.reopen import finish_rewrite, reopen_refused
 from crawler.core.state.state import (
     FLEET_KEY,
     HOOKS_KEY,
@@ -65,6 +66,8 @@ RESUME_OPTIONS = {
     "concurrency": ("crawl", "concurrency"), "per_host": ("politeness", "per_host"),
     "delay": ("politeness", "delay"), "proxy": ("fetch", "proxy"),
     "max_bytes": ("fetch", "max_bytes"), "parse_limit": ("fetch", "parse_limit"),
+    # widens only: the URLs refused as private addresses are fetched (crawler.core.state.reopen)
+    "allow_private": ("fetch", "allow_private"),
 }
 _LISTS = ("allow_domain", "include", "exclude", "header")
 
@@ -88,8 +91,10 @@ def check_options(options: Mapping[str, Any], *, resume: bool = False) -> dict[s
     resume, CrawlError naming one frozen at the crawl's start."""
     for name in options:
         if name not in CRAWL_OPTIONS:
-            raise TypeError(f"unknown crawl option {name!r} (the options are the command "
-                            f"line's, with underscores: {', '.join(CRAWL_OPTIONS)})")
+            hint = did_you_mean(name, CRAWL_OPTIONS)
+            raise TypeError(f"unknown crawl option {name!r}" + (f"; {hint}" if hint else
+                            f" (the options are the command line's, with underscores: "
+                            f"{', '.join(CRAWL_OPTIONS)})"))
     given = {k: v for k, v in options.items() if _given(v)}
     if resume:
         frozen = [k for k in given if k not in RESUME_OPTIONS]
@@ -225,7 +230,9 @@ class Crawler:
     ``Crawler(seeds, state=DIR, **options)`` starts a new crawl in DIR (new or
     empty); ``Crawler(state=DIR)`` resumes the crawl in DIR (and may change the
     ``RESUME_OPTIONS``: ``max_pages``, ``max_depth``, ``concurrency``, ``per_host``,
-    ``delay``, ``proxy``, ``max_bytes``, ``parse_limit``, stored as its new values).
+    ``delay``, ``proxy``, ``max_bytes``, ``parse_limit``, stored as its new values;
+    ``allow_private=True`` also puts the URLs refused as private addresses back in
+    the frontier: ``reopened`` says how many).
     ``seeds``: a URL, a list of URLs, or a seeds file (a ``pathlib.Path``: one URL
     per line, ``#`` comments).
 
@@ -305,8 +312,11 @@ class Crawler:
         self._watch = watch
         self.fleet = dict(fleet) if fleet is not None else None
         self.problems: list[str] = []  # seed lines skipped (bad, or out of scope)
+        # URLs refused as private addresses put back in the frontier by this resume
+        self.reopened = 0
         self.summary: dict[str, Any] | None = None  # the figures, once the crawl ended
         self._seen: UrlSeen | None = None
+        self._failed = False  # the crawl raised: close() commits nothing more
         self._scope: Any = None
         self._engine: Engine | None = None
         self._task: asyncio.Task[dict[str, Any]] | None = None
@@ -351,8 +361,11 @@ class Crawler:
                 for name, value in self._options.items():
                     section, key = RESUME_OPTIONS[name]
                     changes.setdefault(section, {})[key] = value
+                finish_rewrite(seen)  # before anything reads pages.jsonl
                 if changes:
                     settings = store_changes(seen, settings, changes)
+                if settings.fetch.allow_private:
+                    self.reopened = reopen_refused(seen)
                 if not settings.fetch.proxy:
                     _check_env_proxies()
                 self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
@@ -395,8 +408,11 @@ class Crawler:
                     f"{'; '.join(refused)}. What decides the scope, the filter and the "
                     "requests is frozen when a crawl starts (a resume may change "
                     f"{', '.join(RESUME_OPTIONS)}); start it in another state directory")
+            finish_rewrite(seen)  # before anything reads pages.jsonl
             if changes:
                 settings = store_changes(seen, settings, changes)
+            if settings.fetch.allow_private:
+                self.reopened = reopen_refused(seen)
             if not settings.fetch.proxy:
                 _check_env_proxies()
             self._stored_hooks(seen.meta_get(HOOKS_KEY) or {})
@@ -468,11 +484,13 @@ class Crawler:
             self._on_error = stored["on_error"]  # type: ignore[assignment]
 
     def close(self) -> None:
-        """Close the state directory (the crawl must not be running)."""
+        """Close the state directory (the crawl must not be running). After a crawl that
+        failed (an I/O error, say), what it had not committed is discarded, as a kill -9
+        would: a group of pages is committed whole or not at all."""
         if self._task is not None and not self._task.done():
             raise RuntimeError("the crawl is running: stop it and wait for it first")
         if self._seen is not None:
-            self._seen.close()
+            self._seen.close(commit=not self._failed)
             self._seen = None
 
     async def __aenter__(self) -> Self:
@@ -532,6 +550,9 @@ class Crawler:
                 async with self._watch(engine):
                     self.summary = await engine.run(install_signals=self._signals)
             return self.summary
+        except BaseException:
+            self._failed = True
+            raise
         finally:
             if self._queue is not None:
                 self._queue.put_nowait(_END)

@@ -305,9 +305,8 @@ class Engine:
                     await self._process(item)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:
-                    if self.abort(exc):
-                        log.error("crawl aborted on %s: %r", item.url, exc)
+                except Exception as exc:  # run() raises it: said once, by whoever runs it
+                    self.abort(exc)
                     return
 
     async def _process(self, item: Item) -> None:

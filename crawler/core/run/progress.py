@@ -7,16 +7,25 @@ the formatting functions take a dict and never reach into the engine.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from crawler.core.state.pagecounts import format_host_failures, top_failed_hosts
+from crawler.core.state.pagecounts import (
+    format_host_failures,
+    refused,
+    reopened,
+    top_failed_hosts,
+)
 from crawler.core.state.state import COUNTER_KEYS
 
 __all__ = [
     "LIMIT_REACHED",
+    "THIS_RUN",
+    "WHOLE_CRAWL",
     "Progress",
     "SessionCounts",
     "crawl_status",
@@ -25,10 +34,52 @@ __all__ = [
     "format_stats",
     "format_status",
     "format_summary",
+    "label",
     "si",
+    "write_text",
 ]
 
 LIMIT_REACHED = "max pages reached"  # the outcome of a crawl stopped by --max-pages
+
+
+def write_text(stream: TextIO, text: str, *, tries: int = 5) -> bool:
+    """Write ``text`` to ``stream`` (stderr) now, trying again when a write fails: a
+    write error on stderr must not lose the one line that says what went wrong.
+    False if it still fails.
+
+    Why to its file descriptor: stderr's text layer may write straight to the file
+    (unbuffered, as with ``python -u``), where a failed write is simply lost, or
+    through a buffer, where it is kept for the next flush; which one is not known
+    here, so the stream's own buffer is flushed and the text goes to the descriptor
+    with ``os.write``, each byte once. A stream with no descriptor (a test's) is
+    written to as a stream."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd < 0:
+        with contextlib.suppress(OSError):
+            stream.write(text)
+            stream.flush()
+            return True
+        return False
+    for _ in range(tries):
+        try:
+            stream.flush()
+            break
+        except OSError:
+            continue
+    data = memoryview(text.encode(getattr(stream, "encoding", None) or "utf-8",
+                                  "backslashreplace"))
+    failed = 0
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:
+            failed += 1
+            if failed >= tries:
+                return False
+    return True
 
 
 def si(n: float) -> str:
@@ -75,13 +126,27 @@ def _pages_line(s: dict[str, Any]) -> str:
             + (f", {given_up} given up after retries" if given_up else ""))
 
 
+# What a figure of a summary counts: every run of the crawl, or this run (process)
+# only. Every summary line says which with ``label`` (a crawl's summary, ``stats``, a
+# fleet's), so that a resume never shows this run's links beside the whole crawl's
+# pages without saying so.
+WHOLE_CRAWL = "whole crawl"
+THIS_RUN = "this run"
+
+
+def label(name: str, span: str) -> str:
+    """The start of a summary line: ``"  pages (whole crawl): "``; ``span`` is
+    ``WHOLE_CRAWL`` or ``THIS_RUN``."""
+    return f"  {name} ({span}): "
+
+
 def _sitemap_lines(s: dict[str, Any]) -> list[str]:
     """What the sitemap files came to (they are no pages), when the crawl reads them."""
     c = s.get("sitemaps")
     if not c:
         return []
-    return [f"  sitemaps: {c['fetched']} fetched ({c['with_errors']} with errors), "
-            f"{c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
+    return [f"{label('sitemaps', WHOLE_CRAWL)}{c['fetched']} fetched ({c['with_errors']} "
+            f"with errors), {c['failed']} failed, {c['skipped']} disallowed by robots.txt: "
             f"{c['urls']} URLs listed, {c['new']} of them new"]
 
 
@@ -100,7 +165,8 @@ def _learn_lines(s: dict[str, Any]) -> list[str]:
     learn = s.get("learn")
     if not learn:
         return []
-    line = (f"  learn:  {learn['rules']} URL rule(s) on {learn['hosts']} host(s)"
+    line = (f"{label('learn', WHOLE_CRAWL)}{learn['rules']} URL rule(s) on "
+            f"{learn['hosts']} host(s)"
             + (f" ({learn['revoked']} revoked)" if learn["revoked"] else "")
             + f": {learn['saved_by_rules']} duplicate(s) not fetched ({learn['checks']} "
             f"fetched anyway as checks), {learn['saved_by_budgets']} URL(s) held by "
@@ -119,25 +185,46 @@ def _learn_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _dedup_figures(c: dict[str, Any]) -> str:
+    """The seen-test's counters: links checked, new, repeats, false positives."""
+    return (f"{c.get('links', 0)} links checked: {c.get('new', 0)} new, "
+            f"{c.get('repeats', 0)} repeats")
+
+
+def _refused_lines(s: dict[str, Any]) -> list[str]:
+    """The pages refused as private addresses, and the command that fetches them."""
+    n = s.get("refused", 0)
+    if not n:
+        return []
+    where = s.get("state_dir") or "DIR"
+    return [f"{label('refused', WHOLE_CRAWL)}{n} URL(s) on private, loopback or link-local "
+            f"addresses; fetch them with: bloomcrawl resume {where} --allow-private"]
+
+
 def format_summary(s: dict[str, Any]) -> str:
-    """Multi-line end-of-run report."""
+    """Multi-line end-of-run report: each line labelled with what it counts (``label``)."""
     elapsed = s.get("elapsed", 0.0)
+    totals = s.get("totals")
     lines = [
         f"bloomcrawl: {s.get('outcome', 'done')} after {elapsed:.1f} s: "
         f"{s['session_pages']} pages this run ({s['session_pages'] / elapsed if elapsed else 0:.1f}"
         f" pages/s)",
-        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, {s['queued']} still queued",
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(s)}, {s['skipped']} skipped, "
+        f"{s['queued']} still queued",
         *_host_lines(s),
         *_sitemap_lines(s),
-        *([f"  items:  {s['items']} written to items.jsonl this run, "
+        *_refused_lines(s),
+        *([f"{label('items', THIS_RUN)}{s['items']} written to items.jsonl, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
-        f"  dedup:  {s['links']} links checked: {s['new']} new, {s['repeats']} repeats "
+        f"{label('dedup', THIS_RUN)}{_dedup_figures(s)} "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
         *_learn_lines(s),
-        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, expected FPR "
-        f"{s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
+        *([f"{label('dedup', WHOLE_CRAWL)}{_dedup_figures(totals)}"]
+          if totals and totals.get("links") != s.get("links") else []),
+        f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, "
+        f"expected FPR {s['expected_fpr']:.2e}, {s['layers']} layer(s), {s['shards']} shards",
     ]
     if s.get("state_dir"):
         lines.append(f"  state:  {s['state_dir']}" + _continue_with(s))
@@ -156,13 +243,14 @@ def format_stats(s: dict[str, Any]) -> str:
     """``bloomcrawl stats DIR`` for a stopped (or running) crawl."""
     lines = [
         f"crawl {s['crawl_id']} in {s['state_dir']}",
-        f"  pages:  {_pages_line(s)}, {s['skipped']} skipped, "
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(s)}, {s['skipped']} skipped, "
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
         *_sitemap_lines(s),
+        *_refused_lines(s),
         _dedup_stats_line(s),
         *_learn_lines(s),
-        f"  filter: fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
+        f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
         f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",
     ]
@@ -173,8 +261,8 @@ def format_stats(s: dict[str, Any]) -> str:
 
 
 def _dedup_stats_line(s: dict[str, Any]) -> str:
-    return (f"  dedup (all runs): {s['links']} links checked: {s['new']} new, {s['repeats']} "
-            f"repeats, {s['false_positives']} Bloom false positives, {s['rejected']} rejected")
+    return (f"{label('dedup', WHOLE_CRAWL)}{_dedup_figures(s)}, {s['false_positives']} Bloom "
+            f"false positives, {s['rejected']} rejected")
 
 
 def format_fleet_stats(f: dict[str, Any]) -> str:
@@ -184,12 +272,13 @@ def format_fleet_stats(f: dict[str, Any]) -> str:
     fills = [w["fill"] for w in f["per_worker"]]
     lines = [
         f"fleet {f['crawl_id']} of {f['workers']} workers in {f['fleet_dir']}",
-        f"  pages:  {_pages_line(t)}, {t['skipped']} skipped, {t['queued']} queued, "
-        f"{t['hosts']} host(s) with queued URLs",
+        f"{label('pages', WHOLE_CRAWL)}{_pages_line(t)}, {t['skipped']} skipped, "
+        f"{t['queued']} queued, {t['hosts']} host(s) with queued URLs",
         *_host_lines(t),
         *_sitemap_lines(t),
         _dedup_stats_line(t),
-        f"  filter: {f['workers']} filters, one per worker: fill {_pct(min(fills))} to "
+        f"{label('filter', WHOLE_CRAWL)}{f['workers']} filters, one per worker: fill "
+        f"{_pct(min(fills))} to "
         f"{_pct(max(fills))}, ~{t['estimated_count']} URLs in all (capacity "
         f"{t['capacity']} in all), expected FPR {t['expected_fpr']:.2e} (mean), "
         f"{t['shards']} shards each",
@@ -250,32 +339,30 @@ class Progress:
         self._draw(line)
 
     def _draw(self, line: str) -> None:
+        # a status line that cannot be written is skipped: the next one says it all
         if self.tty:
             pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
+            write_text(self.stream, "\r" + line + " " * pad)
             self._width = len(line)
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            write_text(self.stream, line + "\n")
 
     def message(self, text: str) -> None:
         """A line that must not be overwritten by the status line (always shown)."""
         self.clear()
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        write_text(self.stream, text + "\n")
 
     def clear(self) -> None:
         if self.enabled and self.tty and self._width:
-            self.stream.write("\r" + " " * self._width + "\r")
+            write_text(self.stream, "\r" + " " * self._width + "\r")
             self._width = 0
-            self.stream.flush()
 
     def summary(self, summary: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.clear()
-        self.stream.write(format_summary(summary) + "\n")
-        self.stream.flush()
+        if not write_text(self.stream, format_summary(summary) + "\n"):
+            raise OSError("cannot write the summary to stderr")
 
 
 @dataclass(slots=True)
@@ -314,8 +401,11 @@ def crawl_status(*, outcome: str, elapsed: float, base: dict[str, int], session:
         "errors": pages.get("failed", 0),
         "failed_causes": dict(pages.get("causes", {})),
         "failed_hosts": {h: dict(by) for h, by in pages.get("hosts", {}).items()},
-        "given_up": base["failed"] + session.failed,
-        "skipped": base["skipped"] + session.skipped,
+        # refused private addresses are failed (no response) but not given up: a resume
+        # with --allow-private fetches them
+        "given_up": max(0, base["failed"] + session.failed - refused(pages)),
+        "refused": refused(pages),
+        "skipped": base["skipped"] + session.skipped - reopened(pages),
         "queued": max(0, base["queued"] + queued_new - marked),
         "in_flight": in_flight,
         "hosts": hosts,

@@ -20,17 +20,21 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crawler.net.outcome import failure_cause
+from crawler.net.refused import PRIVATE_REFUSED
 from dedup import State, host_of
 
 __all__ = [
     "MAX_HOSTS",
     "OTHER_HOSTS",
     "PAGE_COUNTS_KEY",
+    "REOPENED",
     "UNKNOWN_HOST",
     "PageCounts",
     "Row",
     "format_host_failures",
     "recount",
+    "refused",
+    "reopened",
     "top_failed_hosts",
 ]
 
@@ -44,6 +48,10 @@ OTHER_HOSTS = "(other hosts)"
 # Done rows of a ledger written before these counts, counted once from its outcomes:
 # their hosts are not known any more.
 UNKNOWN_HOST = "(host not recorded)"
+# URLs refused as private addresses that a resume with --allow-private put back in the
+# frontier (``crawler.core.state.reopen``): their first takings are marked skipped in
+# the ledger and have no pages.jsonl line any more, so they are not counted as skipped.
+REOPENED = "reopened"
 
 Row = tuple[str, State, int | None, str | None]  # (url, state, status, error)
 
@@ -85,6 +93,29 @@ class PageCounts:
         if changed:
             self._ledger.meta_set(PAGE_COUNTS_KEY, self.counts)
 
+    def take_back(self, rows: Iterable[Row]) -> None:
+        """Uncount committed failed pages ``(url, state, status, error)`` whose records
+        leave pages.jsonl because their URLs are put back in the frontier (a resume
+        with --allow-private: ``crawler.core.state.reopen``), in the open transaction;
+        each is counted under ``REOPENED``."""
+        c = self.counts
+        hosts = c["hosts"]
+        for url, _state, status, error in rows:
+            cause = failure_cause(status, error)
+            if cause is None:
+                raise ValueError(f"{url} got a response: it is not put back")
+            c["failed"] -= 1
+            _drop(c["causes"], cause)
+            host = host_of(url)
+            key = host if host in hosts else OTHER_HOSTS  # as ``_count`` counted it
+            by_cause = hosts.get(key)
+            if by_cause is not None:
+                _drop(by_cause, cause)
+                if not by_cause:
+                    del hosts[key]
+            c[REOPENED] = c.get(REOPENED, 0) + 1
+        self._ledger.meta_set(PAGE_COUNTS_KEY, c)
+
     def _count(self, host: str, state: State, status: int | None, error: str | None) -> bool:
         if state not in (State.FETCHED, State.FAILED):
             return False
@@ -103,6 +134,26 @@ class PageCounts:
         by_cause = hosts.setdefault(host, {})
         by_cause[cause] = by_cause.get(cause, 0) + 1
         return True
+
+
+def _drop(counts: dict[str, int], key: str) -> None:
+    """One less of ``key`` (gone at 0)."""
+    n = counts.get(key, 0) - 1
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
+def refused(counts: dict[str, Any]) -> int:
+    """Pages refused as private addresses: failed, but not given up after retries (a
+    resume with --allow-private fetches them)."""
+    return int((counts.get("causes") or {}).get(PRIVATE_REFUSED, 0))
+
+
+def reopened(counts: dict[str, Any]) -> int:
+    """Ledger rows marked skipped only because their URL was put back (``REOPENED``)."""
+    return int(counts.get(REOPENED, 0))
 
 
 def rows_of_records(records: Iterable[dict[str, Any]]) -> Iterator[Row]:

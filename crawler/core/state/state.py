@@ -22,7 +22,7 @@ from crawler.core.state.statecreate import building, check_resources
 from dedup import LEDGER_FILE, Canonicalizer, Ledger, UrlSeen, host_of, is_state_dir
 
 __all__ = ["CONFIG_KEY", "COUNTER_KEYS", "FLEET_KEY", "HOOKS_KEY", "HOST_COUNTS_FILE",
-           "OUTPUTS_KEY",
+           "OUTPUTS_KEY", "REWRITE_FILE", "REWRITE_KEY",
            "SCOPE_KEY", "SETTINGS_COPY_FILE", "TOTALS_KEY", "CrawlError", "check_new_state_dir",
            "committed_pages", "create_crawl", "fleet_identity", "open_crawl", "read_settings_copy",
            "readmit_seeds",
@@ -35,6 +35,10 @@ TOTALS_KEY = "dedup_totals"
 # committed sizes of pages.jsonl ("pages"), items.jsonl ("items") and the WARC ("warc")
 OUTPUTS_KEY = "outputs"
 HOOKS_KEY = "hooks"  # a crawl's --handler/--follow/--on-error, as given to 'crawl'
+# pages.jsonl rewritten without the lines of URLs put back in the frontier
+# (``crawler.core.state.reopen``): the copy, and the ledger's word that it is committed
+REWRITE_FILE = ".pages.jsonl.rewrite"
+REWRITE_KEY = "pages_rewrite"
 
 FLEET_KEY = "fleet"  # a fleet worker's identity: crawl_id, workers, worker_id, redis
 HOST_COUNTS_FILE = "host_counts.json"
@@ -260,8 +264,12 @@ def _committed_lines(state_dir: Path, name: str, key: str, unrecorded: int | Non
     size when none is, None for the whole file)."""
     with Ledger.in_dir(state_dir, readonly=True) as ledger:
         size = (ledger.meta_get(OUTPUTS_KEY) or {}).get(key, unrecorded)
+        rewritten = name == PAGES_FILE and ledger.meta_get(REWRITE_KEY)
+    path = state_dir / name
+    if rewritten and (state_dir / REWRITE_FILE).exists():  # committed, not yet renamed
+        path = state_dir / REWRITE_FILE
     try:
-        with open(state_dir / name, "rb") as fh:
+        with open(path, "rb") as fh:
             data = fh.read() if size is None else fh.read(size)
     except FileNotFoundError:
         return []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from crawler.config.settings import ConfigError, Settings
 from crawler.core.outputs.warc import first_warc
-from dedup import fsync_dir, layer_geometry
+from dedup import FileError, fsync_dir, layer_geometry
 
 __all__ = ["building", "check_resources", "memory_needed", "physical_memory"]
 
@@ -122,19 +122,22 @@ def building(state_dir: Path, error: Callable[[str], Exception]) -> Iterator[Pat
         tmp.mkdir()
     except OSError as exc:
         _undo(tmp, made)
-        raise error(f"cannot create state directory {state_dir}: "
-                    f"{exc.strerror or exc}") from None
+        raise error(f"cannot create state directory {state_dir}: {_why(exc)}") from None
     try:
         yield tmp
         os.rename(tmp, state_dir)  # replaces an empty directory of that name, atomically
         fsync_dir(state_dir.parent)
     except OSError as exc:
         _undo(tmp, made)
-        raise error(f"cannot create state directory {state_dir}: "
-                    f"{exc.strerror or exc}") from None
+        raise error(f"cannot create state directory {state_dir}: {_why(exc)}") from None
     except BaseException:
         _undo(tmp, made)
         raise
+
+
+def _why(exc: OSError) -> str:
+    """What failed: the step and the file when the error names them (``FileError``)."""
+    return str(exc) if isinstance(exc, FileError) else str(exc.strerror or exc)
 
 
 def _undo(tmp: Path, made: list[Path]) -> None:

@@ -24,7 +24,8 @@ def add_rules(sub: Any) -> None:
     p.add_argument("--all", action="store_true", dest="every",
                    help="also the open, rejected and expired proposals (default: accepted "
                    "and revoked rules)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (default: lines of text)")
     p.set_defaults(func=cmd_rules)
 
 
@@ -98,7 +99,8 @@ def add_explain(sub: Any) -> None:
                        description=describe(cmd_explain))
     p.add_argument("dir", metavar="DIR", help="a crawl's state directory")
     p.add_argument("url", metavar="URL", help="a URL, canonicalized with the crawl's rules")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (default: lines of text)")
     p.set_defaults(func=cmd_explain)
 
 

@@ -266,7 +266,8 @@ async def test_summary_stats_and_report_show_fetches_saved_per_host_and_per_rule
     async with site.serve() as running:
         on = await crawl(tmp_path, running)
     text = format_summary(on["summary"])
-    assert re.search(r"learn:  \d+ URL rule\(s\) on 1 host\(s\): \d+ duplicate", text), text
+    assert re.search(r"learn \(whole crawl\): \d+ URL rule\(s\) on 1 host\(s\): \d+ duplicate",
+                     text), text
     assert "no new content, stopped:" in text and "/calendar/*/*" in text
     state = str(tmp_path / "state")
     stats = json.loads((await run_cli("stats", state, "--json")).stdout)
@@ -276,7 +277,7 @@ async def test_summary_stats_and_report_show_fetches_saved_per_host_and_per_rule
     assert learn["by_host"][0]["saved_by_rules"] == learn["saved_by_rules"] > 0
     assert learn["by_rule"][0]["description"] == "query parameter sid ignored"
     assert [b["pattern"] for b in learn["budgets"]] == ["/calendar/*/*"]
-    assert "learn:" in (await run_cli("stats", state)).stdout
+    assert "learn (whole crawl):" in (await run_cli("stats", state)).stdout
     out = tmp_path / "report.html"
     assert (await run_cli("report", state, "-o", str(out))).rc == 0
     data = re.search(r'<script type="application/json" id="data">(.*?)</script>',

@@ -163,7 +163,8 @@ def _host_lines(s: dict[str, Any]) -> list[str]:
 def _learn_lines(s: dict[str, Any]) -> list[str]:
     """What learning did: rules, fetches it saved, trap budgets it closed."""
     learn = s.get("learn")
-    if not learn:
+    if not learn or not (learn["rules"] or learn["revoked"] or learn["budgets"]
+                         or learn["saved_by_rules"] or learn["saved_by_budgets"]):
         return []
     line = (f"{label('learn', WHOLE_CRAWL)}{learn['rules']} URL rule(s) on "
             f"{learn['hosts']} host(s)"

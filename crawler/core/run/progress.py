@@ -123,7 +123,8 @@ def _pages_line(s: dict[str, Any]) -> str:
     return (f"{s['fetched']} fetched (responses received, {s.get('fetched_with_errors', 0)} "
             f"with errors: 4xx, 5xx, not HTML), {s['failed']} failed"
             + (f" ({why})" if why else "")
-            + (f", {given_up} given up after retries" if given_up else ""))
+            + (f", {given_up} given up (retries spent, or an error no retry mends)"
+               if given_up else ""))
 
 
 # What a figure of a summary counts: every run of the crawl, or this run (process)

@@ -4,7 +4,8 @@
 ``dedup.native._lookup`` (dedup/native/_lookup.c) the exact lookup's,
 ``dedup.native._canon`` (dedup/native/_canon.c) the canonicalizer's common case,
 ``dedup.native._rowcrc`` (dedup/native/_rowcrc.c, linked to SQLite and zlib) the
-journal's row checksum pass. They are optional: where one does not build (no C
+journal's row checksum pass, ``dedup.native._simhash`` (dedup/native/_simhash.c) a
+page's near-duplicate fingerprint. They are optional: where one does not build (no C
 compiler, no SQLite or zlib headers), the install still succeeds and dedup uses its
 numpy and Python code, with the same answers (``dedup.native.compiled`` picks the
 one there is).
@@ -21,4 +22,5 @@ setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=[
                    for name, source in (("dedup.native._kernel", "dedup/native/_kernel.c"),
                                         ("dedup.native._lookup", "dedup/native/_lookup.c"),
                                         ("dedup.native._canon", "dedup/native/_canon.c"),
-                                        ("dedup.native._rowcrc", "dedup/native/_rowcrc.c"))])
+                                        ("dedup.native._rowcrc", "dedup/native/_rowcrc.c"),
+                                        ("dedup.native._simhash", "dedup/native/_simhash.c"))])

@@ -19,6 +19,10 @@ in pyproject.toml); the subpackages are its layers (README.md, "Architecture"):
   directory: the frontier's text, fetch outcomes ``State``, referrers, captures,
   named values). dedup keeps them because they commit in the same transaction as
   the keys;
+- what a crawl learns about content (``dedup.learn``: ``text_print``,
+  ``Shingles``, ``NearIndex``, ``RuleLearner``, ``Rule``, ``Budgets``) and the
+  rows its records keep it in (``PrintRow``, ``RuleRow``, ``HeldRow``:
+  ``CrawlRecords``' prints, rules and held URLs);
 - its parts, for a caller that wants one of them alone: ``BloomFilter``,
   ``ShardedBloom``, ``Geometry``, ``canonicalize``/``Canonicalizer``,
   ``fingerprint``, ``host_of``, and the errors;
@@ -47,7 +51,12 @@ from dedup.filter.bloom import BloomFilter
 from dedup.filter.geometry import Geometry, first_difference, layer_geometry
 from dedup.filter.shards import ShardedBloom
 from dedup.filter.snapshot import CRAWL_ID_BYTES
-from dedup.journal.format import QueuedRow, State
+from dedup.journal.format import HELD_KINDS, NOVELTY, HeldRow, PrintRow, QueuedRow, RuleRow, State
+from dedup.learn.learner import LearnConfig, RuleLearner, RuleState
+from dedup.learn.nearindex import NearIndex
+from dedup.learn.novelty import BudgetConfig, Budgets
+from dedup.learn.rules import Rule, apply_rules, parse_key, pattern_of, rule_from_spec
+from dedup.learn.simhash import Shingles, distance, text_print
 from dedup.store.crawl import CrawlRecords, Outcome, open_records
 from dedup.store.port import CrawlPort, SeenPort
 from dedup.store.seen import CONFIRM_CACHE_SIZE, NewUrl, UrlSeen
@@ -68,8 +77,12 @@ __all__ = [
     "CRAWL_ID_BYTES",
     "DEFAULT_TRACKING_PARAMS",
     "HASH_ALGO",
+    "HELD_KINDS",
     "LEDGER_FILE",
+    "NOVELTY",
     "BloomFilter",
+    "BudgetConfig",
+    "Budgets",
     "CanonRules",
     "Canonicalizer",
     "CrawlPort",
@@ -77,21 +90,32 @@ __all__ = [
     "FileError",
     "Geometry",
     "GeometryMismatch",
+    "HeldRow",
     "IndexDamaged",
+    "LearnConfig",
     "LedgerDamaged",
+    "NearIndex",
     "NewUrl",
     "Outcome",
+    "PrintRow",
     "QueuedRow",
+    "Rule",
+    "RuleLearner",
+    "RuleRow",
+    "RuleState",
     "SeenPort",
     "ShardedBloom",
+    "Shingles",
     "SnapshotError",
     "State",
     "StateFormatError",
     "StateLocked",
     "UrlRejected",
     "UrlSeen",
+    "apply_rules",
     "atomic_write_bytes",
     "canonicalize",
+    "distance",
     "fingerprint",
     "fingerprint_many",
     "first_difference",
@@ -103,5 +127,9 @@ __all__ = [
     "naming",
     "normalize",
     "open_records",
+    "parse_key",
+    "pattern_of",
+    "rule_from_spec",
     "shards_dir",
+    "text_print",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from crawler.admin.learned import learning_summary
 from crawler.core.schedule.sitemaps import SitemapCounts, without_sitemaps
 from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import (
@@ -36,6 +37,7 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
         hosts = len(state.queued_hosts()) if st.get("queued") else 0
         config = state.settings()
         pages = PageCounts(state).counts  # O(1): kept in the ledger
+        learn = learning_summary(state)  # O(rules): kept in the ledger
         sitemaps = SitemapCounts(state).counts
     out: dict[str, Any] = {"state_dir": str(d), "hosts": hosts}
     # the ledger's done rows without the sitemap files among them (no pages)
@@ -61,6 +63,8 @@ def state_stats(state_dir: str | Path) -> dict[str, Any]:
     out["index_damage"] = index_damage(d, records=False)
     if config is not None:
         out["config"] = config
+    if learn is not None:
+        out["learn"] = learn
     return out
 
 

@@ -198,6 +198,11 @@ CRAWL_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--no-sitemaps", dict(action="store_true",
                            help="do not read sitemaps, even if --config turns them on "
                            "(default: off)")),
+    ("--no-learn", dict(action="store_true",
+                        help="do not learn which URLs of a host hold the same content: no "
+                        "content fingerprints (near_duplicate_of), no learned URL rules, no "
+                        "trap budgets (default: learn; README, 'Learned rules and trap "
+                        "budgets')")),
     ("--concurrency", dict(type=int_at_least(1), metavar="N",
                            help=f"fetches in flight at once (default: {_D.crawl.concurrency})")),
     ("--per-host", dict(type=int_at_least(1), metavar="N",
@@ -257,7 +262,7 @@ RESUME_FLAGS = {"--max-pages": ("crawl", "max_pages"), "--max-depth": ("crawl", 
                 "--allow-private": ("fetch", "allow_private")}
 # crawl flags `resume` refuses with a message instead of "unrecognized arguments"
 FROZEN_FLAGS = ("--allow-domain", "--include", "--exclude", "--sitemaps", "--no-sitemaps",
-                "--warc",
+                "--no-learn", "--warc",
                 "--warc-max-size", "--warc-content-type", "--config", "--state",
                 "--user-agent", "--header", "--cookies")
 _REQUEST_WHY = "a crawl's requests are the same throughout, and robots.txt is read for its agent"
@@ -365,7 +370,7 @@ def worker_flags(args: argparse.Namespace, i: int) -> list[str]:
     for flag in _LIST_FLAGS:
         for value in getattr(args, _dest(flag)):
             out += [flag, value]
-    for flag in ("--allow-private", "--cookies", "--sitemaps", "--no-sitemaps"):
+    for flag in ("--allow-private", "--cookies", "--sitemaps", "--no-sitemaps", "--no-learn"):
         if getattr(args, _dest(flag)):
             out.append(flag)
     return out + _hook_flags(args)

@@ -33,7 +33,8 @@ COMMANDS: dict[str, str] = {
     "forget": "crawler.cli.inspect", "merge": "crawler.cli.merge",
     "resize": "crawler.cli.merge", "rebuild": "crawler.cli.inspect",
     "repair": "crawler.cli.inspect", "migrate": "crawler.cli.inspect",
-    "report": "crawler.cli.report",
+    "report": "crawler.cli.report", "rules": "crawler.cli.learned",
+    "explain": "crawler.cli.learned",
 }
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "DedupSettings",
     "DistributedSettings",
     "FetchSettings",
+    "LearnSettings",
     "OutputSettings",
     "PolitenessSettings",
     "Settings",
@@ -123,6 +124,26 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LearnSettings:
+    """``[learn]``: content fingerprints, learned URL rules, trap budgets (default.toml)."""
+
+    enabled: bool = True
+    shingle: int = 3
+    near_distance: int = 3
+    near_min_words: int = 8
+    history: int = 1000
+    min_pairs: int = 4
+    min_contents: int = 3
+    check_first: int = 4
+    check_rate: float = 0.02
+    budget_window: int = 12
+    budget_host_window: int = 200
+    budget_grace: int = 4
+    budget_probe_first: int = 8
+    budget_new_shingles: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class FetchSettings:
     user_agent: str = "bloomcrawl/0.1 (+https://github.com/bloomcrawl)"
     connect_timeout: float = 10.0
@@ -158,6 +179,7 @@ class Settings:
     dedup: DedupSettings = field(default_factory=DedupSettings)
     canonical: CanonicalSettings = field(default_factory=CanonicalSettings)
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
+    learn: LearnSettings = field(default_factory=LearnSettings)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain JSON/TOML-shaped data (tuples become lists)."""
@@ -337,6 +359,19 @@ _RULES: dict[tuple[str, str], tuple[Any, str]] = {
     ("distributed", "claim_idle"): (lambda v: v > 0, "> 0"),
     ("distributed", "retry_for"): (lambda v: v >= 0, ">= 0"),
     ("distributed", "poll_interval"): (lambda v: v > 0, "> 0"),
+    ("learn", "shingle"): (lambda v: 1 <= v <= 8, "1..8 words"),
+    ("learn", "near_distance"): (lambda v: 0 <= v <= 15, "0..15 bits"),
+    ("learn", "near_min_words"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "history"): (lambda v: v >= 2, ">= 2"),
+    ("learn", "min_pairs"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "min_contents"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "check_first"): (lambda v: v >= 0, ">= 0"),
+    ("learn", "check_rate"): (lambda v: 0 <= v <= 1, "between 0 and 1"),
+    ("learn", "budget_window"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "budget_host_window"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "budget_grace"): (lambda v: v >= 0, ">= 0"),
+    ("learn", "budget_probe_first"): (lambda v: v >= 1, ">= 1"),
+    ("learn", "budget_new_shingles"): (lambda v: v >= 1, ">= 1"),
 }
 
 
@@ -404,8 +439,11 @@ def _upgrade_frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     Its ``[crawl] retry_rounds`` R and ``[fetch] retries`` r allowed up to
     (1 + r) x (1 + R) requests per URL; ``max_retries`` keeps that total (and r,
     the quick retries within one fetch), and now it is a real bound. A crawl
-    frozen before ``[crawl] sitemaps`` existed read none, and resumes so.
+    frozen before ``[crawl] sitemaps`` existed read none, and resumes so; one frozen
+    before ``[learn]`` learned nothing, and resumes so.
     """
+    if "learn" not in data:
+        data = {**data, "learn": {"enabled": False}}
     crawl = data.get("crawl")
     if isinstance(crawl, Mapping) and "sitemaps" not in crawl:
         # it started without sitemaps: they are frozen with the crawl, so it goes on without

@@ -7,17 +7,29 @@ Why lexbor: bench/html_parsers.py measures it against lxml on realistic pages
 This module only *finds* links. It returns the raw href values; resolving them
 against the base URL, dropping non-http(s) schemes and canonicalizing is the
 canonicalizer's job (done for a whole page in one batch by the caller).
+
+``extract_page`` also gives the page's *main text*, from the same parse (a second
+parse would cost as much as the first): the text of its ``<main>`` elements if it
+has any, else of its ``<body>`` without the parts that repeat from page to page
+or are not text (``BOILERPLATE``: navigation, header, footer, asides, scripts,
+styles), and in either without lists of links (an ``<a>`` that is a list item's
+child: "related", "more in this section", facet refinements, which differ between
+views of one content). It is what the page's near-duplicate fingerprint is
+computed from (``dedup.learn.simhash``): two pages whose menus, footers, scripts
+or link lists differ but whose text is the same are the same content. A link
+inside a paragraph stays: it is part of the text.
 """
 
 from __future__ import annotations
 
 import codecs
 import re
+from typing import Any
 
 import ada_url
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["extract_links", "page_meta_robots"]
+__all__ = ["BOILERPLATE", "extract_links", "extract_page", "page_meta_robots"]
 
 # The WHATWG URL parser strips leading/trailing "C0 control or space"; doing the
 # same here keeps the raw hrefs comparable across pages.
@@ -25,6 +37,9 @@ _URL_STRIP = "".join(map(chr, range(0x21)))
 _HTML_SPACE = " \t\n\r\f"
 
 _SELECT_ANCHORS = "a[href], area[href]"
+# Elements whose text is not the page's own content (or not text at all).
+BOILERPLATE = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer",
+               "aside", "select", "button")
 
 # A page longer than PIECE bytes is parsed in pieces of about that size, each cut just
 # before an <a or <area start tag (so every anchor's start tag is whole in one piece,
@@ -103,12 +118,47 @@ def extract_links(
     of the tree does not. Image-map <area> links are rare: only a page that has
     some goes through the selector, which keeps <a> and <area> in document order.
     """
+    base, hrefs, _ = extract_page(body, page_url, charset=charset, nofollow=nofollow, text=False)
+    return base, hrefs
+
+
+def extract_page(body: bytes, page_url: str, *, charset: str | None = None,
+                 nofollow: bool = False, text: bool = True
+                 ) -> tuple[str, list[str], str | None]:
+    """``extract_links``'s ``(base_url, raw_hrefs)`` and the page's main text (None
+    with ``text=False``), from one parse. The text is whitespace-separated words,
+    not formatted: what a near-duplicate fingerprint needs; of a page parsed in
+    pieces, the first piece's (its first ``PIECE`` bytes)."""
     if len(body) > PIECE:
-        return _extract_in_pieces(body, page_url, charset, nofollow)
-    return _extract(_parse(body, charset), page_url, nofollow)
+        return _extract_in_pieces(body, page_url, charset, nofollow, text)
+    tree = _parse(body, charset)
+    listed: list[Any] | None = [] if text else None
+    base, hrefs = _extract(tree, page_url, nofollow, listed)
+    return base, hrefs, main_text(tree, listed) if text else None
 
 
-def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool) -> tuple[str, list[str]]:
+def main_text(tree: LexborHTMLParser, listed: list[Any] | None = None) -> str:
+    """The text of ``<main>`` if the page has one, else of the body without
+    ``BOILERPLATE``; list items' links left out (``listed``: those links, as the walk
+    over the links found them; None: found here). Removes what it leaves out from
+    ``tree`` (its links are read first)."""
+    if listed is None:
+        listed = [node for node in tree.tags("a")
+                  if node.parent is not None and node.parent.tag == "li"]
+    for node in listed:
+        node.decompose()
+    mains = tree.tags("main")
+    if mains:
+        return " ".join(m.text(separator=" ") for m in mains)
+    for name in BOILERPLATE:
+        for node in tree.tags(name):
+            node.decompose()
+    body = tree.body
+    return body.text(separator=" ") if body is not None else ""
+
+
+def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool,
+             listed: list[Any] | None = None) -> tuple[str, list[str]]:
     base_url = page_url
     for node in tree.tags("base"):
         attrs = node.attrs
@@ -117,15 +167,22 @@ def _extract(tree: LexborHTMLParser, page_url: str, nofollow: bool) -> tuple[str
             break
     if nofollow and any(_is_nofollow_meta(node.attributes) for node in tree.tags("meta")):
         return base_url, []
-    return base_url, _anchors(tree, nofollow)
+    return base_url, _anchors(tree, nofollow, listed)
 
 
-def _anchors(tree: LexborHTMLParser, nofollow: bool) -> list[str]:
+def _anchors(tree: LexborHTMLParser, nofollow: bool, listed: list[Any] | None = None
+             ) -> list[str]:
+    """The hrefs of a tree's links; with ``listed``, the links that are a list item's
+    child are appended to it (for ``main_text``, so the tree is walked once)."""
     nodes = tree.css(_SELECT_ANCHORS) if tree.tags("area") else tree.tags("a")
     hrefs: list[str] = []
     append = hrefs.append
     strip = _URL_STRIP
     for node in nodes:
+        if listed is not None:
+            parent = node.parent
+            if parent is not None and parent.tag == "li":
+                listed.append(node)
         attrs = node.attrs
         href = attrs.get("href")
         if not href:
@@ -140,8 +197,8 @@ def _anchors(tree: LexborHTMLParser, nofollow: bool) -> list[str]:
     return hrefs
 
 
-def _extract_in_pieces(body: bytes, page_url: str, charset: str | None, nofollow: bool
-                       ) -> tuple[str, list[str]]:
+def _extract_in_pieces(body: bytes, page_url: str, charset: str | None, nofollow: bool,
+                       text: bool) -> tuple[str, list[str], str | None]:
     """``extract_links`` of a long page, a piece at a time (see ``PIECE``).
 
     The first piece holds the <head>: its <base> and <meta robots> count for the
@@ -157,6 +214,7 @@ def _extract_in_pieces(body: bytes, page_url: str, charset: str | None, nofollow
     n = len(body)
     start = 0
     hrefs: list[str] = []
+    texts: list[str] = []
     base_url = page_url
     while start < n:
         end = start + PIECE
@@ -167,15 +225,17 @@ def _extract_in_pieces(body: bytes, page_url: str, charset: str | None, nofollow
             base_url, found_hrefs = _extract(tree, page_url, nofollow)
             if nofollow and not found_hrefs and any(
                     _is_nofollow_meta(node.attributes) for node in tree.tags("meta")):
-                return base_url, []
+                return base_url, [], main_text(tree) if text else None
             hrefs += found_hrefs
         else:
             hrefs += _anchors(tree, nofollow)
+        if text and start == 0:  # a fingerprint needs no more than the first piece's
+            texts.append(main_text(tree))
         del tree  # one piece's tree at a time
         if nxt is None:
             break  # no anchor past this piece
         start = nxt.start()
-    return base_url, hrefs
+    return base_url, hrefs, " ".join(texts) if text else None
 
 
 def page_meta_robots(body: bytes, *, charset: str | None = None) -> frozenset[str]:

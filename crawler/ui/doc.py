@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from crawler.core.schedule.learning import merge_figures
 from crawler.ui.stats import SCHEMA, PageTally, confirm_hit_rate
 
 __all__ = ["SERIES_KEYS", "document", "totals_of_workers"]
@@ -67,6 +68,8 @@ def document(*, mode: str, status: dict[str, Any], tally: PageTally,
         "storage": storage,
         "recent_errors": list(reversed(tally.recent_errors)),
         "workers": list(workers),
+        # what learning did (crawler.core.schedule.learning.learning_figures), or None
+        "learning": status.get("learn"),
     }
 
 
@@ -88,6 +91,9 @@ def totals_of_workers(stats: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for c, n in (s.get("failed_causes") or {}).items():
             causes[c] = causes.get(c, 0) + int(n)
     out["failed_causes"] = causes
+    learns = [s["learn"] for s in stats if s.get("learn")]
+    if learns:
+        out["learn"] = merge_figures(learns)
     outcomes = sorted({str(s.get("outcome")) for s in stats if s.get("outcome")})
     out["outcome"] = ", ".join(outcomes) or None
     out["elapsed"] = max((float(s.get("elapsed") or 0.0) for s in stats), default=0.0)

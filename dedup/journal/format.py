@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,14 +50,40 @@ CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, name TEXT NOT NULL
 """
 NOTES_TABLES = ("notes", "contents")
 SCHEMA += NOTES_SCHEMA
+# What a crawl learns about its hosts' content (dedup.journal.learned): ``prints``, a
+# fetched page's content fingerprints (payload digest, SimHash of its main text, the
+# first page within the near-duplicate distance, its content class); ``rules``, the
+# URL rewrite rules proposed, accepted or revoked per host with their evidence;
+# ``held``, the URLs a rule or a trap budget kept from being fetched (and the keys a
+# rule made), so that revoking the rule admits them again. Added to older format-2
+# ledgers on open, like the notes tables, with the same crc; repair, resize and
+# merge do not carry them (a repaired crawl learns again).
+LEARN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS prints (seq INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                   url TEXT NOT NULL, digest TEXT, simhash INTEGER,
+                                   near INTEGER, cls INTEGER NOT NULL, novel INTEGER NOT NULL,
+                                   crc INTEGER);
+CREATE TABLE IF NOT EXISTS rules (id INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                  rule TEXT NOT NULL, state TEXT NOT NULL,
+                                  evidence TEXT NOT NULL, crc INTEGER);
+CREATE TABLE IF NOT EXISTS held (seq INTEGER PRIMARY KEY, host TEXT NOT NULL,
+                                 kind INTEGER NOT NULL, why TEXT NOT NULL, url TEXT NOT NULL,
+                                 key TEXT NOT NULL, depth INTEGER NOT NULL, crc INTEGER);
+"""
+LEARN_TABLES = ("prints", "rules", "held")
+SCHEMA += LEARN_SCHEMA
 CRC_TABLES = ("log", "queue", "outcomes")
 # the columns a row's crc covers, in order (the crc is the last column of each table)
 ROW_COLUMNS = {"log": ("seq", "n", "kind", "depth", "fps"),
                "queue": ("id", "host", "depth", "seqs", "urls"),
                "outcomes": ("seq", "state", "status", "error", "at"),
                "notes": ("first", "last", "text"),
-               "contents": ("digest", "name", "at")}
-CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES)  # every table whose rows carry a crc
+               "contents": ("digest", "name", "at"),
+               "prints": ("seq", "host", "url", "digest", "simhash", "near", "cls", "novel"),
+               "rules": ("id", "host", "rule", "state", "evidence"),
+               "held": ("seq", "host", "kind", "why", "url", "key", "depth")}
+# every table whose rows carry a crc
+CHECKED_TABLES = (*CRC_TABLES, *NOTES_TABLES, *LEARN_TABLES)
 
 
 def row_crc(values: Sequence[object]) -> int:
@@ -141,6 +167,51 @@ class PortableRow(NamedTuple):
     state: State | None
     status: int | None
     error: str | None
+
+
+# The rows of what a crawl learns (its tables: ``dedup.journal.learned``).
+
+# What a held row records: a URL a rule judged a duplicate (admitted SKIPPED under
+# its own key); a rule key (the rewritten key a URL was admitted under, to forget
+# if the rule goes); a URL fetched anyway to check a rule; a URL a trap budget kept
+# from being fetched (SKIPPED); a rule key made for a page fetched before the rule
+# (an alias: SKIPPED).
+HELD_KINDS = {"suppressed": 0, "key": 1, "check": 2, "budget": 3, "alias": 4}
+
+
+# A page to the trap budgets: it brought new content, it did not, or it was a
+# duplicate a URL rule explains (left to the learner: budgets do not count it).
+NOVELTY = {"old": 0, "new": 1, "explained": 2}
+
+
+class PrintRow(NamedTuple):
+    seq: int
+    host: str
+    url: str
+    digest: str | None
+    simhash: int | None  # unsigned
+    near: int | None
+    cls: int
+    novel: int  # NOVELTY
+
+
+class RuleRow(NamedTuple):
+    id: int
+    host: str
+    rule: dict[str, Any]
+    state: str
+    evidence: dict[str, Any]
+
+
+class HeldRow(NamedTuple):
+    seq: int
+    host: str
+    kind: int
+    why: str  # the rules' ids ("3,5"; an alias: "3,5@SEQ", the page it stands for) or
+    # a budget's pattern
+    url: str  # the URL to fetch
+    key: str  # the key it was admitted under (a rule key for "key" and "alias" rows)
+    depth: int
 
 
 ZLIB_LEVEL = 6

@@ -65,6 +65,8 @@ from dedup.journal.format import (
     FORGET,
     FORMAT,
     FP,
+    LEARN_SCHEMA,
+    LEARN_TABLES,
     NOTES_SCHEMA,
     NOTES_TABLES,
     SCHEMA,
@@ -77,6 +79,7 @@ from dedup.journal.format import (
     groups_by_host,
     with_crc,
 )
+from dedup.journal.learned import LearnedTables
 from dedup.journal.queue import QueueTable, select_in
 from dedup.journal.verify import verify_ledger
 from dedup.journal.walcheck import check_wal
@@ -143,6 +146,7 @@ class Journal:
         if cache_kib is not None:  # SQLite's page cache, else its default (2,000 KiB)
             self._db.execute(f"PRAGMA cache_size=-{cache_kib}")
         self._queue = QueueTable(self._db, self._damaged)
+        self._learned = LearnedTables(self._db, self._damaged)
         self._note_firsts: list[int] = []  # the newest runs of ``notes`` (note_of's cache)
         self._note_runs: list[tuple[int, int, str | None]] = []
         self._notes_top: int | None = None  # the highest first seq in ``notes`` (None: not read)
@@ -182,16 +186,17 @@ class Journal:
             if not tables:
                 db.executescript("BEGIN;" + SCHEMA + "COMMIT;")
                 db.execute("INSERT INTO meta VALUES ('format', ?)", (json.dumps(FORMAT),))
-            elif not tables >= set(NOTES_TABLES):  # a ledger written before the notes tables
-                db.executescript("BEGIN;" + NOTES_SCHEMA + "COMMIT;")
+            elif not tables >= {*NOTES_TABLES, *LEARN_TABLES}:  # a ledger from before them
+                db.executescript("BEGIN;" + NOTES_SCHEMA + LEARN_SCHEMA + "COMMIT;")
             for table in CHECKED_TABLES:  # a ledger from before row checksums: new rows get one
                 if not self._has_crc(table):
                     db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
-            tables |= set(NOTES_TABLES)
+            tables |= {*NOTES_TABLES, *LEARN_TABLES}
         # a read-only ledger from before the notes tables has none to check
         self._checked_tables = [t for t in CHECKED_TABLES if t in tables]
         self._crc = {t: "crc" if self._has_crc(t) else "NULL" for t in CHECKED_TABLES}
         self._queue.crc = self._crc["queue"]
+        self._learned.crc = {t: self._crc[t] for t in LEARN_TABLES}
         self._load_counters()
 
     def _has_crc(self, table: str) -> bool:
@@ -554,6 +559,23 @@ class Journal:
             self._begin()
             self._db.executemany("INSERT OR IGNORE INTO contents VALUES (?,?,?,?)",
                                  [with_crc(r) for r in rows])
+            self._end()
+
+    # -- what a crawl learns: content prints, rules, held URLs (dedup.journal.learned) --
+
+    @property
+    def learned(self) -> LearnedTables:
+        """The learned tables, to read (writes go through the methods below, which
+        join the open transaction)."""
+        return self._learned
+
+    def learned_write(self, table: str, rows: Iterable[Any]) -> None:
+        """Rows into a learned table (``LearnedTables.write``: ``prints``, ``rules``,
+        ``held``; ``unheld``: held seqs to delete), in the open transaction."""
+        rows = list(rows)
+        if rows:
+            self._begin()
+            self._learned.write(table, rows)
             self._end()
 
     # -- metadata ----------------------------------------------------------------

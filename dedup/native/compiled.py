@@ -1,5 +1,6 @@
 """The compiled modules, or None where they did not build: ``compiled.kernel``,
-``compiled.lookup``, ``compiled.canon`` and ``compiled.rowcrc`` at the call sites.
+``compiled.lookup``, ``compiled.canon``, ``compiled.rowcrc`` and ``compiled.simhash`` at
+the call sites.
 
 ``kernel`` (``dedup/native/_kernel.c``): the Bloom filter's hot loops and the
 hashing, used by :mod:`dedup.filter.arena`, :mod:`dedup.filter.layers` and
@@ -11,9 +12,11 @@ rest left to its Python path, and the seen-test core ``SeenCore``
 (``dedup/native/_seencore.h``; :mod:`dedup.store.seencore` is its Python twin). ``rowcrc``
 (``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
-Python loop. All are optional because they are only speed: the Python code they
-replace runs without them, with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs
-without any of them (to compare, or rule them out).
+Python loop. ``simhash`` (``dedup/native/_simhash.c``): a page's near-duplicate
+fingerprint, :func:`dedup.learn.simhash.text_print`. All are optional because they
+are only speed: the Python code they replace runs without them, with the same
+answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs without any of them (to compare, or rule
+them out).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ kernel: ModuleType | None = None
 lookup: ModuleType | None = None
 canon: ModuleType | None = None
 rowcrc: ModuleType | None = None
+simhash: ModuleType | None = None
 if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
     try:
         from dedup.native import _kernel as kernel
@@ -42,5 +46,9 @@ if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
         from dedup.native import _rowcrc as rowcrc
     except ImportError:  # also: built without SQLite's or zlib's headers
         rowcrc = None
+    try:
+        from dedup.native import _simhash as simhash
+    except ImportError:
+        simhash = None
 
-__all__ = ["canon", "kernel", "lookup", "rowcrc"]
+__all__ = ["canon", "kernel", "lookup", "rowcrc", "simhash"]

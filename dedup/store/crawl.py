@@ -26,9 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dedup.journal.format import QueuedRow, State
+from dedup.journal.format import HeldRow, PrintRow, QueuedRow, RuleRow, State
 from dedup.store.ledger import Ledger
 from dedup.store.statedir import lock, require_state_dir
+from dedup.url.fingerprint import fingerprint
 
 __all__ = ["IDENTITY_KEYS", "CrawlRecords", "Outcome", "open_records"]
 
@@ -54,6 +55,7 @@ class CrawlRecords:
     def __init__(self, ledger: Ledger, flush: Callable[[], None] = _no_flush) -> None:
         self._ledger = ledger
         self._flush = flush
+        self._seed: int | None = None  # the fingerprint seed (``lookup_key``)
 
     # -- named JSON values: the crawler's settings, output sizes, totals ----------------
 
@@ -127,6 +129,54 @@ class CrawlRecords:
         """``(digest, url, date)``: first captures, in the open transaction (a digest
         already known keeps its first)."""
         self._ledger.journal.content_add(rows)
+
+    # -- what the crawl learns: content prints, rules, held URLs ----------------------
+
+    def note_prints(self, rows: Iterable[PrintRow]) -> None:
+        """Fetched pages' content prints, in the open transaction (with their outcomes)."""
+        self._ledger.journal.learned_write("prints", rows)
+
+    def prints(self, after: int = 0) -> Iterator[PrintRow]:
+        """Every page's content print past seq ``after``, in seq order."""
+        return self._ledger.journal.learned.prints(after)
+
+    def print_of(self, seq: int) -> PrintRow | None:
+        """The content print of the page with this seq, or None."""
+        return self._ledger.journal.learned.print_of(seq)
+
+    def note_rules(self, rows: Iterable[RuleRow]) -> None:
+        """Learned rules as they now stand, in the open transaction."""
+        self._ledger.journal.learned_write("rules", rows)
+
+    def learned_rules(self, host: str | None = None) -> list[RuleRow]:
+        """Every learned rule (one host's), by id."""
+        return self._ledger.journal.learned.rules(host)
+
+    def note_held(self, rows: Iterable[HeldRow]) -> None:
+        """Admissions a rule or a budget made or held, in the open transaction."""
+        self._flush()
+        self._ledger.journal.learned_write("held", rows)
+
+    def held(self, host: str | None = None, kinds: Iterable[int] | None = None
+             ) -> Iterator[HeldRow]:
+        """Held rows (one host's, some kinds'), in seq order: a scan."""
+        return self._ledger.journal.learned.held(host, kinds)
+
+    def held_of(self, seq: int) -> HeldRow | None:
+        """The held row of this seq, or None."""
+        return self._ledger.journal.learned.held_of(seq)
+
+    def drop_held(self, seqs: Iterable[int]) -> None:
+        """Held rows done with (admitted again, or their keys forgotten)."""
+        self._ledger.journal.learned_write("unheld", seqs)
+
+    def lookup_key(self, key: str) -> dict[str, Any] | None:
+        """What the ledger holds for a key as it is (not canonicalized: a learned
+        rule's rewritten key), or None: its seq, url, host, depth, state, status."""
+        self._flush()
+        if self._seed is None:  # fixed at creation: read once
+            self._seed = int(self._ledger.meta_get("geometry")["seed"])
+        return self._ledger.get(fingerprint(key, self._seed))
 
     # -- a stopped directory's -------------------------------------------------------------
 

@@ -54,6 +54,10 @@ class SeenPort(Protocol):
         """Forget URLs so that they count as new again; returns how many were held."""
         ...
 
+    def forget_keys(self, keys: Iterable[str]) -> int:
+        """``forget`` of keys as they are, not canonicalized (a learned rule's keys)."""
+        ...
+
     def commit(self) -> None:
         """Make every answer and every write of the open transaction durable."""
         ...

@@ -469,14 +469,19 @@ class UrlSeen:
         Their Bloom bits stay set: the next "maybe seen" finds no row and the
         URL is admitted again (counted as a false positive). No counting filter needed.
         """
-        self._flush_pending()
-        fps = []
+        keys = []
         for url in urls:
             try:
                 _, key = self.canonicalizer.resolve(url)
             except UrlRejected:
                 continue
-            fps.append(fingerprint(key, self.seed))
+            keys.append(key)
+        return self.forget_keys(keys)
+
+    def forget_keys(self, keys: Iterable[str]) -> int:
+        """``forget`` of keys as they are, not canonicalized (a learned rule's keys)."""
+        self._flush_pending()
+        fps = [fingerprint(key, self.seed) for key in keys]
         if fps:
             self._core.forget_all()  # it may hold them: a hit would answer "seen"
         return self.ledger.forget(fps)

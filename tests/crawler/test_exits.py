@@ -39,7 +39,7 @@ async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, sma
         done = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "s"),
                              "--config", str(config))
         assert done.rc == 3, done.stderr
-        assert "1 failed (1 timeout), 1 given up after retries" in done.stderr
+        assert "1 failed (1 timeout), 1 given up (retries spent" in done.stderr
         assert f"{srv.base.split('//')[1]}: 1 failed: timeout" in done.stderr
         # every fetch failed: 3 as well, never 0
         seeds = write_seeds(tmp_path / "bad.txt", [srv.url("/hang"), srv.url("/status/503")])
@@ -49,7 +49,7 @@ async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, sma
     stats = await run_cli("stats", str(tmp_path / "t"))
     # the 503 is an answer (fetched, with an error), the hang none; both were given up
     assert stats.rc == 0 and "1 fetched (responses received, 1 with errors" in stats.stdout
-    assert "1 failed (1 timeout), 2 given up after retries" in stats.stdout
+    assert "1 failed (1 timeout), 2 given up (retries spent" in stats.stdout
 
 
 async def test_a_finished_crawl_exits_0_and_a_ctrl_c_130(tmp_path, site):
@@ -112,7 +112,7 @@ async def test_a_disk_error_in_the_group_commit_exits_1_and_the_state_resumes(tm
 async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         tmp_path, site, monkeypatch):
     from tests.crawler.test_resume import SPEC
-    real = crawler.core.run.engine.extract_links
+    real = crawler.core.run.engine.extract_page
     calls = []
 
     def broken(body, url, **kw):
@@ -125,14 +125,14 @@ async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         seeds, _, state = setup_crawl(tmp_path, running)
         settings = fast_settings(crawl={"concurrency": 4})
         seen, scope, _ = create_crawl(state, settings, seeds)
-        monkeypatch.setattr(crawler.core.run.engine, "extract_links", broken)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_page", broken)
         try:
             with pytest.raises(RuntimeError, match="parser bug"):
                 await Engine(seen, settings, scope).run()
             assert seen.ledger.counts()["queued"] > 0
         finally:
             seen.close()
-        monkeypatch.setattr(crawler.core.run.engine, "extract_links", real)
+        monkeypatch.setattr(crawler.core.run.engine, "extract_page", real)
         seen, settings, scope = open_crawl(state)
         try:
             summary = await Engine(seen, settings, scope).run()

@@ -157,3 +157,20 @@ def test_page_meta_robots() -> None:
     body = b'<meta name="robots" content="NoIndex, follow"><meta name=ROBOTS content=noarchive>'
     assert page_meta_robots(body) == frozenset({"noindex", "follow", "noarchive"})
     assert page_meta_robots(b"<p>nothing</p>") == frozenset()
+
+
+def test_the_main_text_leaves_out_menus_link_lists_and_scripts():
+    from crawler.net.links import extract_page
+
+    page = (b"<html><head><title>T</title><script>var x = 'code';</script></head><body>"
+            b"<header>Site name</header><nav><a href='/a'>Home</a></nav>"
+            b"<p>The first paragraph, with <a href='/in'>a link in it</a>.</p>"
+            b"<ul><li><a href='/r1'>Related one</a></li><li><a href='/r2'>Related two</a></li>"
+            b"</ul><aside>Ad text</aside><footer>Copyright</footer></body></html>")
+    _, hrefs, text = extract_page(page, "http://h/")
+    assert hrefs == ["/a", "/in", "/r1", "/r2"]  # every link still found
+    assert text.split() == ["The", "first", "paragraph,", "with", "a", "link", "in", "it", "."]
+    with_main = page.replace(b"<p>", b"<main><p>").replace(b"</ul>", b"</ul></main>")
+    assert extract_page(with_main, "http://h/")[2].split()[:3] == ["The", "first", "paragraph,"]
+    assert extract_page(page, "http://h/", text=False)[2] is None
+    assert extract_page(b"", "http://h/")[2] == ""

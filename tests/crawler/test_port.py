@@ -78,8 +78,8 @@ class _PortOnly:
 
 
 def test_the_ports_are_the_seen_test_verbs_and_what_a_crawl_needs() -> None:
-    verbs = {"add", "filter_new", "filter_new_pages", "admit_pages", "forget", "commit",
-             "close"}
+    verbs = {"add", "filter_new", "filter_new_pages", "admit_pages", "forget", "forget_keys",
+             "commit", "close"}
     assert _port_members(SeenPort) == verbs
     assert _port_members(CrawlPort) == verbs | {
         "state_dir", "canonicalizer", "records", "counters", "filter_info", "snapshot_steps"}

@@ -15,7 +15,8 @@ def require_kernel() -> None:
     missing = [name for name, mod in (("dedup.native._kernel", compiled.kernel),
                                       ("dedup.native._lookup", compiled.lookup),
                                       ("dedup.native._canon", compiled.canon),
-                                      ("dedup.native._rowcrc", compiled.rowcrc))
+                                      ("dedup.native._rowcrc", compiled.rowcrc),
+                                      ("dedup.native._simhash", compiled.simhash))
                if mod is None]
     if not missing:
         return

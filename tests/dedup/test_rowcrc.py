@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dedup.base.errors import LedgerDamaged
-from dedup.journal.format import ROW_COLUMNS, row_crc
+from dedup.journal.format import ROW_COLUMNS, HeldRow, PrintRow, RuleRow, row_crc
 from dedup.journal.journal import Journal
 from dedup.native import compiled
 from dedup.store.ledger import State
@@ -118,6 +118,15 @@ def ledger(path: Path) -> None:
         j.mark_many([(s, State.FAILED, None, "timeout 'x' \u2014") for s in range(60, 90)])
         j.note_runs([(1, 6, "http://h0.test/from"), (7, 12, "http://h1.test/é")])
         j.content_add([("sha1:AAAA", "http://h0.test/0/0", "2026-11-25T00:00:00Z")])
+        j.learned_write("prints", [
+            PrintRow(s, "h0.test", f"http://h0.test/{s}", "sha1:B", (1 << 63) + s,
+                     None if s % 2 else s - 1, s, s % 3) for s in range(1, 7)])
+        j.learned_write("rules", [
+            RuleRow(i, "h0.test", {"kind": "drop_params", "names": [f"p{i}"]}, "accepted",
+                    {"pairs": i}) for i in range(1, 4)])
+        j.learned_write("held", [
+            HeldRow(s, "h1.test", 0, "1", f"http://h1.test/{s}?sid=é",
+                    f"http://h1.test/{s}?sid=%C3%A9", 1) for s in range(60, 66)])
         j.commit()
 
 

@@ -33,6 +33,12 @@ CRAWL_ID = "lossy"
 PAGES = 100
 
 
+def settings_of_test():
+    """The fleet's settings: host B's pages are all the same empty leaf, which a trap
+    budget would rightly stop fetching; here every one of them is the point."""
+    return worker_settings().with_values(learn={"enabled": False})
+
+
 def _page(links: list[str]) -> web.Response:
     body = "".join(f'<a href="{h}">{h}</a> ' for h in links)
     return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
@@ -142,7 +148,7 @@ async def test_a_fleet_whose_redis_restarts_empty_loses_no_url(tmp_path, redis_f
     server = redis_factory()  # no persistence: a restart comes back empty
     async with two_hosts() as (a, b, a_log, b_log):
         proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
-                                              worker_settings(), restart=True)
+                                              settings_of_test(), restart=True)
         ((rc, text),) = await finish([proc], timeout=60)
         assert rc == 0, text  # recovered, not stopped
         fetched_once(root, a, b, a_log, b_log)
@@ -154,7 +160,7 @@ async def test_a_fleet_stopped_by_its_lost_redis_resumes_exactly(tmp_path, redis
     with the way out, and resume (Redis back, empty) re-sends what was lost."""
     server = redis_factory()
     async with two_hosts() as (a, b, a_log, b_log):
-        settings = worker_settings().with_values(
+        settings = settings_of_test().with_values(
             distributed={"retry_for": 0.5, "max_restarts": 1})
         proc, root = await lose_waiting_links(tmp_path, server, [a + "/", b + "/"], b_log,
                                               settings, restart=False)

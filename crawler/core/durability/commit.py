@@ -14,10 +14,13 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
    the pages' counts (fetched, failed by cause and host:
    ``crawler.core.state.pagecounts``), the first capture of each new body digest
    and the page each run of new URLs was found on (the ledger's ``contents`` and
-   ``notes``: pages.jsonl's ``duplicate_of`` and ``referrer``, WARC revisits) and
-   the pages' outcomes (fetched/failed/skipped) go into ONE ledger transaction with
-   the new URLs (a committer task batches whatever finished meanwhile; nothing
-   else commits the ledger during a crawl).
+   ``notes``: pages.jsonl's ``duplicate_of`` and ``referrer``, WARC revisits), the
+   pages' content prints and what the rule learner and trap budgets made of them
+   (``crawler.core.schedule.learning``: ``near_duplicate_of``, rules, held URLs),
+   the decisions taken at queued URLs' turns (``turn``) and the pages' outcomes
+   (fetched/failed/skipped) go into ONE ledger transaction with the new URLs (a
+   committer task batches whatever finished meanwhile; nothing else commits the
+   ledger during a crawl).
    Reopening cuts each file back to its committed size, so a record is in the
    output exactly when its page is marked done and its new URLs are in the
    ledger: nothing is duplicated or lost across kill -9, ``links_new`` adds up
@@ -51,12 +54,13 @@ from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog
 from crawler.core.outputs.warc import Blob, WarcFiles, build_records
 from crawler.core.schedule.admission import Pairs
 from crawler.core.schedule.frontier import Frontier, QueuedUrl
+from crawler.core.schedule.learning import Learning
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles
 from crawler.core.state.crawlstate import Committed, CrawlState
 from crawler.core.state.pagecounts import PageCounts
 from crawler.net.exchange import Exchange
 from crawler.net.outcome import FetchResult
-from dedup import Outcome, SeenPort, State
+from dedup import Outcome, SeenPort, State, host_of
 
 __all__ = ["GroupCommit", "Links", "items_file", "output_files"]
 
@@ -81,6 +85,12 @@ class _Entry:
     # a sitemap file's (ledger state, error, URLs listed): counted, not recorded
     sitemap: tuple[State, str | None, int] | None = None
     new: int = 0  # of ``links``, the URLs admitted new
+    text_print: tuple[int, int, int, int] | None = None  # its main text's (Learning.text_print)
+    key: str | None = None  # the page's key, as the frontier had it (None: not known)
+    # a queued URL's turn: decides, in the commit, whether it is fetched (None) or
+    # why not (its seq then gets a skipped outcome with that reason)
+    turn: tuple[QueuedUrl, Callable[[QueuedUrl], str | None]] | None = None
+    reason: str | None = None
 
 
 def output_files(state_dir: Path, state: CrawlState, output: OutputSettings
@@ -134,14 +144,17 @@ class GroupCommit:
                  also_sync: Sequence[Syncable] = (),
                  counts: PageCounts | None = None, items: ItemLog | None = None,
                  sitemaps: SitemapFiles | None = None,
-                 sitemap_counts: SitemapCounts | None = None) -> None:
+                 sitemap_counts: SitemapCounts | None = None,
+                 learning: Learning | None = None) -> None:
         """``before_commit(seqs)`` runs in every group commit just before the outcomes
         of ``seqs`` go into the transaction, so what it writes commits with them;
         ``also_sync`` files are synced with pages.jsonl before the outcomes commit;
         ``counts`` counts the group's pages in the same transaction; ``items`` is
         items.jsonl (its size is committed with every group, written or not);
         a URL ``sitemaps`` knows is a sitemap file: marked and counted in
-        ``sitemap_counts``, with no record."""
+        ``sitemap_counts``, with no record; ``learning`` classifies the group's pages
+        with content (None: --no-learn)."""
+        self._learning = learning
         self._counts = counts
         self._sitemaps = sitemaps
         self._sitemap_counts = sitemap_counts
@@ -168,19 +181,37 @@ class GroupCommit:
                      links: Sequence[Links] = (), *, exchanges: Sequence[Exchange] = (),
                      content: Content | None = None, page_exchange: Exchange | None = None,
                      items: bytes = b"", source: str | None = None,
-                     sitemap: tuple[State, str | None, int] | None = None) -> None:
+                     sitemap: tuple[State, str | None, int] | None = None,
+                     text_print: tuple[int, int, int, int] | None = None,
+                     key: str | None = None) -> None:
         """Hand in a page and wait for its group's commit. ``links`` come from
         ``Admission.route``, found on ``source`` (default: the record's URL);
-        ``record["links_new"]`` and ``record["duplicate_of"]`` are set here."""
+        ``record["links_new"]``, ``record["duplicate_of"]`` and
+        ``record["near_duplicate_of"]`` are set here."""
         if self.error is not None:
             raise self.error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if source is None and record is not None:
             source = record["url"]
         self._handed_in.append(_Entry(record, outcome, links, fut, exchanges, content,
-                                    page_exchange, items, source, sitemap))
+                                      page_exchange, items, source, sitemap,
+                                      text_print=text_print, key=key))
         self._wake.set()
         await fut
+
+    async def turn(self, queued: QueuedUrl, decide: Callable[[QueuedUrl], str | None]
+                   ) -> str | None:
+        """A queued URL's turn, decided in the next group commit by ``decide(queued)``:
+        None, fetch it; else why not, and its seq is marked skipped with that reason
+        in the same transaction as what ``decide`` wrote (held URLs, counters)."""
+        if self.error is not None:
+            raise self.error
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = _Entry(None, None, (), fut, turn=(queued, decide))
+        self._handed_in.append(entry)
+        self._wake.set()
+        await fut
+        return entry.reason
 
     def add_exchanges(self, exchanges: Sequence[Exchange]) -> None:
         """Exchanges of no page (robots.txt) for the WARC, written with the next
@@ -213,6 +244,8 @@ class GroupCommit:
             try:
                 self._admit_links(batch)
                 records = self._contents(batch)
+                if self._learning is not None:
+                    self._learn(batch)
                 await self._pagelog.append([e.record for e in batch if e.record is not None])
                 if self._items is not None:
                     await self._items.append_bytes(b"".join(e.items for e in batch))
@@ -223,6 +256,12 @@ class GroupCommit:
                     await self._warc.write(blobs)
                 await self._sync()
                 # from here to the commit: no await, so no other commit sneaks in
+                for e in batch:
+                    if e.turn is not None:
+                        queued, decide = e.turn
+                        e.reason = decide(queued)
+                        if e.reason is not None:
+                            e.outcome = (queued.seq, State.SKIPPED, None, e.reason)
                 outcomes = [e.outcome for e in batch if e.outcome is not None]
                 state = self._state
                 state.set_committed(self.offsets())
@@ -285,6 +324,20 @@ class GroupCommit:
         state.note_captures(added)
         return out
 
+    def _learn(self, batch: list[_Entry]) -> None:
+        """The group's pages with a 2xx body through ``Learning.pages``, in order: each
+        record's ``near_duplicate_of``; prints, rules and budgets in the transaction."""
+        assert self._learning is not None
+        pages = [e for e in batch if e.content is not None and e.record is not None
+                 and e.outcome is not None]
+        if not pages:
+            return
+        near = self._learning.pages([(e.outcome[0], host_of(e.record["url"]),  # type: ignore
+                                      e.record["url"], e.key, e.content[0],  # type: ignore
+                                      e.text_print) for e in pages])
+        for e, url in zip(pages, near, strict=True):
+            e.record["near_duplicate_of"] = url  # type: ignore[index]
+
     def _admit_links(self, batch: list[_Entry]) -> None:
         """Every page's links through the seen-test at once; each record's ``links_new``;
         the page each run of new URLs was found on (their ``referrer``)."""
@@ -326,13 +379,15 @@ class GroupCommit:
                           links_found: int, links: Links | None, state: State,
                           error: str | None, *, warc: bool,
                           attempts: int | None = None, items: bytes = b"",
-                          extra: dict[str, Any] | None = None) -> None:
+                          extra: dict[str, Any] | None = None,
+                          text_print: tuple[int, int, int, int] | None = None) -> None:
         """One page's links (``links``, from ``Admission.route``: admitted at the
         commit), its pages.jsonl record (and WARC records with ``warc``), then its
         outcome. ``attempts``: the requests sent for the URL over every round and run
         (default: this fetch's). ``items``: its handler's items.jsonl lines;
-        ``extra``: fields added to its record. A sitemap file gets no record: its
-        WARC records, its outcome, its links and its counts."""
+        ``extra``: fields added to its record; ``text_print``: its main text's
+        print (``Learning.text_print``). A sitemap file gets no record: its WARC
+        records, its outcome, its links and its counts."""
         now = time.time()
         status = res.status if res is not None else None
         ex = res.exchange if warc and res is not None else None
@@ -363,6 +418,7 @@ class GroupCommit:
             "bytes": res.nbytes if res is not None else 0,
             "payload_digest": digest,
             "duplicate_of": None,
+            "near_duplicate_of": None,
             "depth": queued.depth,
             "links_found": links_found,
             "links_new": 0,
@@ -375,4 +431,5 @@ class GroupCommit:
         if extra:
             record.update(extra)
         await self.commit(record, outcome, (links,) if links is not None else (),
-                          exchanges=exchanges, content=content, page_exchange=ex, items=items)
+                          exchanges=exchanges, content=content, page_exchange=ex, items=items,
+                          text_print=text_print, key=getattr(queued, "key", None))

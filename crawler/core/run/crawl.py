@@ -55,9 +55,9 @@ __all__ = ["CRAWL_OPTIONS", "RESUME_OPTIONS", "CrawlError", "Crawler", "HandlerE
 # The crawl options: the command line's long options, with underscores.
 CRAWL_OPTIONS = (
     "config", "max_pages", "max_depth", "allow_domain", "include", "exclude", "sitemaps",
-    "no_sitemaps",
-    "concurrency", "per_host", "delay", "allow_private", "user_agent", "header", "cookies",
-    "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size", "warc_content_type",
+    "no_sitemaps", "no_learn", "concurrency", "per_host", "delay", "allow_private", "user_agent",
+    "header", "cookies", "proxy", "max_bytes", "parse_limit", "warc", "warc_max_size",
+    "warc_content_type",
 )
 # What a resume may change (stored as the crawl's new values), and where it lives.
 RESUME_OPTIONS = {
@@ -133,6 +133,7 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
     if o.get("sitemaps") or o.get("no_sitemaps"):
         crawl["sitemaps"] = bool(o.get("sitemaps"))
     politeness = {k: o[k] for k in ("per_host", "delay") if k in o}
+    learn: dict[str, Any] = {"enabled": False} if o.get("no_learn") else {}
     fetch: dict[str, Any] = {"allow_private": True} if o.get("allow_private") else {}
     if "user_agent" in o:
         fetch["user_agent"] = str(o["user_agent"]).strip()
@@ -158,7 +159,8 @@ def settings_from_options(options: Mapping[str, Any]) -> Settings:
         except (re.error, TypeError) as exc:
             raise ConfigError(f"warc_content_type {o['warc_content_type']!r}: {exc}") from None
         output["warc_content_types"] = o["warc_content_type"]
-    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output)
+    return settings.with_values(crawl=crawl, politeness=politeness, fetch=fetch, output=output,
+                                learn=learn)
 
 
 def _continued(stored: Settings, asked: Settings, given: Mapping[str, Any]

@@ -1,9 +1,11 @@
 """The crawl loop: N worker coroutines pull URLs from the frontier.
 
-Per page: robots.txt check -> one fetch (one hop) -> a redirect target, or the
-HTML page's links, resolved in one batch, filtered by scope, depth and the
-per-host cap -> the group commit, where the pages of a group go through
-``UrlSeen.admit_pages`` together (one call per group) -> frontier.
+Per page: its turn (learned rules and trap budgets may skip it) -> robots.txt
+check -> one fetch (one hop) -> a redirect target, or the HTML page's links (and
+its main text's fingerprint), resolved in one batch, filtered by scope, depth and
+the per-host cap -> the group commit, where the pages of a group go through the
+learned rules and ``UrlSeen.admit_pages`` together (one call per group)
+-> frontier. What is learned, and where it acts: ``crawler.core.schedule.learning``.
 
 Durability (why a crash, even kill -9, never loses a URL) and what pages.jsonl
 holds for each URL are ``crawler.core.durability.commit``'s; snapshots
@@ -49,6 +51,7 @@ from crawler.core.run.signals import stop_on_signals
 from crawler.core.run.underway import UnderWay
 from crawler.core.schedule.admission import Admission
 from crawler.core.schedule.frontier import Frontier, QueuedUrl
+from crawler.core.schedule.learning import LATER, Learning
 from crawler.core.schedule.politeness import Politeness
 from crawler.core.schedule.retry import Retries
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles, without_sitemaps
@@ -56,7 +59,7 @@ from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import PageCounts
 from crawler.core.state.state import HOST_COUNTS_FILE
 from crawler.net.fetch import Fetcher, FetchResult, decode_text
-from crawler.net.links import extract_links
+from crawler.net.links import extract_page
 from crawler.net.netguard import check_literal_host
 from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
@@ -131,6 +134,8 @@ class Engine:
         # the group marks the pages that found them
         outbox = transport.outbox if transport is not None else None
         self.pages = PageCounts(state)
+        self.learning = Learning.of_crawl(seen, state, settings.learn, self.frontier)
+        self.admission.learn_with(self.learning)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, state, self.frontier,
                                      self.admission.admit_pages,
                                      totals=self.checkpoint.totals,
@@ -138,7 +143,8 @@ class Engine:
                                      also_sync=[outbox] if outbox is not None else [],
                                      counts=self.pages, items=self.items,
                                      sitemaps=self.sitemaps,
-                                     sitemap_counts=self.sitemap_counts)
+                                     sitemap_counts=self.sitemap_counts,
+                                     learning=self.learning)
         self._warc_pages = self.warc is not None
         if self.robots is not None and self.warc is not None:
             self.robots.on_fetch = self.committer.add_exchanges
@@ -310,6 +316,13 @@ class Engine:
     async def _process(self, queued: QueuedUrl) -> None:
         url = queued.url
         frontier = self.frontier
+        learning = self.learning
+        if learning is not None and learning.busy(queued.host) and \
+                (why := await learning.turn(queued, self.committer.turn)):
+            if why != LATER:  # not fetched: a duplicate under a learned rule, a closed budget
+                self.session.skipped += 1
+                self.retries.forget(queued.seq)
+            return
         robots = self.robots
         refused = not self.settings.fetch.allow_private and \
             check_literal_host(hostname_of(queued.host)) is not None
@@ -369,6 +382,7 @@ class Engine:
         failed = res.failed
         page: Page | None = None
         hooked: HookResult | None = None
+        text_print = None
         try:
             status = res.status
             if sitemap_level is not None:
@@ -378,8 +392,8 @@ class Engine:
                     error = f"sitemap: {sm_error}"
                     log.warning("sitemap %s: %s", url, sm_error)  # no pages.jsonl line says it
             elif self.hooks is not None and status is not None:
-                links_found, final_url, page, hooked, links, remote = await self._hooked(
-                    queued, res)
+                links_found, final_url, page, hooked, links, remote, text_print = \
+                    await self._hooked(queued, res)
             elif status is not None and 300 <= status < 400 and res.location is not None:
                 links_found = 1
                 target = self._canon.resolve_many((res.location,), url)[0]
@@ -390,8 +404,11 @@ class Engine:
                     links, remote = self.admission.route((target,), queued.depth + 1,
                                                          self._local)
             elif res.body is not None:
-                base, hrefs = extract_links(res.body, url, charset=res.charset,
-                                            nofollow=self.settings.crawl.honor_nofollow)
+                base, hrefs, text = extract_page(res.body, url, charset=res.charset,
+                                                 nofollow=self.settings.crawl.honor_nofollow,
+                                                 text=learning is not None)
+                if learning is not None:
+                    text_print = learning.text_print(queued.host, text)
                 links_found = len(hrefs)
                 if queued.depth < self.settings.crawl.max_depth and hrefs:
                     links, remote = self.admission.route(
@@ -417,14 +434,16 @@ class Engine:
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests,
                                          items=hooked.items if hooked is not None else b"",
-                                         extra=extra)
+                                         extra=extra, text_print=text_print)
         if page is not None and hooks is not None and hooks.deliver is not None:
             await hooks.deliver(page)
 
     async def _hooked(self, queued: QueuedUrl, res: FetchResult
-                      ) -> tuple[int, str | None, Page, HookResult, Links | None, list[RemoteLink]]:
+                      ) -> tuple[int, str | None, Page, HookResult, Links | None,
+                                 list[RemoteLink], tuple[int, int, int, int] | None]:
         """A response as a ``Page`` through the hooks: ``(links found, final url, page,
-        what the hooks made of it, links to admit, links for other fleet workers)``."""
+        what the hooks made of it, links to admit, links for other fleet workers, its
+        main text's print)``."""
         url = queued.url
         status = res.status
         assert status is not None
@@ -433,13 +452,18 @@ class Engine:
         base = url
         pairs: list[tuple[str, str] | None] = []
         text = None
+        text_print = None
         if 300 <= status < 400 and res.location is not None:
             found = 1
             pairs = self._canon.resolve_many((res.location,), url)
             final_url = pairs[0][0] if pairs[0] is not None else None
         elif res.body is not None:
-            base, hrefs = extract_links(res.body, url, charset=res.charset,
-                                        nofollow=self.settings.crawl.honor_nofollow)
+            learning = self.learning
+            base, hrefs, main = extract_page(res.body, url, charset=res.charset,
+                                             nofollow=self.settings.crawl.honor_nofollow,
+                                             text=learning is not None)
+            if learning is not None:
+                text_print = learning.text_print(queued.host, main)
             found = len(hrefs)
             if hrefs:
                 pairs = self._canon.resolve_many(hrefs, base)
@@ -457,7 +481,7 @@ class Engine:
                     if hooked.follow else []
             if pairs:
                 links, remote = self.admission.route(pairs, queued.depth + 1, self._local)
-        return found, final_url, page, hooked, links, remote
+        return found, final_url, page, hooked, links, remote, text_print
 
     def _page(self, queued: QueuedUrl, res: FetchResult, final_url: str | None, links: list[str],
               *, body: bytes, text: str | None, sitemap: bool = False) -> Page:
@@ -665,6 +689,8 @@ class Engine:
         if self.hooks is not None and self.hooks.records:
             out["items"] = self.hooks.items
             out["handler_errors"] = self.hooks.errors
+        if self.learning is not None:
+            out["learn"] = self.learning.status()
         if self.sitemaps is not None or any(self.sitemap_counts.counts.values()):
             out["sitemaps"] = dict(self.sitemap_counts.counts)
         if final:

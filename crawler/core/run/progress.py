@@ -123,7 +123,8 @@ def _pages_line(s: dict[str, Any]) -> str:
     return (f"{s['fetched']} fetched (responses received, {s.get('fetched_with_errors', 0)} "
             f"with errors: 4xx, 5xx, not HTML), {s['failed']} failed"
             + (f" ({why})" if why else "")
-            + (f", {given_up} given up after retries" if given_up else ""))
+            + (f", {given_up} given up (retries spent, or an error no retry mends)"
+               if given_up else ""))
 
 
 # What a figure of a summary counts: every run of the crawl, or this run (process)
@@ -157,6 +158,32 @@ def _host_lines(s: dict[str, Any]) -> list[str]:
     lines = [f"  host:   {format_host_failures(*row)}" for row in top]
     if len(hosts) > len(top):
         lines.append(f"          ... and {len(hosts) - len(top)} more host(s) with failures")
+    return lines
+
+
+def _learn_lines(s: dict[str, Any]) -> list[str]:
+    """What learning did: rules, fetches it saved, trap budgets it closed."""
+    learn = s.get("learn")
+    if not learn or not (learn["rules"] or learn["revoked"] or learn["budgets"]
+                         or learn["saved_by_rules"] or learn["saved_by_budgets"]):
+        return []
+    line = (f"{label('learn', WHOLE_CRAWL)}{learn['rules']} URL rule(s) on "
+            f"{learn['hosts']} host(s)"
+            + (f" ({learn['revoked']} revoked)" if learn["revoked"] else "")
+            + f": {learn['saved_by_rules']} duplicate(s) not fetched ({learn['checks']} "
+            f"fetched anyway as checks), {learn['saved_by_budgets']} URL(s) held by "
+            f"{len(learn['budgets'])} trap budget(s)")
+    sk = learn.get("skipped") or {}
+    if sk.get("aliases"):
+        line += f"; skipped also counts {sk['aliases']} learned rule key(s) of fetched pages"
+    lines = [line]
+    budgets = sorted(learn["budgets"], key=lambda b: -b["held"])
+    if budgets:
+        shown = ", ".join(f"{b['host']} {b['pattern']} ({b['held']} held)"
+                          for b in budgets[:TOP_HOSTS])
+        more = f", ... and {len(budgets) - TOP_HOSTS} more" if len(budgets) > TOP_HOSTS else ""
+        lines.append(f"          no new content, stopped: {shown}{more} "
+                     "(bloomcrawl rules DIR lists them)")
     return lines
 
 
@@ -195,6 +222,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{label('dedup', THIS_RUN)}{_dedup_figures(s)} "
         f"({s['confirm_cache_hits']} confirmed from cache, {s['ledger_queries']} ledger "
         f"queries), {s['false_positives']} Bloom false positives, {s['rejected']} rejected",
+        *_learn_lines(s),
         *([f"{label('dedup', WHOLE_CRAWL)}{_dedup_figures(totals)}"]
           if totals and totals.get("links") != s.get("links") else []),
         f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs, "
@@ -223,6 +251,7 @@ def format_stats(s: dict[str, Any]) -> str:
         *_sitemap_lines(s),
         *_refused_lines(s),
         _dedup_stats_line(s),
+        *_learn_lines(s),
         f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "
         f"(capacity {s['capacity']}), expected FPR {s['expected_fpr']:.2e} "
         f"(target {s['error_rate']}), {s['layers']} layer(s), {s['shards']} shards",

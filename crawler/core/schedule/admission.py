@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from crawler.config.scope import Scope
 from crawler.core.schedule.frontier import Frontier
+from crawler.core.schedule.learning import Learning
 from crawler.core.state.crawlstate import CrawlState
 from dedup import SeenPort, State, host_of
 
@@ -46,6 +47,15 @@ class Admission:
         self.cap = cap
         self.host_counts = host_counts
         self.queued = 0  # URLs this process queued
+        # learned rules rewrite links before the seen-test (None: --no-learn)
+        self.learning: Learning | None = None
+
+    def learn_with(self, learning: Learning | None) -> None:
+        """Links go through ``learning``'s rules before the seen-test, and the URLs it
+        admits again (a revoked rule's, a reopened budget's) come back through here."""
+        self.learning = learning
+        if learning is not None:
+            learning.admit = self.admit_pages
 
     def route(self, pairs: Sequence[tuple[str, str] | None], depth: int,
               local: Callable[[str], bool] | None = None, *, patterns: bool = True
@@ -100,13 +110,22 @@ class Admission:
         The same URLs are queued as page by page in order, except that a host's
         links past its cap on two pages of one group are both recorded (skipped)
         where page by page the second would not be asked about: neither is fetched.
+        With ``learning``, a link its host's learned rules rewrite is tested under its
+        rule key (``crawler.core.schedule.learning``).
         """
+        learning = self.learning
+        rewrites = None
+        if learning is not None:  # rule keys for the links the hosts' rules rewrite
+            pages, rewrites = learning.rewrite(pages)
         per_page = self.seen.admit_pages(pages)
         if sources is not None:
             # a page's new seqs are one run: seqs ascend by depth, then page order
             self.state.note_referrers(
                 (page[0].seq, page[-1].seq, source)
                 for page, source in zip(per_page, sources, strict=True) if page)
+        if rewrites is not None:  # duplicates under the rules: recorded, or checks queued
+            assert learning is not None
+            learning.settle(pages, per_page, rewrites, sources)
         cap = self.cap
         counts = self.host_counts
         queued = []

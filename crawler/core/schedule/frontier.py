@@ -193,6 +193,23 @@ class Frontier:
             self.politeness.hold(queued.host, now + delay)
         self.done(queued, requested=requested, counted=False)
 
+    def push_back(self, queued: QueuedUrl) -> None:
+        """Release ``queued``'s slot (nothing sent, not counted) and hand it out again
+        after what its host has queued in memory: a URL that may soon be known a
+        duplicate (``crawler.core.schedule.learning``) waits for the rest."""
+        self.in_flight -= 1
+        self.taken -= 1
+        now = self._now()
+        self.politeness.release(queued.host, now, requested=False)
+        self._busy.discard(queued.seq)
+        h = self._hosts.get(queued.host)
+        if h is None:
+            h = self._hosts[queued.host] = _Host(queued.host)
+        h.queue.append(queued)
+        self.in_memory += 1
+        self._schedule(h)
+        self._dispatch()
+
     def _come_back(self, queued: QueuedUrl) -> None:
         self._deferred.pop(queued.seq, None)
         self._requeue(queued)

@@ -22,7 +22,12 @@ What each value is (who writes it, who reads it):
 - ``committed``: the sizes of pages.jsonl, items.jsonl and the WARC that the
   ledger counts as written (``crawler.core.durability.commit``); reopening cuts
   each file back to it; ``pages_rewrite``: a rewritten pages.jsonl committed and
-  not yet put in place (``crawler.core.state.reopen``).
+  not yet put in place (``crawler.core.state.reopen``);
+- what learning keeps (``crawler.core.schedule.learning``), written in the group
+  commit's transaction: ``learn_budgets`` (the closed budgets and their counters),
+  ``learn_counts`` (the URLs learning marked skipped, by why and by host), and
+  dedup's learned records (content prints, rules, held URLs) with ``lookup_key``,
+  the ledger's row of a key as it is (a rule key is no URL to canonicalize).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from dedup import CrawlRecords, QueuedRow, State, open_records
+from dedup import CrawlRecords, HeldRow, PrintRow, QueuedRow, RuleRow, State, open_records
 
 __all__ = ["Committed", "CrawlState"]
 
@@ -48,6 +53,8 @@ _SITEMAP_COUNTS = "sitemap_counts"
 _RETRY_ATTEMPTS = "retry_attempts"
 _COMMITTED = "outputs"
 _PAGES_REWRITE = "pages_rewrite"
+_LEARN_BUDGETS = "learn_budgets"
+_LEARN_COUNTS = "learn_counts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,62 @@ class CrawlState:
 
     def set_pages_rewrite(self, size: int | None) -> None:
         self._records.set_value(_PAGES_REWRITE, {"size": size} if size is not None else None)
+
+    # -- what learning keeps (crawler.core.schedule.learning) ------------------------------
+
+    def learn_budgets(self) -> dict[str, Any]:
+        """The trap budgets' state (``dedup.Budgets.state``): {} before any closed."""
+        return self._records.value(_LEARN_BUDGETS) or {}
+
+    def set_learn_budgets(self, budgets: Mapping[str, Any]) -> None:
+        self._records.set_value(_LEARN_BUDGETS, dict(budgets))
+
+    def learn_counts(self) -> dict[str, Any]:
+        """The URLs learning marked skipped, by why (``suppressed``, ``budget``,
+        ``aliases``) and by host (``hosts``): {} before any."""
+        return self._records.value(_LEARN_COUNTS) or {}
+
+    def set_learn_counts(self, counts: Mapping[str, Any]) -> None:
+        self._records.set_value(_LEARN_COUNTS, dict(counts))
+
+    def note_prints(self, rows: Iterable[PrintRow]) -> None:
+        """Fetched pages' content prints, in the open transaction."""
+        self._records.note_prints(rows)
+
+    def prints(self, after: int = 0) -> Iterator[PrintRow]:
+        """Every page's content print past seq ``after``, in seq order."""
+        return self._records.prints(after)
+
+    def print_of(self, seq: int) -> PrintRow | None:
+        return self._records.print_of(seq)
+
+    def note_rules(self, rows: Iterable[RuleRow]) -> None:
+        """Learned rules as they now stand, in the open transaction."""
+        self._records.note_rules(rows)
+
+    def learned_rules(self, host: str | None = None) -> list[RuleRow]:
+        """Every learned rule (one host's), by id."""
+        return self._records.learned_rules(host)
+
+    def note_held(self, rows: Iterable[HeldRow]) -> None:
+        """URLs a rule or a budget held (or admitted as aliases, or as checks)."""
+        self._records.note_held(rows)
+
+    def held(self, host: str | None = None, kinds: Iterable[int] | None = None
+             ) -> Iterator[HeldRow]:
+        """Held rows (one host's, some kinds'), in seq order."""
+        return self._records.held(host, kinds)
+
+    def held_of(self, seq: int) -> HeldRow | None:
+        return self._records.held_of(seq)
+
+    def drop_held(self, seqs: Iterable[int]) -> None:
+        """Held rows done with (admitted again, or their keys forgotten)."""
+        self._records.drop_held(seqs)
+
+    def lookup_key(self, key: str) -> dict[str, Any] | None:
+        """The ledger's row of a key as it is (seq, url, host, depth, state, ...), or None."""
+        return self._records.lookup_key(key)
 
     # -- the frontier, outcomes, referrers and captures (dedup.CrawlRecords) ---------------
 

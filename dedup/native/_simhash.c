@@ -1,0 +1,299 @@
+/* SimHash of a page's main text (Charikar 2002; Manku, Jain, Das Sarma, WWW 2007):
+   the 64-bit near-duplicate fingerprint of dedup/learn/simhash.py.
+
+Why C: a page's text is thousands of words, and the fingerprint is a loop over
+its bytes (the words), a hash per word, one per shingle and 64 counters per
+shingle: in Python that is a few hundred microseconds a page, several times the
+rest of the crawl's work on it; here a few microseconds.
+
+The features are the text's word shingles: a word is a maximal run of bytes that
+are ASCII letters or digits or any byte >= 0x80 (so UTF-8 letters of any script
+are word characters; punctuation and spaces separate), ASCII lowercased, its
+first 64 bytes kept; its hash is the first half of MurmurHash3_x64_128 (seed 0)
+of those bytes. A shingle is `w` consecutive words (all of them, if the text has
+fewer but at least one): its hash is fmix64 of the xor of its words' hashes, the
+j-th rotated left by 17*j bits, xor the number of words. Bit b of the
+fingerprint is set when more than half of the shingle hashes have it set. The
+pure-Python code in dedup/learn/simhash.py computes the same bits; the tests
+compare them. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_murmur.h"
+
+#define MAX_SHINGLE 8
+#define WORD_BYTES 64
+
+static inline uint64_t rot(uint64_t x, unsigned r) {
+    r &= 63;
+    return r ? (x << r) | (x >> (64 - r)) : x;
+}
+
+static inline int word_byte(uint8_t c) {
+    return c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+static inline uint64_t shingle_hash(const uint64_t *ring, unsigned start, unsigned k) {
+    uint64_t f = 0;
+    for (unsigned j = 0; j < k; j++)
+        f ^= rot(ring[(start + j) % MAX_SHINGLE], 17 * j);
+    return fmix64(f ^ (uint64_t)k);
+}
+
+/* Bit counts, eight at a time: byte i of lanes[j] counts bit 8*i + j of the
+   shingle hashes added since the last spill (at most 255 of them). */
+typedef struct { uint64_t lanes[8]; unsigned pending; uint64_t ones[64]; } counter;
+
+static inline void spill(counter *c) {
+    for (unsigned j = 0; j < 8; j++) {
+        for (unsigned i = 0; i < 8; i++)
+            c->ones[8 * i + j] += (c->lanes[j] >> (8 * i)) & 0xFF;
+        c->lanes[j] = 0;
+    }
+    c->pending = 0;
+}
+
+static inline void count_bits(uint64_t f, counter *c) {
+    for (unsigned j = 0; j < 8; j++)
+        c->lanes[j] += (f >> j) & 0x0101010101010101ULL;
+    if (++c->pending == 255) spill(c);
+}
+
+/* A set of 32-bit shingle keys (never 0). */
+typedef struct {
+    PyObject_HEAD
+    uint32_t *slots;
+    size_t mask;   /* slots - 1 (a power of two) */
+    size_t used;
+    size_t limit;  /* most keys held */
+} Shingles;
+
+static int set_grow(Shingles *s) {
+    size_t n = (s->mask + 1) * 2;
+    uint32_t *slots = PyMem_Calloc(n, sizeof(uint32_t));
+    if (!slots) return -1;
+    for (size_t i = 0; i <= s->mask; i++) {
+        uint32_t k = s->slots[i];
+        if (!k) continue;
+        size_t j = k & (n - 1);
+        while (slots[j]) j = (j + 1) & (n - 1);
+        slots[j] = k;
+    }
+    PyMem_Free(s->slots);
+    s->slots = slots;
+    s->mask = n - 1;
+    return 0;
+}
+
+/* 1 if `key` was not in the set (added when there is room), 0 if it was; -1 on
+   an allocation failure. */
+static inline int set_add(Shingles *s, uint32_t key) {
+    size_t j = key & s->mask;
+    while (s->slots[j]) {
+        if (s->slots[j] == key) return 0;
+        j = (j + 1) & s->mask;
+    }
+    if (s->used >= s->limit) return 1;
+    s->slots[j] = key;
+    s->used++;
+    if (4 * s->used > 3 * (s->mask + 1) && set_grow(s) < 0) return -1;
+    return 1;
+}
+
+/* With `set`, shingles of `wset` words go to it: *fresh counts those it did not hold
+   (they are added), *held all of them. */
+static int add_shingle(Shingles *set, uint64_t f, Py_ssize_t *fresh) {
+    int added = set_add(set, (uint32_t)(f >> 32) | 1);
+    if (added < 0) return -1;
+    *fresh += added;
+    return 0;
+}
+
+/* The fingerprint of `n` bytes at `p` (shingles of `w` words); *features: the
+   shingles counted. With `set`: its shingles of `wset` words are added to it,
+   *fresh counting those it did not hold, *total all of them. -1 in *features on an
+   allocation failure. */
+static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize_t *features,
+                            Shingles *set, unsigned wset, Py_ssize_t *fresh,
+                            Py_ssize_t *total) {
+    counter ones;
+    memset(&ones, 0, sizeof ones);
+    uint64_t ring[MAX_SHINGLE];
+    uint8_t word[WORD_BYTES];
+    Py_ssize_t words = 0, feats = 0, i = 0;
+    *fresh = *total = 0;
+    while (i < n) {
+        while (i < n && !word_byte(p[i])) i++;
+        if (i >= n) break;
+        Py_ssize_t len = 0;
+        while (i < n && word_byte(p[i])) {
+            uint8_t c = p[i++];
+            if (len < WORD_BYTES)
+                word[len++] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c | 0x20) : c;
+        }
+        uint64_t h[2];
+        murmur3_x64_128(word, len, 0, h);
+        ring[words % MAX_SHINGLE] = h[0];
+        words++;
+        if (words >= (Py_ssize_t)w) {
+            count_bits(shingle_hash(ring, (unsigned)((words - w) % MAX_SHINGLE), w), &ones);
+            feats++;
+        }
+        if (set && words >= (Py_ssize_t)wset) {
+            (*total)++;
+            if (add_shingle(set, shingle_hash(ring, (unsigned)((words - wset) % MAX_SHINGLE),
+                                              wset), fresh) < 0) {
+                *features = -1;
+                return 0;
+            }
+        }
+    }
+    if (words > 0 && words < (Py_ssize_t)w) {  /* one shingle of every word */
+        count_bits(shingle_hash(ring, 0, (unsigned)words), &ones);
+        feats = 1;
+    }
+    if (set && words > 0 && words < (Py_ssize_t)wset) {
+        *total = 1;
+        if (add_shingle(set, shingle_hash(ring, 0, (unsigned)words), fresh) < 0) {
+            *features = -1;
+            return 0;
+        }
+    }
+    spill(&ones);
+    uint64_t out = 0;
+    for (unsigned b = 0; b < 64; b++)
+        if (2 * ones.ones[b] > (uint64_t)feats) out |= (uint64_t)1 << b;
+    *features = feats;
+    return out;
+}
+
+/* simhash(data, w) -> (fingerprint, shingles): data a bytes-like (UTF-8 text). */
+static PyObject *simhash(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    int w;
+    if (!PyArg_ParseTuple(args, "y*i", &view, &w)) return NULL;
+    if (w < 1 || w > MAX_SHINGLE) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d", MAX_SHINGLE, w);
+        return NULL;
+    }
+    Py_ssize_t feats, fresh, total;
+    uint64_t fp;
+    if (view.len > (1 << 16)) {  /* a long text: other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, 1,
+                         &fresh, &total);
+        Py_END_ALLOW_THREADS
+    } else {
+        fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, NULL, 1,
+                         &fresh, &total);
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Kn)", (unsigned long long)fp, feats);
+}
+
+static PyObject *shingles_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"limit", NULL};
+    Py_ssize_t limit = (Py_ssize_t)1 << 22;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", kwlist, &limit)) return NULL;
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "limit must be >= 0");
+        return NULL;
+    }
+    Shingles *s = (Shingles *)type->tp_alloc(type, 0);
+    if (!s) return NULL;
+    s->slots = PyMem_Calloc(64, sizeof(uint32_t));  /* most hosts have few pages */
+    if (!s->slots) { Py_DECREF(s); return PyErr_NoMemory(); }
+    s->mask = 63;
+    s->used = 0;
+    s->limit = (size_t)limit;
+    return (PyObject *)s;
+}
+
+static void shingles_dealloc(Shingles *s) {
+    PyMem_Free(s->slots);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* Shingles.print(data, w, wset) -> (fingerprint, shingles, new, counted): simhash's
+   over w-word shingles, and of the text's wset-word shingles how many the set did not
+   hold (now added) and how many there were. */
+static PyObject *shingles_print(Shingles *self, PyObject *args) {
+    Py_buffer view;
+    int w, wset;
+    if (!PyArg_ParseTuple(args, "y*ii", &view, &w, &wset)) return NULL;
+    if (w < 1 || w > MAX_SHINGLE || wset < 1 || wset > MAX_SHINGLE) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d and %d",
+                     MAX_SHINGLE, w, wset);
+        return NULL;
+    }
+    Py_ssize_t feats, fresh, total;
+    /* the GIL is held: the table is this object's, and another thread could use it */
+    uint64_t fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, self,
+                              (unsigned)wset, &fresh, &total);
+    PyBuffer_Release(&view);
+    if (feats < 0) return PyErr_NoMemory();
+    return Py_BuildValue("(Knnn)", (unsigned long long)fp, feats, fresh, total);
+}
+
+static Py_ssize_t shingles_len(Shingles *self) { return (Py_ssize_t)self->used; }
+
+static PyObject *shingles_bytes(Shingles *self, void *Py_UNUSED(c)) {
+    return PyLong_FromSize_t((self->mask + 1) * sizeof(uint32_t));
+}
+
+static PyMethodDef shingles_methods[] = {
+    {"print", (PyCFunction)shingles_print, METH_VARARGS,
+     "print(data, w, wset) -> (fingerprint, shingles, new, counted): the SimHash over w-word "
+     "shingles; of the wset-word ones, those new to the set (added) and all"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef shingles_getset[] = {
+    {"nbytes", (getter)shingles_bytes, NULL, "bytes of the table", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods shingles_seq = {.sq_length = (lenfunc)shingles_len};
+
+static PyTypeObject ShinglesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dedup.native._simhash.Shingles",
+    .tp_basicsize = sizeof(Shingles),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Shingles(limit=2**22): a host's shingle set; print() fingerprints a page "
+              "and counts its new shingles",
+    .tp_new = shingles_new,
+    .tp_dealloc = (destructor)shingles_dealloc,
+    .tp_methods = shingles_methods,
+    .tp_getset = shingles_getset,
+    .tp_as_sequence = &shingles_seq,
+};
+
+static PyMethodDef methods[] = {
+    {"simhash", simhash, METH_VARARGS,
+     "simhash(data, w) -> (fingerprint, shingles): the 64-bit SimHash of w-word shingles"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "dedup.native._simhash",
+    "SimHash of a page's text, compiled (see dedup/learn/simhash.py)", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__simhash(void) {
+    if (PyType_Ready(&ShinglesType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ShinglesType);
+    if (PyModule_AddObject(m, "Shingles", (PyObject *)&ShinglesType) < 0) {
+        Py_DECREF(&ShinglesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,9 +1,11 @@
 """The crawl loop: N worker coroutines pull URLs from the frontier.
 
 Per page: its turn (learned rules and trap budgets may skip it) -> robots.txt
-check -> one fetch (one hop) -> a redirect target, or the HTML page's links (and
-its main text's fingerprint), resolved in one batch, filtered by scope, depth and
-the per-host cap -> the group commit, where the pages of a group go through the
+check -> one fetch (one hop) -> its links, found in one function whatever the
+response (``Engine._links_of``: a sitemap's URLs, a redirect's target, or the
+HTML page's links and its main text's fingerprint, as ``follow`` chooses them),
+resolved in one batch -> routed in one place (``Admission.route``: scope, depth,
+owner and the per-host cap) -> the group commit, where the pages of a group go through the
 learned rules and ``UrlSeen.admit_pages`` together (one call per group)
 -> frontier. What is learned, and where it acts: ``crawler.core.schedule.learning``.
 
@@ -37,6 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +76,22 @@ if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cl
 __all__ = ["Engine", "Watcher"]
 
 log = logging.getLogger("crawler.core.engine")  # the name users configure; kept across moves
+
+
+@dataclass(slots=True)
+class _Found:
+    """The links of one response (``Engine._links_of``), before routing."""
+
+    final_url: str | None
+    depth: int  # of the URLs they lead to
+    count: int = 0  # links found (pages.jsonl's ``links_found``)
+    pairs: Sequence[tuple[str, str] | None] = ()  # to route (none past max_depth)
+    patterns: bool = True  # include/exclude apply (sitemaps: to the URLs they list)
+    forward: bool = True  # other fleet workers' links are forwarded (not sitemaps)
+    error: str | None = None  # a sitemap's: what was wrong with it
+    page: Page | None = None  # the page the hooks saw
+    hooked: HookResult | None = None  # what they made of it
+    text_print: tuple[int, int, int, int] | None = None  # Learning.text_print
 
 
 class Engine:
@@ -374,48 +393,25 @@ class Engine:
                 queued, hold_host=res.status is None or res.interrupted,
                 at_least=res.retry_after or 0.0):
             return
-        links_found = 0
-        links: Links | None = None
-        remote: list[RemoteLink] = []
-        final_url: str | None = url
         error = res.error
         failed = res.failed
-        page: Page | None = None
-        hooked: HookResult | None = None
-        text_print = None
+        links: Links | None = None
+        remote: list[RemoteLink] = []
         try:
-            status = res.status
-            if sitemap_level is not None:
-                links_found, links, remote, final_url, sm_error, hooked = \
-                    await self._sitemap_links(queued, res, sitemap_level)
-                if sm_error is not None:  # an answer, unreadable: counted with errors
-                    error = f"sitemap: {sm_error}"
-                    log.warning("sitemap %s: %s", url, sm_error)  # no pages.jsonl line says it
-            elif self.hooks is not None and status is not None:
-                links_found, final_url, page, hooked, links, remote, text_print = \
-                    await self._hooked(queued, res)
-            elif status is not None and 300 <= status < 400 and res.location is not None:
-                links_found = 1
-                target = self._canon.resolve_many((res.location,), url)[0]
-                final_url = target[0] if target is not None else None
-                # A redirect target is a level deeper: an endless chain of unique
-                # redirects ends at max_depth like an endless chain of links.
-                if target is not None and queued.depth < self.settings.crawl.max_depth:
-                    links, remote = self.admission.route((target,), queued.depth + 1,
-                                                         self._local)
-            elif res.body is not None:
-                base, hrefs, text = extract_page(res.body, url, charset=res.charset,
-                                                 nofollow=self.settings.crawl.honor_nofollow,
-                                                 text=learning is not None)
-                if learning is not None:
-                    text_print = learning.text_print(queued.host, text)
-                links_found = len(hrefs)
-                if queued.depth < self.settings.crawl.max_depth and hrefs:
-                    links, remote = self.admission.route(
-                        self._canon.resolve_many(hrefs, base), queued.depth + 1, self._local)
+            found = await self._links_of(queued, res, sitemap_level)
+            if found.pairs:  # the one place a response's links are routed
+                links, remote = self.admission.route(found.pairs, found.depth, self._local,
+                                                     patterns=found.patterns)
+                if not found.forward:
+                    remote = []
+            if found.error is not None:  # a sitemap, answered but unreadable
+                error = f"sitemap: {found.error}"
+                log.warning("sitemap %s: %s", url, found.error)  # no pages.jsonl line says it
         finally:
             frontier.done(queued, retry_after=res.retry_after if res.status in (429, 503)
                           else None, counted=sitemap_level is None)
+        links_found, final_url, page, hooked = found.count, found.final_url, found.page, \
+            found.hooked
         if hooked is not None and hooked.error is not None and self.hooks is not None \
                 and self.hooks.stops:
             # not committed: the URL stays queued, and a resume handles it again
@@ -434,54 +430,54 @@ class Engine:
                                          State.FAILED if failed else State.FETCHED, error,
                                          warc=self._warc_pages, attempts=tried.requests,
                                          items=hooked.items if hooked is not None else b"",
-                                         extra=extra, text_print=text_print)
+                                         extra=extra, text_print=found.text_print)
         if page is not None and hooks is not None and hooks.deliver is not None:
             await hooks.deliver(page)
 
-    async def _hooked(self, queued: QueuedUrl, res: FetchResult
-                      ) -> tuple[int, str | None, Page, HookResult, Links | None,
-                                 list[RemoteLink], tuple[int, int, int, int] | None]:
-        """A response as a ``Page`` through the hooks: ``(links found, final url, page,
-        what the hooks made of it, links to admit, links for other fleet workers, its
-        main text's print)``."""
+    async def _links_of(self, queued: QueuedUrl, res: FetchResult, sitemap_level: int | None
+                        ) -> _Found:
+        """The links of a response, whatever it is: a sitemap's URLs, a redirect's
+        target or a page's links, as the hooks see them (``follow`` may choose others):
+        the one function that finds them, for ``_process`` to route. A redirect target
+        is a level deeper, like a link: an endless chain of unique redirects ends at
+        max_depth like an endless chain of links."""
+        if sitemap_level is not None:
+            return await self._sitemap_links(queued, res, sitemap_level)
         url = queued.url
         status = res.status
-        assert status is not None
-        found = 0
-        final_url: str | None = url
+        hooks = self.hooks if status is not None else None
+        deeper = queued.depth < self.settings.crawl.max_depth
+        out = _Found(final_url=url, depth=queued.depth + 1)
         base = url
         pairs: list[tuple[str, str] | None] = []
         text = None
-        text_print = None
-        if 300 <= status < 400 and res.location is not None:
-            found = 1
+        if status is not None and 300 <= status < 400 and res.location is not None:
+            out.count = 1
             pairs = self._canon.resolve_many((res.location,), url)
-            final_url = pairs[0][0] if pairs[0] is not None else None
+            out.final_url = pairs[0][0] if pairs[0] is not None else None
         elif res.body is not None:
             learning = self.learning
             base, hrefs, main = extract_page(res.body, url, charset=res.charset,
                                              nofollow=self.settings.crawl.honor_nofollow,
                                              text=learning is not None)
             if learning is not None:
-                text_print = learning.text_print(queued.host, main)
-            found = len(hrefs)
-            if hrefs:
+                out.text_print = learning.text_print(queued.host, main)
+            out.count = len(hrefs)
+            if hrefs and (deeper or hooks is not None):
                 pairs = self._canon.resolve_many(hrefs, base)
-            text = decode_text(res.body, res.charset)
-        page = self._page(queued, res, final_url, self._in_scope(pairs), body=res.body or b"",
-                          text=text)
-        assert self.hooks is not None
-        deeper = queued.depth < self.settings.crawl.max_depth
-        hooked = await self.hooks.run(page, follow=deeper)
-        links: Links | None = None
-        remote: list[RemoteLink] = []
-        if deeper and not (hooked.error is not None and self.hooks.stops):
+            if hooks is not None:
+                text = decode_text(res.body, res.charset)
+        if hooks is not None:
+            out.page = self._page(queued, res, out.final_url, self._in_scope(pairs),
+                                  body=res.body or b"", text=text)
+            out.hooked = hooked = await hooks.run(out.page, follow=deeper)
+            if hooked.error is not None and hooks.stops:
+                return out  # not committed: nothing is routed
             if hooked.follow is not None:
-                pairs = self._canon.resolve_many(hooked.follow, base) \
-                    if hooked.follow else []
-            if pairs:
-                links, remote = self.admission.route(pairs, queued.depth + 1, self._local)
-        return found, final_url, page, hooked, links, remote, text_print
+                pairs = self._canon.resolve_many(hooked.follow, base) if hooked.follow else []
+        if deeper:
+            out.pairs = pairs
+        return out
 
     def _page(self, queued: QueuedUrl, res: FetchResult, final_url: str | None, links: list[str],
               *, body: bytes, text: str | None, sitemap: bool = False) -> Page:
@@ -524,11 +520,9 @@ class Engine:
             await self.committer.commit(None, None, [links])
 
     async def _sitemap_links(self, queued: QueuedUrl, res: FetchResult, level: int
-                             ) -> tuple[int, Links | None, list[RemoteLink], str | None,
-                                        str | None, HookResult | None]:
-        """A fetched sitemap's URLs, routed at the sitemap's own depth: ``(found,
-        links, remote, final url, what was wrong with it or None, what ``follow`` made
-        of it)``. An index's sitemaps are queued (level 1) only from a level-0
+                             ) -> _Found:
+        """A fetched sitemap's URLs, at the sitemap's own depth (``error``: what was
+        wrong with it). An index's sitemaps are queued (level 1) only from a level-0
         sitemap; a redirect's target is a sitemap of the same level. With a
         ``follow`` hook, it decides which of them are queued, as for a page's links
         (it sees the sitemap as a ``Page`` with ``sitemap=True``; no handler runs)."""
@@ -536,43 +530,48 @@ class Engine:
         c = self.settings.crawl
         url = queued.url
         status = res.status
+        out = _Found(final_url=url, depth=queued.depth)
         if queued.depth > c.max_depth:
-            return 0, None, [], url, None, None
-        note = None
+            return out
         child: int | None = level  # what the URLs are: sitemaps of this level, or pages
         if status is not None and 300 <= status < 400 and res.location is not None:
             pairs = self._canon.resolve_many((res.location,), url)
-            found, final = 1, pairs[0][0] if pairs[0] is not None else None
+            out.count, out.final_url = 1, pairs[0][0] if pairs[0] is not None else None
         elif res.body is None or status is None or not 200 <= status < 300:
-            return 0, None, [], url, None, None  # the fetch's own error says why
+            return out  # the fetch's own error says why
         elif res.nbytes > c.sitemap_max_bytes:
-            return 0, None, [], url, f"too large (>{c.sitemap_max_bytes} bytes)", None
+            out.error = f"too large (>{c.sitemap_max_bytes} bytes)"
+            return out
         else:
             parsed = parse_sitemap(res.body, max_bytes=c.sitemap_max_bytes, max_urls=MAX_URLS)
             if parsed.error is not None:
-                return 0, None, [], url, parsed.error, None
-            found, final, note = len(parsed.locs), url, parsed.note
+                out.error = parsed.error
+                return out
+            out.count, out.error = len(parsed.locs), parsed.note
             if parsed.index and level >= 1:
-                return found, None, [], url, "an index listed by an index (not read)", None
+                out.error = "an index listed by an index (not read)"
+                return out
             child = level + 1 if parsed.index else None
             pairs = self._canon.resolve_many(parsed.locs, url)
-        hooked = None
         hooks = self.hooks
         if hooks is not None and hooks.follow is not None:
-            page = self._page(queued, res, final, self._in_scope(pairs, patterns=child is None),
+            page = self._page(queued, res, out.final_url,
+                              self._in_scope(pairs, patterns=child is None),
                               body=res.body or b"", text=None, sitemap=True)
-            hooked = await hooks.run(page, follow=True, handle=False)
+            out.hooked = hooked = await hooks.run(page, follow=True, handle=False)
             if hooked.error is not None:
                 log.warning("follow raised on the sitemap %s%s", url,
                             "" if hooks.stops else " (its URLs are all queued)")
             elif hooked.follow is not None:
                 pairs = self._canon.resolve_many(hooked.follow, url) if hooked.follow else []
-        if child is not None:
-            links, _ = self.admission.route(self.sitemaps.register(pairs, child), queued.depth,
-                                            self._local, patterns=False)
-            return found, links, [], final, note, hooked
-        links, remote = self.admission.route(pairs, queued.depth, self._local)
-        return found, links, remote, final, note, hooked
+        if child is not None:  # sitemaps: checked against the patterns by their URLs;
+            # one on a host another fleet worker owns is not read (not forwarded: the
+            # owner would not know it for a sitemap)
+            out.pairs = self.sitemaps.register(pairs, child)
+            out.patterns = out.forward = False
+        else:
+            out.pairs = pairs
+        return out
 
     async def _not_allowed(self, queued: QueuedUrl, unavailable: str | None,
                            retryable: bool) -> None:

@@ -12,8 +12,6 @@ import pytest
 
 from crawler.config.scope import Scope
 from crawler.core.schedule.admission import Admission
-from crawler.core.schedule.frontier import Frontier
-from crawler.core.schedule.politeness import Politeness
 from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen, host_of
 
@@ -26,9 +24,8 @@ def seen(tmp_path: Path) -> Iterator[UrlSeen]:
 
 def make(seen: UrlSeen, scope: Scope, *, cap: int = 0,
          host_counts: dict[str, int] | None = None) -> Admission:
-    state = CrawlState(seen.records)
-    frontier = Frontier(state, Politeness(per_host=100))
-    return Admission(seen, state, scope, frontier, cap, {} if host_counts is None else host_counts)
+    return Admission(seen, CrawlState(seen.records), scope, cap,
+                     {} if host_counts is None else host_counts)
 
 
 def pairs(seen: UrlSeen, *urls: str | None) -> list[tuple[str, str] | None]:
@@ -53,7 +50,7 @@ def test_route_with_nothing_to_keep_expects_nothing(seen):
     adm = make(seen, A)
     here, remote = adm.route(pairs(seen, "http://c.test/x", "http://a.test/private/1"), 1)
     assert (here, remote) == (None, [])
-    assert adm.frontier.finished()
+    assert adm.take_admitted() == []
     # without ``local`` every in-scope host is this worker's
     here, remote = adm.route(pairs(seen, "http://sub.b.test/z"), 1)
     assert here is not None and here[0] == pairs(seen, "http://sub.b.test/z")
@@ -76,7 +73,9 @@ def test_admit_pages_queues_each_new_url_once_in_page_order(seen):
     queued = adm.admit_pages([(first, 1), (deeper, 2), (second, 1)])
     assert queued == [2, 1, 1]  # /2 is new on the first page only; /old was seen
     assert adm.queued == 4
-    assert len(adm.frontier) == 4
+    assert [n.url for n in adm.take_admitted()] == [
+        "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/4"]
+    assert adm.take_admitted() == []  # taken once
     assert seen.ledger.counts()["queued"] == 1 + 4  # /old (filter_new queues it) and these
     assert adm.admit_pages([(first + second + deeper, 1)]) == [0]  # all seen now
 
@@ -90,7 +89,7 @@ def test_the_cap_counts_across_the_pages_of_one_group(seen):
     assert counts == {"a.test": 3, "sub.b.test": 1}
     got = seen.ledger.counts()
     assert (got["queued"], got["skipped"]) == (4, 1)  # /4: past the cap, recorded skipped
-    assert len(adm.frontier) == 4
+    assert len(adm.take_admitted()) == 4
     # the skipped link is seen: it is not admitted again, not even under the cap
     counts["a.test"] = 0
     assert adm.admit_pages([(pairs(seen, "http://a.test/4"), 1)]) == [0]

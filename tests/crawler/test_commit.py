@@ -33,13 +33,15 @@ def seen(tmp_path: Path) -> Iterator[UrlSeen]:
         yield s
 
 
-def admission(seen: UrlSeen) -> Admission:
+def admission(seen: UrlSeen) -> tuple[Admission, Frontier]:
+    """A crawl's admission and frontier, the seed admitted and committed."""
     state = CrawlState(seen.records)
     frontier = Frontier(state, Politeness(per_host=100))
-    adm = Admission(seen, state, Scope.for_seeds([SEED]), frontier, 0, {})
+    adm = Admission(seen, state, Scope.for_seeds([SEED]), 0, {})
     adm.admit_pages([([seen.canonicalizer.resolve(SEED)], 0)])
     seen.commit()
-    return adm
+    frontier.add(adm.take_admitted())
+    return adm, frontier
 
 
 def links(seen: UrlSeen, *paths: str) -> list[tuple[str, str] | None]:
@@ -66,7 +68,7 @@ class Spy:
 
 async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes(
         seen: UrlSeen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    adm = admission(seen)
+    adm, frontier = admission(seen)
     pagelog, warc = output_files(Path(seen.state_dir), CrawlState(seen.records),
                                  OutputSettings(warc=str(tmp_path / "out.warc.gz")))
     await pagelog.open()
@@ -80,6 +82,7 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
         events.append("sync pages")
 
     marked: list[int] = []
+    in_frontier: list[int] = []  # URLs the frontier holds as each group commits
 
     def before_commit(seqs: list[int]) -> None:
         # inside the transaction: the records are on disk, these marks not yet set
@@ -87,6 +90,7 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
         assert counts["fetched"] + counts["failed"] == len(marked)
         marked.extend(seqs)
         assert len(Path(seen.state_dir, "pages.jsonl").read_bytes()) == pagelog.size > 0
+        in_frontier.append(len(frontier))
         events.append(f"before_commit {seqs}")
 
     commit = seen.commit
@@ -98,11 +102,11 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
     monkeypatch.setattr(pagelog, "sync", pages_synced)
     monkeypatch.setattr(warc, "sync", _noting(warc.sync, events, "sync warc"))
     monkeypatch.setattr(seen, "commit", committed)
-    gc = GroupCommit(pagelog, warc, seen, adm.state, adm.frontier, adm.admit_pages,
+    gc = GroupCommit(pagelog, warc, seen, adm.state, frontier, adm,
                      before_commit=before_commit, also_sync=[Spy(events)])
     gc.start()
 
-    seed = await adm.frontier.get()
+    seed = await frontier.get()
     assert seed is not None and seed.url == SEED
     routed, _ = adm.route(links(seen, "x", "y", "x"), 1)
     gc.add_exchanges([robots_exchange()])
@@ -116,6 +120,9 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
     assert record["referrer"] is None  # a seed
     counts = seen.ledger.counts()
     assert (counts["fetched"], counts["queued"]) == (1, 2)
+    # the group's new URLs were queued in the ledger, not yet handed out, when it
+    # committed: the frontier is fed once they are
+    assert in_frontier == [0] and len(frontier) == 2
     warc_file = warc.path
     assert CrawlState(seen.records).committed() == Committed(
         pages=Path(seen.state_dir, "pages.jsonl").stat().st_size,
@@ -123,7 +130,7 @@ async def test_a_group_is_synced_then_hooked_then_committed_with_the_files_sizes
     assert warc_file.stat().st_size > 0
 
     # a page found on the seed names it as its referrer
-    child = await adm.frontier.get()
+    child = await frontier.get()
     assert child is not None and child.depth == 1
     events.clear()
     await gc.commit_page(child, None, child.url, 0, None, State.FAILED, "boom", warc=True)
@@ -145,17 +152,16 @@ def _noting(sync, events: list[str], name: str):
 
 async def test_a_failed_group_marks_nothing_and_fails_every_later_commit(
         seen: UrlSeen) -> None:
-    adm = admission(seen)
+    adm, frontier = admission(seen)
     pagelog, _ = output_files(Path(seen.state_dir), CrawlState(seen.records), OutputSettings())
     await pagelog.open()
 
     def full_disk(seqs: list[int]) -> None:
         raise OSError(28, "No space left on device")
 
-    gc = GroupCommit(pagelog, None, seen, adm.state, adm.frontier, adm.admit_pages,
-                     before_commit=full_disk)
+    gc = GroupCommit(pagelog, None, seen, adm.state, frontier, adm, before_commit=full_disk)
     gc.start()
-    seed = await adm.frontier.get()
+    seed = await frontier.get()
     assert seed is not None
     with pytest.raises(OSError, match="No space"):
         await gc.commit_page(seed, None, SEED, 0, None, State.FETCHED, None, warc=False)
@@ -172,12 +178,12 @@ async def test_a_failed_group_marks_nothing_and_fails_every_later_commit(
 
 async def test_reopening_cuts_the_outputs_back_to_the_committed_sizes(
         seen: UrlSeen, tmp_path: Path) -> None:
-    adm = admission(seen)
+    adm, frontier = admission(seen)
     pagelog, _ = output_files(Path(seen.state_dir), CrawlState(seen.records), OutputSettings())
     await pagelog.open()
-    gc = GroupCommit(pagelog, None, seen, adm.state, adm.frontier, adm.admit_pages)
+    gc = GroupCommit(pagelog, None, seen, adm.state, frontier, adm)
     gc.start()
-    seed = await adm.frontier.get()
+    seed = await frontier.get()
     assert seed is not None
     await gc.commit_page(seed, None, SEED, 0, None, State.FETCHED, None, warc=False)
     await gc.close()

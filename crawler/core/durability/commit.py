@@ -5,8 +5,9 @@ Durability, in this order, so a crash (even kill -9) never loses a URL:
 1. a page's links are admitted at its group commit, not when it is processed:
    the group's pages go through the seen-test together (``Admission.admit_pages``:
    one Bloom probe, one index lookup, one journal row per depth), their new URLs go
-   into the ledger's open transaction and to the frontier, and each page's
-   ``links_new`` is known before its record is written;
+   into the ledger's open transaction (and to the frontier once it is committed:
+   the one place the frontier is fed), and each page's ``links_new`` is known
+   before its record is written;
 2. the group's pages.jsonl lines, items.jsonl lines (what page handlers returned,
    ``crawler.core.run.page``) and WARC records are written and fsynced, then
    the files' sizes (``CrawlState.committed``; the WARC's as the open file's serial
@@ -52,7 +53,7 @@ from typing import Any, Protocol
 from crawler.config.settings import OutputSettings
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, ItemLog, PageLog, iso_time
 from crawler.core.outputs.warc import Blob, WarcFiles, build_records
-from crawler.core.schedule.admission import Pairs
+from crawler.core.schedule.admission import Admission, Pairs
 from crawler.core.schedule.frontier import Frontier, QueuedUrl
 from crawler.core.schedule.learning import Learning
 from crawler.core.schedule.sitemaps import SitemapCounts, SitemapFiles
@@ -137,8 +138,7 @@ class GroupCommit:
     """
 
     def __init__(self, pagelog: PageLog, warc: WarcFiles | None, seen: SeenPort,
-                 state: CrawlState, frontier: Frontier,
-                 admit: Callable[[Sequence[Links], Sequence[str | None]], list[int]], *,
+                 state: CrawlState, frontier: Frontier, admission: Admission, *,
                  totals: Callable[[], dict[str, int]] | None = None,
                  before_commit: Callable[[list[int]], None] | None = None,
                  also_sync: Sequence[Syncable] = (),
@@ -146,7 +146,9 @@ class GroupCommit:
                  sitemaps: SitemapFiles | None = None,
                  sitemap_counts: SitemapCounts | None = None,
                  learning: Learning | None = None) -> None:
-        """``before_commit(seqs)`` runs in every group commit just before the outcomes
+        """A group's links go through ``admission`` and, once the group is committed,
+        what it queued goes to ``frontier`` (the one place the frontier is fed);
+        ``before_commit(seqs)`` runs in every group commit just before the outcomes
         of ``seqs`` go into the transaction, so what it writes commits with them;
         ``also_sync`` files are synced with pages.jsonl before the outcomes commit;
         ``counts`` counts the group's pages in the same transaction; ``items`` is
@@ -167,7 +169,7 @@ class GroupCommit:
         self._seen = seen
         self._state = state
         self._frontier = frontier
-        self._admit = admit
+        self._admission = admission
         self._handed_in: list[_Entry] = []  # waiting for the next group
         self._wake = asyncio.Event()
         self._closing = False
@@ -282,6 +284,8 @@ class GroupCommit:
                     if e.fut is not None and not e.fut.done():
                         e.fut.set_exception(exc)
                 raise
+            # committed: the new URLs may be handed out, the done ones leave for good
+            self._frontier.add(self._admission.take_admitted())
             self._frontier.settled(o[0] for o in outcomes)
             for e in batch:
                 if e.fut is not None and not e.fut.done():
@@ -346,7 +350,7 @@ class GroupCommit:
             return
         pages = [links for e in waiting for links in e.links]
         sources = [e.source for e in waiting for _ in e.links]
-        queued = iter(self._admit(pages, sources))
+        queued = iter(self._admission.admit_pages(pages, sources))
         for e in waiting:
             e.new = n = sum(next(queued) for _ in e.links)
             if e.record is not None:

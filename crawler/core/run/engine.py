@@ -131,7 +131,7 @@ class Engine:
         cap = c.max_pages_per_host
         host_counts: dict[str, int] = (
             read_json(self.state_dir / HOST_COUNTS_FILE, {}) if cap else {})
-        self.admission = Admission(seen, state, scope, self.frontier, cap, host_counts)
+        self.admission = Admission(seen, state, scope, cap, host_counts)
         self.checkpoint = Checkpoint(seen, state, settings.snapshot, self.politeness,
                                      host_counts if cap else None)
         out = settings.output
@@ -156,7 +156,7 @@ class Engine:
         self.learning = Learning.of_crawl(seen, state, settings.learn, self.frontier)
         self.admission.learn_with(self.learning)
         self.committer = GroupCommit(self.pagelog, self.warc, seen, state, self.frontier,
-                                     self.admission.admit_pages,
+                                     self.admission,
                                      totals=self.checkpoint.totals,
                                      before_commit=self.retries.before_commit,
                                      also_sync=[outbox] if outbox is not None else [],

@@ -1,6 +1,7 @@
 """Which links of a page become queued URLs: scope (hosts, then the include/
-exclude patterns over the canonical URL), the per-host cap, the URL-seen test,
-then the frontier.
+exclude patterns over the canonical URL), the per-host cap, then the URL-seen test;
+the group commit hands what it admitted to the frontier (``take_admitted``) once
+the group is committed, the one place the frontier is fed.
 
 Why apart from the engine: it is the one step every link goes through, from a
 page, a redirect or another fleet worker (``crawler.wire.relay``), and it is
@@ -21,10 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from crawler.config.scope import Scope
-from crawler.core.schedule.frontier import Frontier
 from crawler.core.schedule.learning import Learning
 from crawler.core.state.crawlstate import CrawlState
-from dedup import SeenPort, State, host_of
+from dedup import NewUrl, SeenPort, State, host_of
 
 if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cli.py)
     from crawler.wire.protocol import RemoteLink
@@ -38,15 +38,15 @@ class Admission:
     """Admits links into one crawl; ``host_counts`` (URLs admitted per host) is
     kept here and saved by the checkpoint."""
 
-    def __init__(self, seen: SeenPort, state: CrawlState, scope: Scope, frontier: Frontier,
-                 cap: int, host_counts: dict[str, int]) -> None:
+    def __init__(self, seen: SeenPort, state: CrawlState, scope: Scope, cap: int,
+                 host_counts: dict[str, int]) -> None:
         self.seen = seen
         self.state = state
         self.scope = scope
-        self.frontier = frontier
         self.cap = cap
         self.host_counts = host_counts
         self.queued = 0  # URLs this process queued
+        self._admitted: list[NewUrl] = []  # queued, not yet taken for the frontier
         # learned rules rewrite links before the seen-test (None: --no-learn)
         self.learning: Learning | None = None
 
@@ -102,7 +102,8 @@ class Admission:
     def admit_pages(self, pages: Sequence[tuple[Pairs, int]],
                     sources: Sequence[str | None] | None = None) -> list[int]:
         """The seen-test of routed ``(pairs, depth)`` pages in one batch, then the
-        cap in page order, then the frontier: the number of URLs each page queued.
+        cap in page order: the number of URLs each page queued (recorded QUEUED in
+        the open transaction; ``take_admitted`` hands them to the frontier).
         ``sources``: the URL each page's links were found on (None: not known, as
         for a fleet delivery), noted in the ledger per run of new seqs so that a
         page's record can name its referrer whenever it is fetched.
@@ -149,7 +150,13 @@ class Admission:
         if over:  # several links of a group went past the cap together
             self.state.record_outcomes(over)
         if new:
-            new.sort(key=lambda n: n.seq)  # rows of one depth are one batch
-            self.frontier.add(new)
+            self._admitted += new
             self.queued += len(new)
         return queued
+
+    def take_admitted(self) -> list[NewUrl]:
+        """The URLs queued since the last call, in ascending seq (what ``Frontier.add``
+        takes): the group commit feeds them to the frontier once they are committed."""
+        out, self._admitted = self._admitted, []
+        out.sort(key=lambda n: n.seq)  # several calls (a group's, learning's) interleave
+        return out

@@ -14,7 +14,7 @@ from crawler.core.state.state import create_crawl
 from crawler.demo.site import OUT_OF_SCOPE, SiteSpec
 from dedup import State
 from tests.support.faultserver import fault_server
-from tests.support.helpers import fast_settings, write_seeds
+from tests.support.helpers import fast_settings, until, write_seeds
 
 FIELDS = {"url", "final_url", "status", "content_type", "bytes", "depth", "links_found",
           "links_new", "fetched_at", "error"}
@@ -244,8 +244,7 @@ async def test_stop_leaves_in_flight_urls_queued_for_resume(tmp_path, site, caps
         seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
         engine = Engine(seen, settings, scope)
         task = asyncio.ensure_future(engine.run())
-        while engine.session.pages < 10:
-            await asyncio.sleep(0.01)
+        await until(lambda: engine.session.pages >= 10, timeout=60, what="10 pages")
         engine.stop()
         summary = await task
         assert summary["outcome"] == "stopped"

@@ -22,6 +22,7 @@ import pytest_asyncio
 from crawler.config.settings import FetchSettings
 from crawler.net.contentcoding import ACCEPT_ENCODING
 from crawler.net.fetch import Fetcher
+from tests.support.helpers import until
 
 SETTINGS = FetchSettings(allow_private=True, connect_timeout=1.0, read_timeout=0.5,
                          total_timeout=3.0, retries=0, max_bytes=200_000,
@@ -296,7 +297,11 @@ def test_client_setting_is_checked() -> None:
 async def test_a_connection_the_server_closed_while_idle_is_not_reused(raw: RawServer) -> None:
     async with Fetcher(SETTINGS) as f:
         first = await f.fetch(f"http://127.0.0.1:{raw.port}/cl-then-close")
-        await asyncio.sleep(0.1)  # the server's FIN arrives while the connection is idle
+        assert f._pool is not None
+        pool = f._pool
+        # the server's FIN arrives while the connection is idle in the pool
+        await until(lambda: not any(conn.usable for idle in pool._idle.values()
+                                    for conn, _ in idle), what="the FIN of connection 1")
         second = await f.fetch(f"http://127.0.0.1:{raw.port}/cl")
         assert f._pool is not None
     assert (first.error, second.error) == (None, None)
@@ -307,8 +312,7 @@ async def test_a_cancelled_fetch_gives_its_connection_slot_back(raw: RawServer) 
     async with Fetcher(replace(SETTINGS, max_connections=1, read_timeout=30.0,
                                total_timeout=30.0)) as f:
         task = asyncio.create_task(f.fetch(f"http://127.0.0.1:{raw.port}/silent"))
-        while not raw.requests:
-            await asyncio.sleep(0.01)
+        await until(lambda: raw.requests, what="the request to arrive")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -26,7 +26,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import ipaddress
 import signal
 import socket
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from contextvars import Context
 from typing import Any
 
 import uvloop
+
+from crawler.config.ipliteral import ip_literal
 
 __all__ = ["POLL", "Loop", "new_event_loop"]
 
@@ -48,11 +49,7 @@ def _numeric(host: str | bytes | None) -> bool:
     if host is None:
         return True
     text = host.decode("ascii", "replace") if isinstance(host, bytes) else host
-    try:
-        ipaddress.ip_address(text.partition("%")[0])
-    except ValueError:
-        return False
-    return True
+    return ip_literal(text.partition("%")[0]) is not None
 
 
 class Loop(uvloop.Loop):  # type: ignore[misc]

@@ -5,9 +5,12 @@ client share."""
 from __future__ import annotations
 
 import ipaddress
+import re
+from pathlib import Path
 
 import pytest
 
+import crawler
 from crawler.config.ipliteral import ip_literal
 
 
@@ -28,3 +31,15 @@ def test_an_ip_literal_is_the_address_it_spells(host: str, address: str) -> None
 ])  # fmt: skip
 def test_anything_else_is_left_to_a_resolver(host: str) -> None:
     assert ip_literal(host) is None
+
+
+def test_no_other_crawler_module_parses_an_address() -> None:
+    """The scope, the guard, the fetch, the lean client and the CLI's loop all ask
+    ``ip_literal``: no second parser of IP literals to disagree with it (the loop's
+    "needs no name lookup" test had its own until issue 38)."""
+    root = Path(crawler.__file__).parent
+    own = root / "config" / "ipliteral.py"
+    parsers = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+               if p != own and re.search(r"ip_address\(|IPv[46]Address\(", p.read_text())]
+    # the guard judges addresses (resolved or literal), it does not parse hosts
+    assert parsers == ["net/netguard.py"]

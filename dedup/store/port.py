@@ -6,7 +6,7 @@ seen?" needs these, and a crawl needs a few more. Like Scrapy's dupefilter
 (``request_seen``, ``open``, ``close``, ``log``) or Heritrix's ``UriUniqFilter``
 (``add``, ``note``, ``forget``), the port is small so that the store behind it can
 change without its callers: the crawler is typed against :class:`CrawlPort`
-(``crawler.core``), and ``tests/crawler/test_port.py`` runs a crawl against a
+(``crawler.core``), and ``tests/crawler/core/state/test_port.py`` runs a crawl against a
 ``UrlSeen`` that exposes nothing else.
 """
 

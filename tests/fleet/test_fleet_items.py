@@ -21,7 +21,7 @@ from crawler.wire.owner import owner_of
 from dedup import UrlSeen
 from dedup.journal.format import State
 from dedup.store.seen import host_of
-from tests.crawler.test_exactly_once import output_grew
+from tests.crawler.core.durability.test_exactly_once import output_grew
 from tests.support.fleetrun import (
     SLOW_SPEC,
     check_exact,

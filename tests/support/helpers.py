@@ -47,7 +47,7 @@ def fast_settings(**sections: dict) -> Settings:
     """Settings for crawling 127.0.0.1 quickly: no delay, small filter, short timeouts."""
     base: dict[str, dict] = {
         # sitemaps off: a test's request log holds only what its site links to
-        # (tests/crawler/test_sitemaps.py turns them on)
+        # (tests/crawler/core/schedule/test_sitemaps.py turns them on)
         "crawl": {"concurrency": 16, "max_retries": 1, "retry_delay": 0.1, "sitemaps": False},
         "politeness": {"delay": 0.0, "per_host": 4},
         "fetch": {"allow_private": True, "connect_timeout": 2.0, "read_timeout": 5.0,

@@ -68,7 +68,7 @@ from crawler.net.robots import RobotsCache, origin_of
 from crawler.net.sitemap import MAX_URLS, parse_sitemap
 from dedup import CrawlPort, State, host_of
 
-if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cli.py)
+if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/cli/test_cli.py)
     from crawler.wire.protocol import RemoteLink
     from crawler.wire.relay import Relay
     from crawler.wire.transport import RedisTransport

@@ -26,7 +26,7 @@ from crawler.core.schedule.learning import Learning
 from crawler.core.state.crawlstate import CrawlState
 from dedup import NewUrl, SeenPort, State, host_of
 
-if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/test_cli.py)
+if TYPE_CHECKING:  # a single process loads no fleet code (tests/crawler/cli/test_cli.py)
     from crawler.wire.protocol import RemoteLink
 
 __all__ = ["Admission", "Pairs"]

@@ -13,7 +13,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from crawler.config.settings import FetchSettings
 from crawler.net.fetch import Fetcher
 from crawler.net.robots import RobotsCache
-from tests.crawler.test_engine import crawl
+from tests.crawler.core.run.test_engine import crawl
 from tests.support.faultserver import HostMap, add_request_log, fault_server, serve
 from tests.support.helpers import fast_settings
 

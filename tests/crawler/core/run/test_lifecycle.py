@@ -15,8 +15,8 @@ from crawler.core.outputs.output import read_pages
 from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen
 from dedup.store.statedir import is_state_dir
-from tests.crawler.test_cli import one_error_line
-from tests.crawler.test_resume import setup_crawl
+from tests.crawler.cli.test_cli import one_error_line
+from tests.crawler.core.state.test_resume import setup_crawl
 from tests.support.helpers import run_cli, start_cli, write_seeds
 
 

@@ -21,7 +21,7 @@ from crawler.cli.main import main
 from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
-from tests.crawler.test_resume import setup_crawl
+from tests.crawler.core.state.test_resume import setup_crawl
 from tests.support.helpers import CliResult, run_cli
 
 SPEC = SiteSpec(hosts=4, pages=30, seed=31, delay=0.0)

@@ -13,7 +13,7 @@ from crawler.core.outputs.output import read_pages
 from crawler.core.run.engine import Engine
 from crawler.core.run.progress import format_stats
 from crawler.core.state.state import create_crawl
-from tests.crawler.test_engine import crawl
+from tests.crawler.core.run.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve
 from tests.support.helpers import fast_settings, write_seeds
 

@@ -19,8 +19,8 @@ from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import MAX_HOSTS, OTHER_HOSTS, UNKNOWN_HOST, PageCounts
 from crawler.net.outcome import failure_cause
 from dedup import State, UrlSeen, host_of
-from tests.crawler.test_engine import crawl
-from tests.crawler.test_resume import SPEC, run_until, setup_crawl
+from tests.crawler.core.run.test_engine import crawl
+from tests.crawler.core.state.test_resume import SPEC, run_until, setup_crawl
 from tests.support.faultserver import fault_server
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
 

@@ -15,7 +15,7 @@ from crawler.config.exits import exit_status
 from crawler.core.outputs.output import read_pages
 from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl, open_crawl
-from tests.crawler.test_resume import final_check, run_until, setup_crawl
+from tests.crawler.core.state.test_resume import final_check, run_until, setup_crawl
 from tests.support.faultserver import fault_server
 from tests.support.helpers import REPO, cli_env, config_toml, fast_settings, run_cli, write_seeds
 
@@ -53,7 +53,7 @@ async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, sma
 
 
 async def test_a_finished_crawl_exits_0_and_a_ctrl_c_130(tmp_path, site):
-    from tests.crawler.test_resume import SPEC
+    from tests.crawler.core.state.test_resume import SPEC
     async with site(SPEC) as running:
         seeds, config, state = setup_crawl(tmp_path, running)
         proc = await asyncio.create_subprocess_exec(
@@ -88,7 +88,7 @@ _DISK_FULL = textwrap.dedent("""
 
 
 async def test_a_disk_error_in_the_group_commit_exits_1_and_the_state_resumes(tmp_path, site):
-    from tests.crawler.test_resume import SPEC
+    from tests.crawler.core.state.test_resume import SPEC
     async with site(SPEC) as running:
         seeds, config, state = setup_crawl(tmp_path, running)
         proc = await asyncio.create_subprocess_exec(
@@ -111,7 +111,7 @@ async def test_a_disk_error_in_the_group_commit_exits_1_and_the_state_resumes(tm
 
 async def test_an_exception_in_a_worker_aborts_the_crawl_and_the_state_resumes(
         tmp_path, site, monkeypatch):
-    from tests.crawler.test_resume import SPEC
+    from tests.crawler.core.state.test_resume import SPEC
     real = crawler.core.run.engine.extract_page
     calls = []
 

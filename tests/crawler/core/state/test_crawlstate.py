@@ -12,7 +12,7 @@ import pytest
 from crawler.core.state.crawlstate import Committed, CrawlState
 from dedup import State, UrlSeen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 # (setter, getter, value, the name it is stored under): the state directory's format
 VALUES = [

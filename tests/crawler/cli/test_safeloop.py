@@ -1,6 +1,6 @@
 """uvloop as ``crawler.cli.safeloop`` runs it: wake-ups from threads and signals, name
 lookups and connections never go through libuv's eventfd write, whose failure aborts
-the process (tests/crawler/test_write_faults.py injects such failures into crawls)."""
+the process (tests/crawler/core/outputs/test_write_faults.py injects such failures into crawls)."""
 
 from __future__ import annotations
 

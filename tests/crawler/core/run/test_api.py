@@ -26,8 +26,8 @@ from crawler.core.outputs.output import read_pages
 from crawler.core.run.crawl import CRAWL_OPTIONS
 from crawler.core.state.state import CrawlError
 from dedup import UrlSeen
-from tests.crawler.test_exactly_once import output_grew
-from tests.crawler.test_resume import SPEC, run_until, setup_crawl
+from tests.crawler.core.durability.test_exactly_once import output_grew
+from tests.crawler.core.state.test_resume import SPEC, run_until, setup_crawl
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import REPO, cli_env, config_toml, fast_settings, run_cli, write_seeds
 

@@ -22,7 +22,7 @@ from crawler.core.outputs.warc import WarcFiles, build_records
 from crawler.core.state.crawlstate import CrawlState
 from crawler.net.exchange import Exchange
 from dedup import UrlSeen
-from tests.crawler.test_resume import SPEC, run_until, setup_crawl
+from tests.crawler.core.state.test_resume import SPEC, run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
 
 

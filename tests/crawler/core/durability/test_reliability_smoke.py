@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from warcio.warcwriter import WARCWriter
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[4] / "bench"
 _spec = importlib.util.spec_from_file_location("reliability_checks",
                                                BENCH / "reliability_checks.py")
 checks = importlib.util.module_from_spec(_spec)

@@ -23,7 +23,7 @@ from crawler.core.run.engine import Engine
 from crawler.core.state.state import create_crawl
 from crawler.net.sitemap import parse_sitemap
 from dedup import UrlSeen
-from tests.crawler.test_exactly_once import warc_uris
+from tests.crawler.core.durability.test_exactly_once import warc_uris
 from tests.support.faultserver import add_request_log, serve
 from tests.support.helpers import (
     REPO,
@@ -472,7 +472,7 @@ async def test_repair_keeps_the_sitemap_rows_that_have_no_record(tmp_path):
     except a sitemap file's (``DIR/sitemaps.json`` names them): they stay done, and
     the seen-set loses nothing."""
     from crawler.admin.repair import repair_state_dir
-    from tests.crawler.test_repair import damage_tables
+    from tests.crawler.admin.test_repair import damage_tables
 
     files: dict[str, tuple[bytes, str]] = {}
     app, _ = site_app(files)

@@ -19,7 +19,7 @@ from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from dedup.journal.walcheck import FRAME_HEADER, WAL_HEADER
-from tests.crawler.test_resume import run_until, setup_crawl
+from tests.crawler.core.state.test_resume import run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
 
 SPEC = SiteSpec(hosts=4, pages=60, seed=31, delay=0.01)

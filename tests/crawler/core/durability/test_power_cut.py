@@ -23,7 +23,7 @@ from dedup import UrlSeen
 from dedup.filter.bloom import read_snapshot
 from dedup.store.statedir import shards_dir
 from dedup.url.fingerprint import halves
-from tests.crawler.test_resume import run_until, setup_crawl
+from tests.crawler.core.state.test_resume import run_until, setup_crawl
 from tests.support.helpers import run_cli, start_cli
 from tests.support.powercut import PowerCut
 

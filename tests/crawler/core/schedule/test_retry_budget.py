@@ -12,7 +12,7 @@ from crawler.config.settings import ConfigError, Settings, settings_from_dict
 from crawler.core.outputs.output import read_pages
 from crawler.core.state.crawlstate import CrawlState
 from dedup import UrlSeen
-from tests.crawler.test_engine import crawl
+from tests.crawler.core.run.test_engine import crawl
 from tests.support.faultserver import add_request_log, fault_server, serve
 from tests.support.helpers import (
     config_toml,

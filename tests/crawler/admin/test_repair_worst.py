@@ -23,7 +23,7 @@ from crawler.core.outputs.output import read_pages
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from dedup.admin import diagnose, index_keys
-from tests.crawler.test_resume import setup_crawl
+from tests.crawler.core.state.test_resume import setup_crawl
 from tests.support.helpers import run_cli
 
 SPEC = SiteSpec(hosts=4, pages=50, seed=37, delay=0.0)

@@ -54,7 +54,14 @@ from tests.support.fleetrun import (
     stderr_until,
     worker_settings,
 )
-from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.helpers import (
+    config_toml,
+    fast_settings,
+    run_cli,
+    start_cli,
+    until,
+    write_seeds,
+)
 from tests.support.redisserver import RedisServer, free_port, require_redis_binary
 
 pytestmark = pytest.mark.redis
@@ -317,15 +324,19 @@ async def test_a_stop_cut_short_by_stop_grace_says_so_and_refetches_only_those_p
         await fleet.joined()
         redis = redis_server.proc
         assert redis is not None
+        heard: list[list[bytes]] = [[] for _ in procs]
+        finished = asyncio.create_task(finish(procs, heard=heard))
         redis.send_signal(signal.SIGSTOP)  # pages with links for the other worker wait
         try:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # for some to be waiting: nothing outside can tell
             for p in procs:
                 p.send_signal(signal.SIGINT)
-            await asyncio.sleep(3.0)  # past the grace
+            # past the grace: a worker says so (the pages it cuts short), while Redis stalls
+            await until(lambda: any(b"cut short" in b"".join(h) for h in heard), timeout=30,
+                        what="a worker cutting pages short after stop_grace")
         finally:
             redis.send_signal(signal.SIGCONT)
-        results = await finish(procs)
+        results = await finished
         assert [rc for rc, _ in results] == [130, 130], results
         cut = [re.findall(r"(\d+) page\(s\) still under way after 1 s \(crawl.stop_grace\): "
                           r"cut short", err) for _, err in results]

@@ -138,13 +138,14 @@ def fleet_worker_dirs(root: Path) -> list[Path]:
 # -- waiting for the children --------------------------------------------------------------
 
 
-async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 180.0
-                 ) -> list[tuple[int, str]]:
+async def finish(procs: list[asyncio.subprocess.Process], timeout: float = 180.0, *,
+                 heard: list[list[bytes]] | None = None) -> list[tuple[int, str]]:
     """Each child's status and stderr once all have exited. On timeout they are stopped
     (a second SIGINT makes a ``fleet`` stop its workers at once, then SIGKILL), so that
     a test that fails leaves no worker crawling into the next one, and the failure
-    shows what each had said."""
-    errs: list[list[bytes]] = [[] for _ in procs]
+    shows what each had said. ``heard``: one empty list per child, which receives
+    its stderr as it comes (for a test that waits until a child has said something)."""
+    errs: list[list[bytes]] = heard if heard is not None else [[] for _ in procs]
 
     async def one(p: asyncio.subprocess.Process, err: list[bytes]) -> None:
         assert p.stdout is not None and p.stderr is not None

@@ -368,7 +368,10 @@ def pattern_of(key: str) -> str:
     sorted: ``/calendar/*/*``, ``/shop/*/?color&size``, ``/news/*/*?lang`` (a
     trailing slash as ``/``). The depth keeps a section's listings, articles and a
     relative-link loop's levels apart; the parameter names keep a page's views
-    apart. (Once a page at commit: cut by hand, not through ``parse_key``.)"""
+    apart. A segment a rule ignored (``*`` in a rewritten key: a session id in the
+    path, a slug) is left out, and a first segment that only leads to one, so
+    ``/s/*/calendar/2026/05`` is ``/calendar/*/*``.
+    (Once a page at commit: cut by hand, not through ``parse_key``.)"""
     start = key.find("://")
     if start < 0 or not key.startswith(("http://", "https://")):
         return "?"
@@ -377,6 +380,11 @@ def pattern_of(key: str) -> str:
         return "/"
     path, _, query = key[slash + 1:].partition("?")
     segs = path.split("/")
+    if "*" in segs and len(segs) > 1:  # a segment a rule ignores is no part of the
+        # pattern, nor a first one that only leads to such a one (/s/SESSION/...)
+        if segs[1] == "*" and len(segs) > 2:
+            segs = segs[2:]
+        segs = [s for s in segs if s != "*"] or [""]
     first = segs[0].split(";", 1)[0]
     if first and segment_class(first) in _ID_CLASSES:
         first = "*"

@@ -134,6 +134,11 @@ def test_keys_patterns_and_shapes():
     assert pattern_of(H + "/calendar/2024/05") == "/calendar/*/*"
     assert pattern_of(H + "/shop/shirts/?size=m&color=red") == "/shop/*/?color&size"
     assert pattern_of(H + "/0ddb5e66/page") == "/*/*"
+    # segments a rule ignored (a session id in the path, a slug) are no part of it: a
+    # calendar under /s/SESSION/ is the calendar, not every page four segments deep
+    assert pattern_of(H + "/s/*/calendar/2024/05") == "/calendar/*/*"
+    assert pattern_of(H + "/s/*/news/7/*?print=1") == "/news/*?print"
+    assert pattern_of(H + "/s/*/") == "/"
     assert shape_of(H + "/news/1017/some-slug") == "/news/<num>/<slug>"
     assert shape_of(H + "/docs/") == "/docs/"
     with pytest.raises(ValueError, match="kind"):

@@ -369,8 +369,9 @@ def pattern_of(key: str) -> str:
     trailing slash as ``/``). The depth keeps a section's listings, articles and a
     relative-link loop's levels apart; the parameter names keep a page's views
     apart. A segment a rule ignored (``*`` in a rewritten key: a session id in the
-    path, a slug) is left out, and a first segment that only leads to one, so
-    ``/s/*/calendar/2026/05`` is ``/calendar/*/*``.
+    path, a slug) is left out, and a first segment that only leads to one or to an
+    opaque hex token, so ``/s/*/calendar/2026/05`` and ``/s/0ddb5e66/calendar/2026/05``
+    are ``/calendar/*/*``.
     (Once a page at commit: cut by hand, not through ``parse_key``.)"""
     start = key.find("://")
     if start < 0 or not key.startswith(("http://", "https://")):
@@ -380,10 +381,12 @@ def pattern_of(key: str) -> str:
         return "/"
     path, _, query = key[slash + 1:].partition("?")
     segs = path.split("/")
-    if "*" in segs and len(segs) > 1:  # a segment a rule ignores is no part of the
-        # pattern, nor a first one that only leads to such a one (/s/SESSION/...)
-        if segs[1] == "*" and len(segs) > 2:
-            segs = segs[2:]
+    # a first segment that only leads to a session-like one (/s/SESSION/...: ignored by
+    # a rule, "*", or before the rule an opaque hex token) is no part of the pattern,
+    # the same before and after the rule (a budget's counts must not move mid-crawl)
+    if len(segs) > 2 and (segs[1] == "*" or segment_class(segs[1].split(";", 1)[0]) == "hex"):
+        segs = segs[2:]
+    if "*" in segs and len(segs) > 1:  # nor a segment a rule ignores
         segs = [s for s in segs if s != "*"] or [""]
     first = segs[0].split(";", 1)[0]
     if first and segment_class(first) in _ID_CLASSES:

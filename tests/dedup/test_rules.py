@@ -137,6 +137,8 @@ def test_keys_patterns_and_shapes():
     # segments a rule ignored (a session id in the path, a slug) are no part of it: a
     # calendar under /s/SESSION/ is the calendar, not every page four segments deep
     assert pattern_of(H + "/s/*/calendar/2024/05") == "/calendar/*/*"
+    # and the same before the rule: a budget's pattern does not move when it is learned
+    assert pattern_of(H + "/s/0ddb5e66/calendar/2024/05") == "/calendar/*/*"
     assert pattern_of(H + "/s/*/news/7/*?print=1") == "/news/*?print"
     assert pattern_of(H + "/s/*/") == "/"
     assert shape_of(H + "/news/1017/some-slug") == "/news/<num>/<slug>"

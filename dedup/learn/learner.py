@@ -48,6 +48,7 @@ from dedup.learn.rules import (
     Rule,
     UrlParts,
     apply_rules,
+    decompose,
     parse_key,
     propose,
     rule_from_spec,
@@ -507,7 +508,11 @@ class RuleLearner:
             if other.rkey == page.rkey:
                 explained = True  # the same URL under the rules (fetched again)
                 continue
-            for rule in propose(other.parts, page.parts):
+            rules = propose(other.parts, page.parts)
+            if not rules:  # several differences at once: evidence for each
+                explained = self._jointly(h, other, page, now, events) or explained
+                continue
+            for rule in rules:
                 rid = h.by_rule.get(rule)
                 if rid is None:
                     self._open(h, rule, now, events)
@@ -551,24 +556,7 @@ class RuleLearner:
         s = h.states[rid]
         self._changed.add(rid)
         if other.cls == page.cls:
-            s.pairs += 1
-            s.classes.add(page.cls)
-            for p in (other, page):  # where and how it held: no check needed there
-                for _, ck in self._check_keys(h, [s], p.parts, k):
-                    self._cover(s, ck)
-            if len(s.examples) < _EXAMPLES:
-                s.examples.append([other.key, page.key])
-            cfg = self.config
-            if s.pairs >= cfg.min_pairs and len(s.classes) >= cfg.min_contents:
-                s.state = ACCEPTED
-                s.decided = now
-                s.reason = (f"{s.pairs} pairs of URLs with the same content, "
-                            f"{len(s.classes)} contents, no counter-example")
-                del h.maps[rid]
-                h.accepted.append((rid, s.rule))
-                h.accepted.sort(key=lambda r: (r[1].rank(), r[0]))
-                self.version += 1
-                events.append((ACCEPTED, s))
+            self._support(h, s, other, page, k, now, events)
             return
         s.against += 1
         s.state = REJECTED
@@ -577,6 +565,56 @@ class RuleLearner:
         s.reason = "two URLs it makes one have different content"
         del h.maps[rid]
         events.append((REJECTED, s))
+
+    def _support(self, h: _Host, s: RuleState, other: _Page, page: _Page, k: str,
+                 now: float, events: list[Event]) -> None:
+        """A pair of pages with the same content for the open rule ``s`` (``k``: their
+        key under it); accepted once it has enough."""
+        rid = s.id
+        self._changed.add(rid)
+        s.pairs += 1
+        s.classes.add(page.cls)
+        for p in (other, page):  # where and how it held: no check needed there
+            for _, ck in self._check_keys(h, [s], p.parts, k):
+                self._cover(s, ck)
+        if len(s.examples) < _EXAMPLES:
+            s.examples.append([other.key, page.key])
+        cfg = self.config
+        if s.pairs >= cfg.min_pairs and len(s.classes) >= cfg.min_contents:
+            s.state = ACCEPTED
+            s.decided = now
+            s.reason = (f"{s.pairs} pairs of URLs with the same content, "
+                        f"{len(s.classes)} contents, no counter-example")
+            del h.maps[rid]
+            h.accepted.append((rid, s.rule))
+            h.accepted.sort(key=lambda r: (r[1].rank(), r[0]))
+            self.version += 1
+            events.append((ACCEPTED, s))
+
+    def _jointly(self, h: _Host, other: _Page, page: _Page, now: float,
+                 events: list[Event]) -> bool:
+        """Two pages of one content whose keys differ in several ways (``decompose``):
+        the pair supports each open rule that explains one of the differences (a
+        counter-example still comes only from a pair that one rule alone makes one:
+        ``_evidence``). True if every difference has a live rule."""
+        groups = decompose(other.parts, page.parts)
+        explained = bool(groups)
+        for group in groups:
+            live = False
+            for rule in group:
+                rid = h.by_rule.get(rule)
+                if rid is None:
+                    self._open(h, rule, now, events)
+                    rid = h.by_rule.get(rule)
+                if rid is None:
+                    continue
+                st = h.states[rid]
+                if st.state == CANDIDATE:
+                    self._support(h, st, other, page, st.rule.apply(page.parts).key(), now,
+                                  events)
+                live = live or st.state in (CANDIDATE, ACCEPTED)
+            explained = explained and live
+        return explained
 
     def _rebuild(self, h: _Host) -> None:
         """The history's rewritten keys and the open proposals' maps under the host's

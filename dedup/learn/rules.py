@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["ORDER", "Rule", "UrlParts", "apply_rules", "parse_key", "pattern_of", "propose",
+__all__ = ["ORDER", "Rule", "UrlParts", "apply_rules", "decompose", "parse_key", "pattern_of",
+           "propose",
            "rule_from_spec", "segment_class", "shape_of"]
 
 # order of application (and of listing)
@@ -351,6 +352,49 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
     if not sa[i] or not sb[i] or shape != segment_class(sb[i]):
         return []
     return _ignored(_head(sa[:i]), i, shape)
+
+
+_CASE, _SLASH = Rule("lower_case"), Rule("trailing_slash")
+
+
+def decompose(a: UrlParts, b: UrlParts) -> list[list[Rule]]:
+    """Two keys of the same content that differ in several ways (``propose`` gives
+    nothing for them): the differences one by one, each as the rules that would
+    explain it alone (``[[drop ref], [lower_case], [ignore slug, ignore slug under any
+    section]]``), or ``[]`` if one of them is no difference a rule explains. Each
+    parameter whose value differs is one difference, then the case of the path, then
+    its trailing slash, then what ``propose`` finds in what is left. The pair is
+    evidence for each of them (``RuleLearner``): a host whose links mix aliases (a
+    session id, a referral tag, a slug and the case at once) teaches its rules
+    together, not one after the other."""
+    if a.prefix != b.prefix or a == b:
+        return []
+    out: list[list[Rule]] = []
+    va, vb = _param_values(a.params), _param_values(b.params)
+    for n in sorted(n for n in va.keys() | vb.keys() if va.get(n) != vb.get(n)):
+        rule = Rule("drop_params", names=(n,))
+        out.append([rule])
+        a, b = rule.apply(a), rule.apply(b)
+    if _case_differs(a.path, b.path):
+        out.append([_CASE])
+        a, b = _CASE.apply(a), _CASE.apply(b)
+    if a.path != b.path and (len(a.path) > 1 and a.path.endswith("/")) != (
+            len(b.path) > 1 and b.path.endswith("/")):
+        out.append([_SLASH])
+        a, b = _SLASH.apply(a), _SLASH.apply(b)
+    if a != b:
+        rest = propose(a, b)
+        if not rest:
+            return []
+        out.append(rest)
+    return out if len(out) >= 2 else []
+
+
+def _case_differs(pa: str, pb: str) -> bool:
+    """Whether a segment of one path is the other's in another case."""
+    sa, sb = pa.rstrip("/").split("/"), pb.rstrip("/").split("/")
+    return len(sa) == len(sb) and any(x != y and x.lower() == y.lower()
+                                      for x, y in zip(sa, sb, strict=True))
 
 
 def _ignored(head: tuple[str, ...], pos: int, shape: str) -> list[Rule]:

@@ -202,3 +202,24 @@ def test_a_restored_learner_decides_as_the_one_that_stopped():
     assert fa.events == fb.events
     assert [s.row()[:4] for s in a.rules()] == [s.row()[:4] for s in b.rules()]
     assert a.rewrite(H, U + "/e/1/?sid=4") == b.rewrite(H, U + "/e/1/?sid=4")
+
+
+def test_pairs_that_differ_in_two_ways_teach_both_rules_and_no_wrong_one():
+    """Every duplicate link carries a referral tag AND a trailing slash: no pair differs
+    in one way only, yet both rules are learned from those pairs; a parameter that
+    changes the page somewhere is still rejected by a pair that one rule alone makes
+    one."""
+    learner = RuleLearner(LearnConfig(min_pairs=4, min_contents=3))
+    feed = Feed(learner)
+    ref, slash = Rule("drop_params", names=("ref",)), Rule("trailing_slash")
+    for i in range(4):
+        feed.page(f"/n/{i}", i)
+        assert feed.page(f"/n/{i}/?ref=x{i}", i)  # a duplicate the proposals explain
+    assert (ACCEPTED, ref) in feed.events and (ACCEPTED, slash) in feed.events
+    assert learner.rewrite(H, U + "/n/9/?ref=z")[0] == U + "/n/9"
+    page = Rule("drop_params", names=("page",))
+    feed.page("/list", 20)
+    feed.page("/list?page=2&sort=a", 20)  # supports "page ignored" jointly ...
+    assert _state(learner, page) == "candidate"
+    feed.page("/list?page=3", 21)  # ... until one pair contradicts it alone
+    assert _state(learner, page) == REJECTED

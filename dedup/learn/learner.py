@@ -172,7 +172,7 @@ class RuleLearner:
         self._next_id = 1
         self._changed: set[int] = set()
         self._states: dict[int, RuleState] = {}
-        self._checked: set[tuple] = set()  # (rule key, check keys) a URL was fetched to check
+        self._checked: set[str] = set()  # rule keys a URL was fetched to check
         self.version = 0  # moves at every acceptance or revocation (rules changed)
 
     # -- what the crawl asks ----------------------------------------------------------
@@ -202,7 +202,8 @@ class RuleLearner:
         keep it (counted as saved). Checked: the first URL of each check key no
         evidence covered (``_check_keys``), one of each of the first ``check_first``
         rule keys of a rule, and of ``check_rate`` of the others (by the rule key's
-        hash); a rule key is checked once (a menu link under a session id is not
+        hash); a rule key is sampled once, whatever the values its URLs drop (a menu
+        link under a session id, a page linked with five referral tags, is not
         checked at every sighting)."""
         cfg = self.config
         h = self._hosts[host]
@@ -212,16 +213,17 @@ class RuleLearner:
         if parts is not None:
             self._values(h, parts)
         keys = self._check_keys(h, states, parts, rule_key) if parts is not None else []
-        once = (rule_key, tuple(k for _, k in keys))  # one check per rule key and values
-        if once not in self._checked:
-            fresh = [(s, k) for s, k in keys if k not in s.covered]
-            due = bool(fresh) or any(s.sent < cfg.check_first for s in states) or (
+        fresh = [(s, k) for s, k in keys if k not in s.covered]
+        if fresh:  # covered now: the next URL of these keys is not checked for them
+            due = True
+            for s, k in fresh:
+                self._cover(s, k)
+        elif rule_key not in self._checked:  # the sample: by rule key, whatever the values
+            due = any(s.sent < cfg.check_first for s in states) or (
                 cfg.check_rate > 0 and
                 zlib.crc32(rule_key.encode()) % 1_000_000 < cfg.check_rate * 1_000_000)
-            if due:
-                self._checked.add(once)
-                for s, k in fresh:
-                    self._cover(s, k)
+        if due:
+            self._checked.add(rule_key)
         for s in states:
             if due:
                 s.sent += 1

@@ -223,3 +223,19 @@ def test_pairs_that_differ_in_two_ways_teach_both_rules_and_no_wrong_one():
     assert _state(learner, page) == "candidate"
     feed.page("/list?page=3", 21)  # ... until one pair contradicts it alone
     assert _state(learner, page) == REJECTED
+
+
+def test_the_sample_checks_a_rule_key_once_whatever_the_values_its_urls_drop():
+    learner = RuleLearner(LearnConfig(min_pairs=3, min_contents=3, check_first=0,
+                                      check_rate=1.0))  # every rule key in the sample
+    feed = Feed(learner)
+    ref = Rule("drop_params", names=("ref",))
+    for i in range(3):
+        for tag in ("", "?ref=nav", "?ref=list"):
+            feed.page(f"/n/{i}{tag}", i)
+    rid = next(s.id for s in learner.rules(H) if s.rule == ref)
+    page = U + "/n/7"
+    assert learner.judge(H, [rid], page + "?ref=nav", "~" + page)
+    # the same page linked with another tag the evidence covered: no second check
+    assert not learner.judge(H, [rid], page + "?ref=list", "~" + page)
+    assert learner.judge(H, [rid], U + "/n/8?ref=list", "~" + U + "/n/8")

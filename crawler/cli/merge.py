@@ -41,7 +41,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         t = m.totals
         print(f"merged {len(args.inputs)} state directories into {Path(args.output)}: "
               f"{m.rows} URLs ({m.duplicates} present in several inputs), {m.pages} "
-              f"pages.jsonl records on {m.hosts} host(s); dedup (all runs): "
+              f"pages.jsonl records on {m.hosts} host(s); dedup (whole crawl, every input): "
               f"{t.get('links', 0)} links checked: {t.get('new', 0)} new, "
               f"{t.get('repeats', 0)} repeats")
         return 0

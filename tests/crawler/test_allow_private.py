@@ -1,6 +1,6 @@
 """A crawl of a loopback site without --allow-private (issue 36, item 8): every page is
 refused, the summary and pages.jsonl say which flag fetches it, nothing is counted as
-"given up after retries", and ``resume DIR --allow-private`` fetches the refused pages
+"given up", and ``resume DIR --allow-private`` fetches the refused pages
 and what they link to, each URL ending with one line in pages.jsonl, as a retried URL
 does (it was a dead end: resume refused the flag as frozen)."""
 

@@ -39,7 +39,7 @@ async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, sma
         done = await run_cli("crawl", str(seeds), "--state", str(tmp_path / "s"),
                              "--config", str(config))
         assert done.rc == 3, done.stderr
-        assert "1 failed (1 timeout), 1 given up after retries" in done.stderr
+        assert "1 failed (1 timeout), 1 given up (retries spent" in done.stderr
         assert f"{srv.base.split('//')[1]}: 1 failed: timeout" in done.stderr
         # every fetch failed: 3 as well, never 0
         seeds = write_seeds(tmp_path / "bad.txt", [srv.url("/hang"), srv.url("/status/503")])
@@ -49,7 +49,7 @@ async def test_a_crawl_that_gave_urls_up_exits_3_and_says_how_many(tmp_path, sma
     stats = await run_cli("stats", str(tmp_path / "t"))
     # the 503 is an answer (fetched, with an error), the hang none; both were given up
     assert stats.rc == 0 and "1 fetched (responses received, 1 with errors" in stats.stdout
-    assert "1 failed (1 timeout), 2 given up after retries" in stats.stdout
+    assert "1 failed (1 timeout), 2 given up (retries spent" in stats.stdout
 
 
 async def test_a_finished_crawl_exits_0_and_a_ctrl_c_130(tmp_path, site):

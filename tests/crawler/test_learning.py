@@ -308,3 +308,36 @@ async def test_no_learn_is_frozen_with_the_crawl(tmp_path):
     assert "learn" not in json.loads((await run_cli("stats", str(state), "--json")).stdout)
     rules = await run_cli("rules", str(state))
     assert "learning is off for this crawl" in rules.stdout
+
+
+async def test_pages_of_links_alone_are_new_content_to_a_trap_budget(tmp_path):
+    """Pages whose only text is a few link words ("more", "up") differ by their links:
+    too few words to judge by shingles, each is new content by its new payload, so no
+    trap budget closes on them and every page of the tree is fetched (a budget held
+    the last pages of such a tree: their text brought no new shingle)."""
+    from aiohttp import web
+
+    from tests.support.faultserver import serve
+
+    n = 400
+
+    async def page(request: web.Request) -> web.Response:
+        i = int(request.match_info["i"])
+        body = "".join(f'<a href="/p/{j}">more</a>' for j in (2 * i + 1, 2 * i + 2) if j < n)
+        if i:  # a leaf differs from the others by this link alone
+            body += f'<a href="/p/{(i - 1) // 2}#from-{i}">up</a>'
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/p/{i}", page)
+    async with serve(app) as base:
+        seeds = write_seeds(tmp_path / "seeds.txt", [base + "/p/0"])
+        settings = fast_settings(crawl={"max_depth": 40})
+        seen, scope, _ = create_crawl(tmp_path / "state", settings, seeds)
+        try:
+            summary = await Engine(seen, settings, scope).run()
+        finally:
+            seen.close()
+    fetched = {r["url"] for r in read_pages(tmp_path / "state" / "pages.jsonl")}
+    assert fetched == {f"{base}/p/{i}" for i in range(n)}
+    assert summary["learn"]["budgets"] == []

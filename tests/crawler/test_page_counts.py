@@ -82,6 +82,8 @@ async def test_404_answers_are_fetched_with_errors_not_failed(tmp_path):
     assert summary["failed_hosts"] == {}
     text = format_summary(summary)
     assert "2 fetched (responses received, 2 with errors" in text and "0 failed" in text
+    # learning ran and found nothing to say: no line of zeros
+    assert summary["learn"]["rules"] == 0 and "learn (whole crawl)" not in text
     stats = await _stats_json(tmp_path / "state")
     assert (stats["fetched"], stats["fetched_with_errors"], stats["failed"]) == (2, 2, 0)
 

@@ -185,7 +185,8 @@ def test_merge_state_and_the_reports_count_the_fleets_links_pages_and_hosts(craw
     links, new, repeats = (sum(w[k] for w in per) for k in ("links", "new", "repeats"))
     assert capsys.readouterr().out.strip().endswith(
         f"0 present in several inputs), {len(records)} pages.jsonl records on {SPEC.hosts} "
-        f"host(s); dedup (all runs): {links} links checked: {new} new, {repeats} repeats")
+        f"host(s); dedup (whole crawl, every input): {links} links checked: {new} new, "
+        f"{repeats} repeats")
     union = state_stats(full)
     for key in ("links", "new", "repeats", "confirm_cache_hits", "fetched",
                 "fetched_with_errors", "failed", "skipped"):

@@ -123,7 +123,8 @@ def _pages_line(s: dict[str, Any]) -> str:
     return (f"{s['fetched']} fetched (responses received, {s.get('fetched_with_errors', 0)} "
             f"with errors: 4xx, 5xx, not HTML), {s['failed']} failed"
             + (f" ({why})" if why else "")
-            + (f", {given_up} given up after retries" if given_up else ""))
+            + (f", {given_up} given up (retries spent, or an error no retry mends)"
+               if given_up else ""))
 
 
 # What a figure of a summary counts: every run of the crawl, or this run (process)
@@ -163,7 +164,8 @@ def _host_lines(s: dict[str, Any]) -> list[str]:
 def _learn_lines(s: dict[str, Any]) -> list[str]:
     """What learning did: rules, fetches it saved, trap budgets it closed."""
     learn = s.get("learn")
-    if not learn:
+    if not learn or not (learn["rules"] or learn["revoked"] or learn["budgets"]
+                         or learn["saved_by_rules"] or learn["saved_by_budgets"]):
         return []
     line = (f"{label('learn', WHOLE_CRAWL)}{learn['rules']} URL rule(s) on "
             f"{learn['hosts']} host(s)"

@@ -229,9 +229,9 @@ class Learning:
                     firsts[seq] = first_url
             else:
                 cls = seq
-            if fp is not None:  # new shingles: at least so many, or half of a short text
+            if simhash is not None:  # new shingles: at least so many, or half of a short text
                 new = fp[2] >= min(st.budget_new_shingles, (fp[3] + 1) // 2)
-            else:
+            else:  # too few words to judge by them (a hub of links): a new payload is new
                 new = cls == seq
             out.append(near_url)
             if near_url is not None:

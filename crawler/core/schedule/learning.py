@@ -633,7 +633,12 @@ class Learning:
             ids = tuple(sorted(i for i in made if self.learner.rule(i).state == "accepted"))
             if not ids:
                 return None
-        return self._judged(item, key, rkey, ids)
+        reason = self._judged(item, key, rkey, ids)
+        if reason is None and holder["state"] == "queued":
+            # fetched as a check while the rule key's own URL waits in the queue: that
+            # one is now the duplicate, decided at its turn (``_shadow``)
+            self._shadowed[int(holder["seq"])] = ids
+        return reason
 
     def _judged(self, item: Item, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
         """A queued URL these rules make a duplicate of a page fetched or queued: held

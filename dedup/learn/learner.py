@@ -48,6 +48,7 @@ from dedup.learn.rules import (
     Rule,
     UrlParts,
     apply_rules,
+    decompose,
     parse_key,
     propose,
     rule_from_spec,
@@ -171,7 +172,7 @@ class RuleLearner:
         self._next_id = 1
         self._changed: set[int] = set()
         self._states: dict[int, RuleState] = {}
-        self._checked: set[tuple] = set()  # (rule key, check keys) a URL was fetched to check
+        self._checked: set[str] = set()  # rule keys a URL was fetched to check
         self.version = 0  # moves at every acceptance or revocation (rules changed)
 
     # -- what the crawl asks ----------------------------------------------------------
@@ -201,7 +202,8 @@ class RuleLearner:
         keep it (counted as saved). Checked: the first URL of each check key no
         evidence covered (``_check_keys``), one of each of the first ``check_first``
         rule keys of a rule, and of ``check_rate`` of the others (by the rule key's
-        hash); a rule key is checked once (a menu link under a session id is not
+        hash); a rule key is sampled once, whatever the values its URLs drop (a menu
+        link under a session id, a page linked with five referral tags, is not
         checked at every sighting)."""
         cfg = self.config
         h = self._hosts[host]
@@ -211,16 +213,17 @@ class RuleLearner:
         if parts is not None:
             self._values(h, parts)
         keys = self._check_keys(h, states, parts, rule_key) if parts is not None else []
-        once = (rule_key, tuple(k for _, k in keys))  # one check per rule key and values
-        if once not in self._checked:
-            fresh = [(s, k) for s, k in keys if k not in s.covered]
-            due = bool(fresh) or any(s.sent < cfg.check_first for s in states) or (
+        fresh = [(s, k) for s, k in keys if k not in s.covered]
+        if fresh:  # covered now: the next URL of these keys is not checked for them
+            due = True
+            for s, k in fresh:
+                self._cover(s, k)
+        elif rule_key not in self._checked:  # the sample: by rule key, whatever the values
+            due = any(s.sent < cfg.check_first for s in states) or (
                 cfg.check_rate > 0 and
                 zlib.crc32(rule_key.encode()) % 1_000_000 < cfg.check_rate * 1_000_000)
-            if due:
-                self._checked.add(once)
-                for s, k in fresh:
-                    self._cover(s, k)
+        if due:
+            self._checked.add(rule_key)
         for s in states:
             if due:
                 s.sent += 1
@@ -507,7 +510,11 @@ class RuleLearner:
             if other.rkey == page.rkey:
                 explained = True  # the same URL under the rules (fetched again)
                 continue
-            for rule in propose(other.parts, page.parts):
+            rules = propose(other.parts, page.parts)
+            if not rules:  # several differences at once: evidence for each
+                explained = self._jointly(h, other, page, now, events) or explained
+                continue
+            for rule in rules:
                 rid = h.by_rule.get(rule)
                 if rid is None:
                     self._open(h, rule, now, events)
@@ -551,24 +558,7 @@ class RuleLearner:
         s = h.states[rid]
         self._changed.add(rid)
         if other.cls == page.cls:
-            s.pairs += 1
-            s.classes.add(page.cls)
-            for p in (other, page):  # where and how it held: no check needed there
-                for _, ck in self._check_keys(h, [s], p.parts, k):
-                    self._cover(s, ck)
-            if len(s.examples) < _EXAMPLES:
-                s.examples.append([other.key, page.key])
-            cfg = self.config
-            if s.pairs >= cfg.min_pairs and len(s.classes) >= cfg.min_contents:
-                s.state = ACCEPTED
-                s.decided = now
-                s.reason = (f"{s.pairs} pairs of URLs with the same content, "
-                            f"{len(s.classes)} contents, no counter-example")
-                del h.maps[rid]
-                h.accepted.append((rid, s.rule))
-                h.accepted.sort(key=lambda r: (r[1].rank(), r[0]))
-                self.version += 1
-                events.append((ACCEPTED, s))
+            self._support(h, s, other, page, k, now, events)
             return
         s.against += 1
         s.state = REJECTED
@@ -577,6 +567,56 @@ class RuleLearner:
         s.reason = "two URLs it makes one have different content"
         del h.maps[rid]
         events.append((REJECTED, s))
+
+    def _support(self, h: _Host, s: RuleState, other: _Page, page: _Page, k: str,
+                 now: float, events: list[Event]) -> None:
+        """A pair of pages with the same content for the open rule ``s`` (``k``: their
+        key under it); accepted once it has enough."""
+        rid = s.id
+        self._changed.add(rid)
+        s.pairs += 1
+        s.classes.add(page.cls)
+        for p in (other, page):  # where and how it held: no check needed there
+            for _, ck in self._check_keys(h, [s], p.parts, k):
+                self._cover(s, ck)
+        if len(s.examples) < _EXAMPLES:
+            s.examples.append([other.key, page.key])
+        cfg = self.config
+        if s.pairs >= cfg.min_pairs and len(s.classes) >= cfg.min_contents:
+            s.state = ACCEPTED
+            s.decided = now
+            s.reason = (f"{s.pairs} pairs of URLs with the same content, "
+                        f"{len(s.classes)} contents, no counter-example")
+            del h.maps[rid]
+            h.accepted.append((rid, s.rule))
+            h.accepted.sort(key=lambda r: (r[1].rank(), r[0]))
+            self.version += 1
+            events.append((ACCEPTED, s))
+
+    def _jointly(self, h: _Host, other: _Page, page: _Page, now: float,
+                 events: list[Event]) -> bool:
+        """Two pages of one content whose keys differ in several ways (``decompose``):
+        the pair supports each open rule that explains one of the differences (a
+        counter-example still comes only from a pair that one rule alone makes one:
+        ``_evidence``). True if every difference has a live rule."""
+        groups = decompose(other.parts, page.parts)
+        explained = bool(groups)
+        for group in groups:
+            live = False
+            for rule in group:
+                rid = h.by_rule.get(rule)
+                if rid is None:
+                    self._open(h, rule, now, events)
+                    rid = h.by_rule.get(rule)
+                if rid is None:
+                    continue
+                st = h.states[rid]
+                if st.state == CANDIDATE:
+                    self._support(h, st, other, page, st.rule.apply(page.parts).key(), now,
+                                  events)
+                live = live or st.state in (CANDIDATE, ACCEPTED)
+            explained = explained and live
+        return explained
 
     def _rebuild(self, h: _Host) -> None:
         """The history's rewritten keys and the open proposals' maps under the host's

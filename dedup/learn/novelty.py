@@ -21,7 +21,13 @@ far, so an endless calendar, whose months hold nothing new, is abandoned after a
 handful of probes and the crawl ends by itself. A closed pattern also holds the
 deeper patterns of its family (same first segment and parameter names, more
 segments): a relative-link loop grows a level on every click, and each level
-would otherwise need a window of its own.
+would otherwise need a window of its own. And a query pattern also counts in a
+budget of the same parameters at the same depth in every section
+(``/**/*/*?lang``): a parameter that brings nothing new (a language most pages
+ignore, the comments page of articles, a facet) is one trap across the sections,
+closed after one window instead of one window a section; where it does change
+the pages (translated docs, a listing's next page) their novelty keeps it open,
+as it keeps their own pattern open.
 
 Why per pattern and per host: a pattern is where traps live (``/calendar/*/*``,
 ``/shop/*/*?color&size``), and it shares its window with the real pages of the
@@ -43,6 +49,7 @@ from dedup.learn.rules import pattern_of
 __all__ = ["FETCH", "HOLD", "HOST", "PROBE", "BudgetConfig", "Budgets"]
 
 HOST = "*"  # the host-wide budget's pattern
+ANY = "**"  # the first segment of a pattern of every section (``_any_section``)
 FETCH, PROBE, HOLD = "fetch", "probe", "hold"
 
 
@@ -54,6 +61,17 @@ class BudgetConfig:
     host_window: int = 200
     grace: int = 4
     probe_first: int = 8
+
+
+def _any_section(pattern: str) -> str | None:
+    """The budget a query pattern shares with the same parameters in every section
+    at its depth (``/news/*/*?lang`` -> ``/**/*/*?lang``), None for a pattern without
+    a query (a calendar's ``/calendar/*/*`` is not the articles' ``/news/*/*``)."""
+    path, sep, names = pattern.partition("?")
+    if not sep or not path.startswith("/"):
+        return None
+    rest = path[1:].partition("/")
+    return f"/{ANY}{rest[1]}{rest[2]}?{names}"
 
 
 def _family(pattern: str) -> tuple[str, str, int]:
@@ -112,6 +130,9 @@ class Budgets:
             return HOST
         if pattern in closed:
             return pattern
+        wide = _any_section(pattern)
+        if wide is not None and wide in closed:
+            return wide
         first, names, depth = _family(pattern)
         for p in closed:
             f, n, d = _family(p)
@@ -138,7 +159,8 @@ class Budgets:
             self._closed[host].discard(holder)
             self.changed = True
         grace = self.config.grace
-        for p in (HOST, pattern):
+        wide = _any_section(pattern)
+        for p in (HOST, pattern) if wide is None else (HOST, pattern, wide):
             b = self._b.get((host, p)) or self._get(host, p)
             b.push(novel)
             if not novel and not b.closed and b.spent(grace):
@@ -152,8 +174,10 @@ class Budgets:
     def replay(self, host: str, key: str, novel: bool) -> None:
         """A page seen before a restart: into the windows only (``restore`` brings
         back which budgets were closed)."""
-        for pattern in (HOST, pattern_of(key)):
-            self._get(host, pattern).push(novel)
+        pattern = pattern_of(key)
+        wide = _any_section(pattern)
+        for p in (HOST, pattern) if wide is None else (HOST, pattern, wide):
+            self._get(host, p).push(novel)
 
     def decide(self, host: str, key: str) -> tuple[str, str]:
         """At a queued URL's turn: ``(fetch | probe | hold, the closed budget's pattern)``

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["ORDER", "Rule", "UrlParts", "apply_rules", "parse_key", "pattern_of", "propose",
+__all__ = ["ORDER", "Rule", "UrlParts", "apply_rules", "decompose", "parse_key", "pattern_of",
+           "propose",
            "rule_from_spec", "segment_class", "shape_of"]
 
 # order of application (and of listing)
@@ -353,6 +354,49 @@ def propose(a: UrlParts, b: UrlParts) -> list[Rule]:
     return _ignored(_head(sa[:i]), i, shape)
 
 
+_CASE, _SLASH = Rule("lower_case"), Rule("trailing_slash")
+
+
+def decompose(a: UrlParts, b: UrlParts) -> list[list[Rule]]:
+    """Two keys of the same content that differ in several ways (``propose`` gives
+    nothing for them): the differences one by one, each as the rules that would
+    explain it alone (``[[drop ref], [lower_case], [ignore slug, ignore slug under any
+    section]]``), or ``[]`` if one of them is no difference a rule explains. Each
+    parameter whose value differs is one difference, then the case of the path, then
+    its trailing slash, then what ``propose`` finds in what is left. The pair is
+    evidence for each of them (``RuleLearner``): a host whose links mix aliases (a
+    session id, a referral tag, a slug and the case at once) teaches its rules
+    together, not one after the other."""
+    if a.prefix != b.prefix or a == b:
+        return []
+    out: list[list[Rule]] = []
+    va, vb = _param_values(a.params), _param_values(b.params)
+    for n in sorted(n for n in va.keys() | vb.keys() if va.get(n) != vb.get(n)):
+        rule = Rule("drop_params", names=(n,))
+        out.append([rule])
+        a, b = rule.apply(a), rule.apply(b)
+    if _case_differs(a.path, b.path):
+        out.append([_CASE])
+        a, b = _CASE.apply(a), _CASE.apply(b)
+    if a.path != b.path and (len(a.path) > 1 and a.path.endswith("/")) != (
+            len(b.path) > 1 and b.path.endswith("/")):
+        out.append([_SLASH])
+        a, b = _SLASH.apply(a), _SLASH.apply(b)
+    if a != b:
+        rest = propose(a, b)
+        if not rest:
+            return []
+        out.append(rest)
+    return out if len(out) >= 2 else []
+
+
+def _case_differs(pa: str, pb: str) -> bool:
+    """Whether a segment of one path is the other's in another case."""
+    sa, sb = pa.rstrip("/").split("/"), pb.rstrip("/").split("/")
+    return len(sa) == len(sb) and any(x != y and x.lower() == y.lower()
+                                      for x, y in zip(sa, sb, strict=True))
+
+
 def _ignored(head: tuple[str, ...], pos: int, shape: str) -> list[Rule]:
     """``ignore_segment`` under ``head``, and under any first segment when the head is a
     section and an id (/news/7/x, /sport/9/y: the sections' slugs are one rule)."""
@@ -368,7 +412,11 @@ def pattern_of(key: str) -> str:
     sorted: ``/calendar/*/*``, ``/shop/*/?color&size``, ``/news/*/*?lang`` (a
     trailing slash as ``/``). The depth keeps a section's listings, articles and a
     relative-link loop's levels apart; the parameter names keep a page's views
-    apart. (Once a page at commit: cut by hand, not through ``parse_key``.)"""
+    apart. A segment a rule ignored (``*`` in a rewritten key: a session id in the
+    path, a slug) is left out, and a first segment that only leads to one or to an
+    opaque hex token, so ``/s/*/calendar/2026/05`` and ``/s/0ddb5e66/calendar/2026/05``
+    are ``/calendar/*/*``.
+    (Once a page at commit: cut by hand, not through ``parse_key``.)"""
     start = key.find("://")
     if start < 0 or not key.startswith(("http://", "https://")):
         return "?"
@@ -377,6 +425,13 @@ def pattern_of(key: str) -> str:
         return "/"
     path, _, query = key[slash + 1:].partition("?")
     segs = path.split("/")
+    # a first segment that only leads to a session-like one (/s/SESSION/...: ignored by
+    # a rule, "*", or before the rule an opaque hex token) is no part of the pattern,
+    # the same before and after the rule (a budget's counts must not move mid-crawl)
+    if len(segs) > 2 and (segs[1] == "*" or segment_class(segs[1].split(";", 1)[0]) == "hex"):
+        segs = segs[2:]
+    if "*" in segs and len(segs) > 1:  # nor a segment a rule ignores
+        segs = [s for s in segs if s != "*"] or [""]
     first = segs[0].split(";", 1)[0]
     if first and segment_class(first) in _ID_CLASSES:
         first = "*"

@@ -202,3 +202,40 @@ def test_a_restored_learner_decides_as_the_one_that_stopped():
     assert fa.events == fb.events
     assert [s.row()[:4] for s in a.rules()] == [s.row()[:4] for s in b.rules()]
     assert a.rewrite(H, U + "/e/1/?sid=4") == b.rewrite(H, U + "/e/1/?sid=4")
+
+
+def test_pairs_that_differ_in_two_ways_teach_both_rules_and_no_wrong_one():
+    """Every duplicate link carries a referral tag AND a trailing slash: no pair differs
+    in one way only, yet both rules are learned from those pairs; a parameter that
+    changes the page somewhere is still rejected by a pair that one rule alone makes
+    one."""
+    learner = RuleLearner(LearnConfig(min_pairs=4, min_contents=3))
+    feed = Feed(learner)
+    ref, slash = Rule("drop_params", names=("ref",)), Rule("trailing_slash")
+    for i in range(4):
+        feed.page(f"/n/{i}", i)
+        assert feed.page(f"/n/{i}/?ref=x{i}", i)  # a duplicate the proposals explain
+    assert (ACCEPTED, ref) in feed.events and (ACCEPTED, slash) in feed.events
+    assert learner.rewrite(H, U + "/n/9/?ref=z")[0] == U + "/n/9"
+    page = Rule("drop_params", names=("page",))
+    feed.page("/list", 20)
+    feed.page("/list?page=2&sort=a", 20)  # supports "page ignored" jointly ...
+    assert _state(learner, page) == "candidate"
+    feed.page("/list?page=3", 21)  # ... until one pair contradicts it alone
+    assert _state(learner, page) == REJECTED
+
+
+def test_the_sample_checks_a_rule_key_once_whatever_the_values_its_urls_drop():
+    learner = RuleLearner(LearnConfig(min_pairs=3, min_contents=3, check_first=0,
+                                      check_rate=1.0))  # every rule key in the sample
+    feed = Feed(learner)
+    ref = Rule("drop_params", names=("ref",))
+    for i in range(3):
+        for tag in ("", "?ref=nav", "?ref=list"):
+            feed.page(f"/n/{i}{tag}", i)
+    rid = next(s.id for s in learner.rules(H) if s.rule == ref)
+    page = U + "/n/7"
+    assert learner.judge(H, [rid], page + "?ref=nav", "~" + page)
+    # the same page linked with another tag the evidence covered: no second check
+    assert not learner.judge(H, [rid], page + "?ref=list", "~" + page)
+    assert learner.judge(H, [rid], U + "/n/8?ref=list", "~" + U + "/n/8")

@@ -88,3 +88,24 @@ def test_a_pattern_that_brought_new_pages_must_stay_dry_longer_before_it_closes(
     closed_at = next(i for i in range(1, 50)
                      if b.observe(H, _month(10 + i), False))
     assert closed_at == 11
+
+
+def test_a_parameter_with_nothing_new_in_every_section_closes_as_one_budget():
+    """?lang on the articles of four sections, one at a time in turn (as a breadth-first
+    crawl meets them): one window across the sections closes them all, while the
+    translated docs, whose ?lang pages are new, and the articles themselves stay open."""
+    b = Budgets(CFG)
+    events = []
+    for i in range(2):
+        for sec in ("news", "food", "sport", "travel"):
+            events += b.observe(H, f"{U}/{sec}/{i}/slug?lang=de", False)
+            events += b.observe(H, f"{U}/docs/d{sec}{i}?lang=de", True)
+            events += b.observe(H, f"{U}/{sec}/{i}/slug", True)
+    # no section's own pattern saw a window of nothing new: the sections' one did
+    assert events == [("closed", H, "/**/*/*?lang", 0)]
+    assert b.decide(H, f"{U}/opinion/7/x?lang=fr") == (HOLD, "/**/*/*?lang")
+    assert b.decide(H, f"{U}/docs/other?lang=fr") == (FETCH, "")
+    assert b.decide(H, f"{U}/news/9/slug") == (FETCH, "")
+    # a new page of the parameter in any section reopens it, with what it held
+    assert b.observe(H, f"{U}/food/8/slug?lang=fr", True) == [
+        ("reopened", H, "/**/*/*?lang", 1)]

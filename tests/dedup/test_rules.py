@@ -134,7 +134,32 @@ def test_keys_patterns_and_shapes():
     assert pattern_of(H + "/calendar/2024/05") == "/calendar/*/*"
     assert pattern_of(H + "/shop/shirts/?size=m&color=red") == "/shop/*/?color&size"
     assert pattern_of(H + "/0ddb5e66/page") == "/*/*"
+    # segments a rule ignored (a session id in the path, a slug) are no part of it: a
+    # calendar under /s/SESSION/ is the calendar, not every page four segments deep
+    assert pattern_of(H + "/s/*/calendar/2024/05") == "/calendar/*/*"
+    # and the same before the rule: a budget's pattern does not move when it is learned
+    assert pattern_of(H + "/s/0ddb5e66/calendar/2024/05") == "/calendar/*/*"
+    assert pattern_of(H + "/s/*/news/7/*?print=1") == "/news/*?print"
+    assert pattern_of(H + "/s/*/") == "/"
     assert shape_of(H + "/news/1017/some-slug") == "/news/<num>/<slug>"
     assert shape_of(H + "/docs/") == "/docs/"
     with pytest.raises(ValueError, match="kind"):
         rule_from_spec({"kind": "nope"})
+
+
+def test_a_pair_that_differs_in_several_ways_is_cut_into_its_differences():
+    from dedup.learn.rules import decompose
+
+    ref = Rule("drop_params", names=("ref",))
+    assert decompose(_p("/Shop/Hats/?ref=list"), _p("/shop/hats")) == [
+        [ref], [Rule("lower_case")], [Rule("trailing_slash")]]
+    assert decompose(_p("/news/7/some-slug?ref=a"), _p("/news/7?ref=b")) == [
+        [ref], [Rule("ignore_segment", head=("news", "*"), pos=2, shape="slug"),
+                Rule("ignore_segment", head=("*", "*"), pos=2, shape="slug")]]
+    # one difference is propose's; one no rule explains makes the whole pair nothing
+    assert decompose(_p("/a?ref=x"), _p("/a")) == []
+    assert decompose(_p("/a/b?ref=x"), _p("/c/d/e")) == []
+    # the same case twice is no case difference; another host, no pair
+    assert decompose(_p("/Wiki/a?x=1&y=2"), _p("/Wiki/a")) == [
+        [Rule("drop_params", names=("x",))], [Rule("drop_params", names=("y",))]]
+    assert decompose(_p("/a?x=1&y=2"), parse_key("http://other.test/a")) == []

@@ -133,6 +133,9 @@ class Learning:
             grace=settings.budget_grace, probe_first=settings.budget_probe_first))
         self._checks: dict[int, str] = {}  # seq of a URL queued as a check -> its host
         self._later: set[int] = set()  # seqs put back once (``later``)
+        # seqs queued under a rule key that a page fetched before a newer rule now
+        # holds too -> the rules that made it so (``_shadow``)
+        self._shadowed: dict[int, tuple[int, ...]] = {}
         self._prefixes: tuple[str, ...] = ()  # origins of hosts with rules
         self._version = -1
         self.events: list[dict[str, Any]] = []  # what was decided, newest last (summary)
@@ -324,6 +327,8 @@ class Learning:
         if not pairs:
             return
         (new,) = self.seen.admit_pages([(pairs, 0)])
+        if len(new) < len(pairs):
+            self._shadow(pages, {n.key for n in new})
         if not new:
             return
         self.state.record_outcomes((n.seq, State.SKIPPED, None,
@@ -332,6 +337,21 @@ class Learning:
         self.state.note_held(HeldRow(n.seq, host, _ALIAS, why[n.key], n.url, n.key, 0)
                              for n in new)
         self._count("aliases", len(new))
+
+    def _shadow(self, pages: list[tuple[str, int, str, tuple[int, ...]]],
+                recorded: set[str]) -> None:
+        """Fetched pages whose new rule key another URL holds, still queued under it
+        (admitted under an earlier rule's key that the new rule does not change): that
+        URL is now a duplicate of the fetched page, and is decided at its turn like one
+        (``_duplicate``) instead of being fetched as the key's own page. In memory: after
+        a restart such a URL is fetched, as before the rule."""
+        for key, seq, rkey, applied in pages:
+            if not applied or RULE_KEY + rkey in recorded:
+                continue
+            holder = self.state.lookup_key(RULE_KEY + rkey)
+            if holder is not None and holder["state"] == "queued" and holder["seq"] != seq \
+                    and self._key(holder["url"]) != key:
+                self._shadowed[int(holder["seq"])] = applied
 
     def _release(self, host: str, which: Callable[[HeldRow], bool]) -> None:
         """Held rows of ``host`` that ``which`` picks: their keys forgotten, the URLs
@@ -583,7 +603,16 @@ class Learning:
         URL holds it (a variant fetched first), this one is a duplicate under the rules
         that made the two keys one: held, or fetched as a check."""
         if getattr(queued, "key", None) == rkey:
-            return None  # queued under the rule key as it still is: its page
+            # queued under the rule key as it still is: its page, unless a page fetched
+            # before the rule that made the two one holds it now (``_shadow``)
+            shadowed = self._shadowed.pop(queued.seq, None)
+            if shadowed is None:
+                return None
+            ids = tuple(sorted(set(ids) | {i for i in shadowed
+                                           if self.learner.rule(i).state == "accepted"}))
+            if not ids:
+                return None
+            return self._judged(queued, key, rkey, ids)
         (new,) = self.seen.admit_pages([([(queued.url, rkey)], queued.depth)])
         if new:
             n = new[0]
@@ -607,10 +636,20 @@ class Learning:
             ids = tuple(sorted(i for i in made if self.learner.rule(i).state == "accepted"))
             if not ids:
                 return None
+        reason = self._judged(queued, key, rkey, ids)
+        if reason is None and holder["state"] == "queued":
+            # fetched as a check while the rule key's own URL waits in the queue: that
+            # one is now the duplicate, decided at its turn (``_shadow``)
+            self._shadowed[int(holder["seq"])] = ids
+        return reason
+
+    def _judged(self, queued: QueuedUrl, key: str, rkey: str, ids: tuple[int, ...]) -> str | None:
+        """A queued URL these rules make a duplicate of a page fetched or queued: held
+        (the reason), or fetched as a check (None)."""
         admitted = self._admitted(queued, key)
         if self.learner.judge(queued.host, ids, key, rkey):
             self.state.note_held([HeldRow(queued.seq, queued.host, _CHECK, _ids(ids), queued.url,
-                                          admitted, queued.depth)])
+                                         admitted, queued.depth)])
             self._checks[queued.seq] = queued.host
             return None
         self.state.note_held([HeldRow(queued.seq, queued.host, _SUPPRESSED, _ids(ids), queued.url,

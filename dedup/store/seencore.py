@@ -13,7 +13,7 @@ cannot break it.
 Two implementations answer the same calls the same way, counters and cache order
 included: the compiled ``dedup.native._canon.SeenCore`` (``dedup/native/_seencore.h``)
 and :class:`PySeenCore` here, used under ``BLOOMCRAWL_NO_KERNEL=1`` and where the
-extension did not build. tests/dedup/test_seencore.py drives both call by call.
+extension did not build. tests/dedup/store/test_seencore.py drives both call by call.
 
 The cache of recent keys holds full 16-byte fingerprints (a hit answers "seen",
 so a shorter tag could drop a new URL) in buckets of four, one 64-byte cache line

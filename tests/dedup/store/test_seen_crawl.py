@@ -13,7 +13,7 @@ from dedup import State, StateLocked, UrlSeen, open_records
 from dedup.store.crawl import IDENTITY_KEYS
 from dedup.url.fingerprint import fingerprint
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _open(d: Path, **kw: object) -> UrlSeen:

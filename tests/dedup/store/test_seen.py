@@ -241,7 +241,7 @@ def _run(code: str) -> None:
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120)
 
 

@@ -24,7 +24,7 @@ from dedup.journal.journal import Journal
 from dedup.journal.transfer import import_rows, migrate_v1, rows
 from tests.support.ledger_v1 import Ledger
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def fp(i: int) -> bytes:

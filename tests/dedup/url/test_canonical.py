@@ -28,7 +28,7 @@ from tests.dedup.conftest import require_kernel
 
 # A copy of /work/shared/crawler_anchors/urltestdata.json (WHATWG URL tests from
 # web-platform-tests, via ada-url/ada; see shared/crawler_anchors/SOURCE.md).
-WPT_DATA = Path(__file__).parent.parent / "data" / "urltestdata.json"
+WPT_DATA = Path(__file__).parents[2] / "data" / "urltestdata.json"
 WPT_SHA256 = "355c9f1e5f34aae66ba8adfabf3c853f5cd30ea22964ef7a53eb292e7975d81e"
 
 

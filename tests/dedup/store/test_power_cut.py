@@ -66,7 +66,7 @@ def child(state: str, phase: str, seed: str) -> None:
 def run_child(state: Path, phase: str, seed: int, env: dict[str, str] | None = None
               ) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tests.dedup.test_power_cut import child; "
+        [sys.executable, "-c", "import sys; from tests.dedup.store.test_power_cut import child; "
          "child(*sys.argv[1:])", str(state), phase, str(seed)],
         cwd=REPO, env={**cli_env(), **(env or {})}, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -87,7 +87,7 @@ def model(log: Path) -> tuple[set[int], set[int], set[int]]:
 def test_kill9_anywhere_keeps_urlseen_exact(tmp_path):
     d, log = tmp_path / "state", tmp_path / "log.jsonl"
     rng = random.Random(7)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     for round_ in range(5):
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(d), str(log), str(round_)],
                                  env=env, stderr=subprocess.PIPE)

@@ -187,7 +187,7 @@ def test_kill9_before_commit_never_answers_seen_unrecorded(tmp_path):
     killed with SIGKILL before it writes them. Reopened: the first 150 are seen, and
     every key answered "seen" is one the ledger holds."""
     d, log = tmp_path / "state", tmp_path / "log"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(d), str(log), "150"],
                              env=env, stderr=subprocess.PIPE)
     try:

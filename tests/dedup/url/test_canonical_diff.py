@@ -30,7 +30,7 @@ from dedup.url.urlform import page_contexts
 from tests.dedup import linkgen
 from tests.dedup.conftest import require_kernel
 
-WPT_DATA = Path(__file__).parent.parent / "data" / "urltestdata.json"
+WPT_DATA = Path(__file__).parents[2] / "data" / "urltestdata.json"
 DIFF_LINKS = int(os.environ.get("BLOOMCRAWL_CANON_DIFF_LINKS", "200000"))
 CHUNKS = 5
 

@@ -186,7 +186,7 @@ def test_kill9_anywhere_then_replay_is_exact(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     ledger_path = tmp_path / "ledger.txt"
     ledger_path.touch()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     for round_ in range(3):
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "idx"),
                                   str(ledger_path), str(seed * 10 + round_)],

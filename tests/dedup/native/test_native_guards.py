@@ -21,7 +21,7 @@ import pytest
 from dedup.native import compiled
 from tests.dedup.conftest import require_kernel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SEED = 3
 
 

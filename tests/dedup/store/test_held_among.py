@@ -237,7 +237,12 @@ def test_a_run_gone_cold_is_seen_within_a_sample_of_calls(tmp_path: Path) -> Non
         asked = [(int(h), int(lo)) for h, lo in keys[rng.permutation(len(keys))[:40]]]
         run = next(tmp_path.glob("run-*"))
         run.read_bytes()  # cached
-        assert probe.held(_fps(asked[:1])) == [0]
+        # cached: not waiting, once a call is not slowed by another process (a busy box
+        # can stretch one read past the threshold; a waiting run times every call)
+        for _ in range(8):
+            assert probe.held(_fps(asked[:1])) == [0]
+            if probe.waiting() == [False]:
+                break
         assert probe.waiting() == [False]
         fd = os.open(run, os.O_RDONLY)
         try:

@@ -37,6 +37,8 @@ _URL_STRIP = "".join(map(chr, range(0x21)))
 _HTML_SPACE = " \t\n\r\f"
 
 _SELECT_ANCHORS = "a[href], area[href]"
+# lexbor's id of <li> (an int compare per link, not a tag name made into a str)
+_LI = LexborHTMLParser("<li>").css_first("li").tag_id
 # Elements whose text is not the page's own content (or not text at all).
 BOILERPLATE = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer",
                "aside", "select", "button")
@@ -181,7 +183,7 @@ def _anchors(tree: LexborHTMLParser, nofollow: bool, listed: list[Any] | None = 
     for node in nodes:
         if listed is not None:
             parent = node.parent
-            if parent is not None and parent.tag == "li":
+            if parent is not None and parent.tag_id == _LI:
                 listed.append(node)
         attrs = node.attrs
         href = attrs.get("href")

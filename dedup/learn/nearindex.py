@@ -94,12 +94,43 @@ class NearIndex:
         self.size += 1
 
     def find_or_add(self, group: Hashable, fp: int, ident: object) -> object | None:
-        """``find``; when nothing is within ``k`` bits, ``add`` and return None."""
-        blocks = self._blocks(fp)
-        found = self.find(group, fp, blocks)
-        if found is None:
-            self.add(group, fp, ident, blocks)
-        return found
+        """``find``; when nothing is within ``k`` bits, ``add`` and return None.
+        (Once a page at the group commit: ``find`` and ``add`` in one loop over
+        the blocks, each bucket read once.)"""
+        g = self._groups.get(group)
+        if g is None:
+            g = self._groups[group] = _Group(len(self._masks))
+        prints = g.prints
+        pos = len(prints)
+        k = self.k
+        best = -1
+        buckets = []
+        for table, (mask, shift) in zip(g.tables, self._masks, strict=True):
+            block = (fp >> shift) & mask
+            hit = table.get(block)
+            buckets.append((table, block, hit))
+            if hit is None:
+                continue
+            if hit.__class__ is int:
+                if (best < 0 or hit < best) and (prints[hit] ^ fp).bit_count() <= k:
+                    best = hit
+                continue
+            for p in hit:
+                if (best < 0 or p < best) and (prints[p] ^ fp).bit_count() <= k:
+                    best = p
+        if best >= 0:
+            return g.ids[best]
+        prints.append(fp)
+        g.ids.append(ident)
+        for table, block, hit in buckets:
+            if hit is None:
+                table[block] = pos
+            elif hit.__class__ is int:
+                table[block] = [hit, pos]
+            else:
+                hit.append(pos)
+        self.size += 1
+        return None
 
     def __len__(self) -> int:
         return self.size

@@ -42,6 +42,7 @@ Pure bookkeeping over keys and booleans. Windows are rebuilt after a restart by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from dedup.learn.rules import pattern_of
@@ -63,6 +64,7 @@ class BudgetConfig:
     probe_first: int = 8
 
 
+@lru_cache(maxsize=1 << 12)  # once a page at commit; a host has a few dozen patterns
 def _any_section(pattern: str) -> str | None:
     """The budget a query pattern shares with the same parameters in every section
     at its depth (``/news/*/*?lang`` -> ``/**/*/*?lang``), None for a pattern without

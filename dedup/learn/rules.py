@@ -432,10 +432,17 @@ def pattern_of(key: str) -> str:
         segs = segs[2:]
     if "*" in segs and len(segs) > 1:  # nor a segment a rule ignores
         segs = [s for s in segs if s != "*"] or [""]
-    first = segs[0].split(";", 1)[0]
+    params = ";" in path
+    first = segs[0].split(";", 1)[0] if params else segs[0]
     if first and segment_class(first) in _ID_CLASSES:
         first = "*"
-    rest = "".join("/*" if s.split(";", 1)[0] else "/" for s in segs[1:])
+    empty = 0 if params else segs.count("") - (not segs[0])
+    if empty == 0 and not params:  # the usual key: every further segment a "/*"
+        rest = "/*" * (len(segs) - 1)
+    elif empty == 1 and not segs[-1] and len(segs) > 1:  # ... and a trailing slash
+        rest = "/*" * (len(segs) - 2) + "/"
+    else:
+        rest = "".join("/*" if s.split(";", 1)[0] else "/" for s in segs[1:])
     if not query:
         return f"/{first}{rest}"
     names = sorted({p.partition("=")[0] for p in query.split("&")})

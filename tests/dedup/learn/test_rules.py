@@ -141,6 +141,12 @@ def test_keys_patterns_and_shapes():
     assert pattern_of(H + "/s/0ddb5e66/calendar/2024/05") == "/calendar/*/*"
     assert pattern_of(H + "/s/*/news/7/*?print=1") == "/news/*?print"
     assert pattern_of(H + "/s/*/") == "/"
+    # an empty segment, or one of path parameters only, is a "/" (a trailing slash too)
+    assert [pattern_of(H + p) for p in ("", "/", "/a", "/a/", "/a/b/c", "/a/b/c/", "/a//b/",
+                                         "/x//", "/a;s=1/b/", "/a/b;s=1", "/a/;s/c",
+                                         "/a/*/b/", "/7/b?y&x=1")] == \
+        ["/", "/", "/a", "/a/", "/a/*/*", "/a/*/*/", "/a//*/", "/x//", "/a/*/", "/a/*",
+         "/a//*", "/b/", "/*/*?x&y"]
     assert shape_of(H + "/news/1017/some-slug") == "/news/<num>/<slug>"
     assert shape_of(H + "/docs/") == "/docs/"
     with pytest.raises(ValueError, match="kind"):

@@ -136,3 +136,22 @@ def test_bad_arguments_are_refused():
             compiled.simhash.Shingles().print(b"a", 3, 9)
         with pytest.raises(TypeError):
             compiled.simhash.simhash("text, not bytes", 3)
+
+
+@pytest.mark.parametrize("limit", [1 << 22, 100, 64, 63])
+def test_the_kernels_set_counts_as_the_python_set_across_its_batches(limit):
+    """The kernel adds a page's shingles in batches of 64 (their slots fetched ahead):
+    counts and contents as the Python set's, in text order, with a shingle repeated
+    inside one page on both sides of a batch's edge and a limit reached mid-batch."""
+    rng = random.Random(6)
+    vocab = VOCAB[:12]
+    pages = [" ".join(rng.choice(vocab) for _ in range(n))
+             for n in (3, 60, 67, 68, 69, 131, 132, 133, 200, 1, 4)]
+    pages += [p + " " + p for p in pages[:6]]
+
+    def run() -> tuple[list[tuple[int, int, int, int]], int]:
+        host = Shingles(limit=limit)
+        return [host.print(p) for p in pages], len(host)
+
+    got, want = _both(run)
+    assert got == want

@@ -199,16 +199,8 @@ class Frontier:
         duplicate (``crawler.core.schedule.learning``) waits for the rest."""
         self.in_flight -= 1
         self.taken -= 1
-        now = self._now()
-        self.politeness.release(queued.host, now, requested=False)
-        self._busy.discard(queued.seq)
-        h = self._hosts.get(queued.host)
-        if h is None:
-            h = self._hosts[queued.host] = _Host(queued.host)
-        h.queue.append(queued)
-        self.in_memory += 1
-        self._schedule(h)
-        self._dispatch()
+        self.politeness.release(queued.host, self._now(), requested=False)
+        self._requeue(queued, front=False)
 
     def _come_back(self, queued: QueuedUrl) -> None:
         self._deferred.pop(queued.seq, None)
@@ -292,13 +284,17 @@ class Frontier:
         self.politeness.release(queued.host, self._now(), requested=False)
         self._requeue(queued)
 
-    def _requeue(self, queued: QueuedUrl) -> None:
-        """``queued`` goes back to the front of its host's queue, to be handed out again."""
+    def _requeue(self, queued: QueuedUrl, *, front: bool = True) -> None:
+        """``queued`` goes back to its host's queue (the front, or behind what is there),
+        to be handed out again."""
         self._busy.discard(queued.seq)
         h = self._hosts.get(queued.host)
         if h is None:
             h = self._hosts[queued.host] = _Host(queued.host)
-        h.queue.appendleft(queued)
+        if front:
+            h.queue.appendleft(queued)
+        else:
+            h.queue.append(queued)
         self.in_memory += 1
         self._schedule(h)
         self._dispatch()

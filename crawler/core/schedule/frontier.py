@@ -124,6 +124,11 @@ class Frontier:
             h = hosts.get(queued.host)
             if h is None:
                 h = hosts[queued.host] = _Host(queued.host)
+            if queued.seq <= h.last_seq:
+                # paged in already: the commit that recorded it came before this call
+                # and a page-in read it from the ledger meanwhile (a second copy would
+                # be handed out twice)
+                continue
             if h.spilled or self.in_memory >= self.memory:
                 h.spilled = True  # keep the deque a prefix: later rows are paged in
             else:

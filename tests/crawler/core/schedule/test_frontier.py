@@ -148,6 +148,23 @@ async def test_taken_but_unmarked_rows_are_never_handed_out_twice(seen):
     waiter.cancel()
 
 
+async def test_rows_a_page_in_read_before_they_were_fed_are_not_queued_twice(seen):
+    # The engine feeds the frontier after the group commit: a page-in between the
+    # two reads the just-committed rows from the ledger before add() is called.
+    f = Frontier(CrawlState(seen.records), Politeness(per_host=1), memory=10, page_size=10)
+    f.add(seen.admit(urls("a.test", 11)))  # /0../9 fill memory, /10 spills to the ledger
+    for _ in range(10):
+        finish(f, seen, await take(f))
+    late = seen.admit(urls("a.test", 2, start=11))  # committed, not fed yet
+    paged = await take(f)  # pages in /10 and the committed /11, /12: memory has room
+    assert paged.url == "http://a.test/10" and len(f) == 2
+    f.add(late)  # the feed arrives after the page-in
+    finish(f, seen, paged)
+    got = [paged.url] + await drain(f, seen)
+    assert got == urls("a.test", 3, start=10)
+    assert len(f) == 0
+
+
 async def test_max_take_stops_handing_out_and_uncounted_items_give_it_back(seen):
     f = Frontier(CrawlState(seen.records), Politeness(per_host=5), max_take=2)
     f.add(seen.admit(urls("a.test", 5)))

@@ -161,15 +161,25 @@ class FingerprintIndex:
     def lookup(self, his: np.ndarray, los: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(present, seq)`` per key, in input order; ``seq`` is -1 where not present.
         Buffer, then runs newest first: a key stops at its first (newest) record."""
+        raw = self._raw(his, los)
+        present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
+        return present, np.where(present, raw, -1)
+
+    def forgotten_among(self, fps: bytes) -> list[int]:
+        """Indexes of the 16-byte fingerprints in ``fps`` whose newest record is a
+        tombstone: forgotten (``forget``) and not admitted since. A merge that keeps
+        nothing older drops tombstones, and with them this answer."""
+        h = np.frombuffer(fps, dtype="<u8")
+        return np.flatnonzero(self._raw(h[0::2], h[1::2]) < -1).tolist()  # type: ignore[no-any-return]
+
+    def _raw(self, his: np.ndarray, los: np.ndarray) -> np.ndarray:
+        """Per key the newest record's seq (negative for a tombstone), -1 where none."""
         self._install()
         hi, lo = _u64(his), _u64(los)
         if len(hi) <= SMALL_BATCH:
-            raw = (self._find_few(hi, lo) if _compiled.lookup is not None
-                   else self._find_each(hi.tolist(), lo.tolist()))
-        else:
-            raw = self._search(hi, lo, mapped=len(hi) > MAPLESS_BATCH)
-        present = raw >= 0  # a tombstone's raw seq has its top bit set: negative here
-        return present, np.where(present, raw, -1)
+            return (self._find_few(hi, lo) if _compiled.lookup is not None
+                    else self._find_each(hi.tolist(), lo.tolist()))
+        return self._search(hi, lo, mapped=len(hi) > MAPLESS_BATCH)
 
     def held_among(self, fps: bytes) -> list[int]:
         """Indexes of the 16-byte fingerprints in ``fps`` (``hi || lo`` little-endian,

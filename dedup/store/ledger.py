@@ -163,6 +163,11 @@ class Ledger:
         present, _ = self.index.lookup(h[:, 0], h[:, 1])
         return np.flatnonzero(present).tolist()  # type: ignore[no-any-return]
 
+    def forgotten_among(self, fps: bytes) -> list[int]:
+        """Indexes, ascending, of the fingerprints (as :meth:`held_among` takes them)
+        forgotten (:meth:`forget`) and not admitted since."""
+        return self.index.forgotten_among(bytes(fps)) if len(fps) else []
+
     def append(self, fps: bytes, *, depth: int = 0, urls: Sequence[str] | None = None,
                hosts: Sequence[str] | None = None, h: np.ndarray | None = None) -> range:
         """Admit fingerprints known to be absent (one journal row, one index add).

@@ -149,6 +149,7 @@ class UrlSeen:
         self._viewed: object = None  # the filter's layers the core was last shown
         self._compiled_folded = 0  # the core's "compiled" count given to the canonicalizer
         self._carried: dict[str, int] = {}  # carry_counts'
+        self._forgotten_met = 0  # maybe-seen keys that were forgotten: not false positives
         self.state_dir = Path(state_dir)
         self.readonly = readonly
         if not create or readonly:
@@ -211,8 +212,20 @@ class UrlSeen:
         return self.bloom.maybe_fingerprints(fps)
 
     def _lookup(self, fps: bytes) -> list[int]:
-        """The core's ``lookup``: the keys among ``fps`` the ledger holds."""
-        return self.ledger.held_among(fps)
+        """The core's ``lookup``: the keys among ``fps`` the ledger holds.
+
+        The core counts a maybe-seen key the ledger does not hold as a Bloom false
+        positive; a forgotten key met again is not one (its bits were set by its own
+        admission), so those are counted here, to be taken out of that figure. The
+        ledger knows them by their tombstones, which the index keeps while it holds
+        anything older (a key forgotten before a crawl's first index run, met again
+        after a restart, still counts as one)."""
+        found = self.ledger.held_among(fps)
+        if 16 * len(found) < len(fps):
+            held = set(found)
+            rest = b"".join(fps[i:i + 16] for i in range(0, len(fps), 16) if i // 16 not in held)
+            self._forgotten_met += len(self.ledger.forgotten_among(rest))
+        return found
 
     def _show_filter(self) -> None:
         """Hand the core the filter's buffers again if its layers changed (a new
@@ -235,6 +248,7 @@ class UrlSeen:
         :meth:`carry_counts` carried over."""
         counts = self._core.counts()
         del counts["compiled"]
+        counts["false_positives"] -= self._forgotten_met
         for k, v in self._carried.items():
             counts[k] = counts.get(k, 0) + v
         return counts
@@ -466,8 +480,9 @@ class UrlSeen:
     def forget(self, urls: Iterable[str]) -> int:
         """Delete URLs from the ledger so the next encounter counts as new.
 
-        Their Bloom bits stay set: the next "maybe seen" finds no row and the
-        URL is admitted again (counted as a false positive). No counting filter needed.
+        Their Bloom bits stay set: the next "maybe seen" finds the ledger's
+        tombstone and the URL is admitted again (not counted as a Bloom false
+        positive). No counting filter needed.
         """
         keys = []
         for url in urls:

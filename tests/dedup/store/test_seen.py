@@ -183,6 +183,22 @@ def test_forget_makes_urls_new_again(seen):
     assert seen.filter_new(urls(10)) == urls(3)
 
 
+def test_a_forgotten_url_met_again_is_not_a_bloom_false_positive(seen):
+    # its bits were set by its own admission, as the ledger's tombstone says
+    seen.filter_new(urls(10))
+    assert seen.forget(urls(3)) == 3
+    assert seen.filter_new(urls(10)) == urls(3)
+    assert seen.counters["false_positives"] == 0
+    assert seen.counters["bloom_maybe"] == 10
+    # bits set with no row behind them: a false positive, counted
+    _, key = seen.canonicalizer.resolve("http://fp.test/x")
+    seen.bloom.add(key)
+    assert seen.filter_new(["http://fp.test/x", *urls(1, start=1)]) == ["http://fp.test/x"]
+    assert seen.counters["false_positives"] == 1
+    assert seen.filter_new(["http://fp.test/x"]) == []  # admitted now: a repeat
+    assert seen.counters["false_positives"] == 1
+
+
 def test_check_reports_bloom_and_ledger(seen):
     seen.admit(["http://a.test/x"])
     maybe, row = seen.check("HTTP://a.test/x#y")

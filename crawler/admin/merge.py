@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawler.core.outputs.output import ITEMS_FILE, PAGES_FILE, read_json, write_json_atomic
+from crawler.core.schedule.figures import Figures, merged
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE
 from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import recount, rows_of_records
@@ -151,26 +152,24 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
 
     What the ledgers' union does not carry is made whole here: the dedup counters
     (links checked, new, repeats: the inputs' sums), the page counts (``stats``,
-    counted anew from the merged pages.jsonl), the sitemap fetches' counts (sums),
-    the per-host admission counts (the ``max_pages_per_host`` cap's) and the queued
+    counted anew from the merged pages.jsonl), the sitemap fetches' counts and
+    learning's savings and trap budgets (``crawler.core.schedule.figures``), the
+    per-host admission counts (the ``max_pages_per_host`` cap's) and the queued
     sitemaps."""
     ins = [require_state_dir(raw) for raw in inputs]
     out = Path(output)
     result = merge_states(out, ins)
     lines = [ln for d in ins for ln in committed_pages(d)]
     records = [json.loads(ln) for ln in lines]
-    totals: dict[str, int] = {}
-    sitemap_counts: dict[str, int] = {}
+    parts = []
     for d in ins:
         with CrawlState.stopped(d) as src:
-            for sums, counts in ((totals, src.totals()), (sitemap_counts, src.sitemap_counts())):
-                for k, v in counts.items():
-                    sums[k] = sums.get(k, 0) + int(v)
+            parts.append(Figures.of(src))
     with CrawlState.stopped(out, readonly=False) as state:
         state.set_fleet(None)  # the union is no fleet worker: resumed alone
-        state.set_totals(totals)
         # the sitemap files among the ledger's done rows (stats counts pages without them)
-        state.set_sitemap_counts(sitemap_counts)
+        figures = merged(parts)
+        figures.write(state)
         recount(state, rows_of_records(records))
     atomic_write_bytes(out / PAGES_FILE, b"".join(lines))
     items = b"".join(b"".join(committed_items(d)) for d in ins)
@@ -188,4 +187,5 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
         write_json_atomic(out / SITEMAPS_FILE, sitemaps)
     set_committed_pages(out, new_warc=True)
     hosts = {host_of(r["url"]) for r in records if r.get("url")}
-    return MergedState(result.rows, result.duplicates, len(records), len(hosts), totals)
+    return MergedState(result.rows, result.duplicates, len(records), len(hosts),
+                       figures.totals)

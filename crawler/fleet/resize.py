@@ -22,6 +22,7 @@ from crawler.core.outputs.output import (
     read_pages,
     write_json_atomic,
 )
+from crawler.core.schedule.figures import Figures, merged, sitemap_states, split
 from crawler.core.schedule.sitemaps import SITEMAPS_FILE
 from crawler.core.state.crawlstate import CrawlState
 from crawler.core.state.pagecounts import recount, rows_of_records
@@ -130,6 +131,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
     _carry_outboxes(dirs, out, to)
     for i in range(to):
         set_committed_pages(worker_dir(out, i), new_warc=True)
+    figures = _moved_figures(dirs, out, w, to)
     for i in range(to):
         with CrawlState.stopped(worker_dir(out, i), readonly=False) as state:
             meta = dict(state.fleet() or {})
@@ -140,10 +142,7 @@ def resize_fleet(src: FleetDir, to: int, out: Path, *, redis_url: str | None,
             # the pages' counts follow the pages.jsonl records that moved with their hosts
             pages = worker_dir(out, i) / PAGES_FILE
             recount(state, rows_of_records(read_pages(pages) if pages.exists() else []))
-            if to * 2 == w:  # merged: the counters of both halves
-                a = _totals(dirs[i])
-                b = _totals(dirs[i + to])
-                state.set_totals({k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)})
+            figures[i].write(state)
     if local_copy is not None:
         os.replace(local_copy, out / "redis")
         redis_field = LOCAL
@@ -199,9 +198,24 @@ def _refuse_if_running(state_dir: Path) -> None:
                          "before resizing it")
 
 
-def _totals(state_dir: Path) -> dict[str, int]:
+def _figures(state_dir: Path) -> Figures:
     with CrawlState.stopped(state_dir) as state:
-        return state.totals()
+        return Figures.of(state)
+
+
+def _moved_figures(dirs: list[Path], out: Path, w: int, to: int) -> list[Figures]:
+    """Each new worker's figures (``crawler.core.schedule.figures``): a merged one's
+    add up its two inputs', a split one's go with its hosts."""
+    if to * 2 == w:
+        return [merged([_figures(dirs[i]), _figures(dirs[i + to])]) for i in range(to)]
+    out_figures: list[Figures] = [Figures()] * to
+    for i, d in enumerate(dirs):
+        second = worker_dir(out, i + w)
+        maps = read_json(second / SITEMAPS_FILE, {})
+        out_figures[i], out_figures[i + w] = split(
+            _figures(d), lambda host, i=i: owner_of(host, to) == i + w,
+            sitemap_states(second, maps) if maps else {})
+    return out_figures
 
 
 def _carry_sitemaps(dirs: list[Path], out: Path, to: int) -> None:

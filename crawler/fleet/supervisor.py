@@ -28,7 +28,7 @@ from typing import Any
 
 from crawler.config.exits import GAVE_UP, normal_exit
 from crawler.config.settings import Settings
-from crawler.core.run.progress import LIMIT_REACHED, Progress, si
+from crawler.core.run.progress import LIMIT_REACHED, Progress, refused_lines, si
 from crawler.fleet.identity import REDIS_ENV, FleetError, worker_dir
 from dedup import is_state_dir
 
@@ -238,6 +238,8 @@ def fleet_summary(stats: dict[int, dict[str, Any]], workers: int, elapsed: float
             f"{int(s.get('queued') or 0)} still queued, {int(s.get('forwarded') or 0)} links "
             f"forwarded, {int(s.get('received') or 0)} received"
             + (f" ({s.get('outcome')})" if len(outcomes) > 1 else ""))
+    lines += ["  " + line for line in refused_lines({"refused": total("refused"),
+                                                     "state_dir": str(state)})]
     if any(str(s.get("outcome")) == LIMIT_REACHED for s in stats.values()):
         lines.append(f"  state:  {state}  (a worker reached its page limit; continue with a "
                      f"higher one: bloomcrawl resume {state} --max-pages N, N per worker)")

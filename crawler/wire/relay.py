@@ -44,11 +44,11 @@ _WAIT_REPEAT = 60.0
 # what a worker publishes for its fleet's progress line, summary and dashboard: the
 # figures a single process's dashboard shows (crawler.ui.doc), this worker's
 _PUBLISHED = ("outcome", "elapsed", "rate", "fetched", "fetched_with_errors", "failed",
-              "errors", "failed_causes", "given_up", "skipped", "queued", "in_flight", "hosts",
-              "session_pages", "fill", "expected_fpr", "estimated_count", "capacity", "layers",
-              "shards", "links", "new", "repeats", "rejected", "bloom_definitely_new",
-              "bloom_maybe", "confirm_cache_hits", "ledger_queries", "false_positives",
-              "forwarded", "received", "redis_calls", "worker_id")
+              "errors", "failed_causes", "given_up", "refused", "skipped", "queued",
+              "in_flight", "hosts", "session_pages", "fill", "expected_fpr", "estimated_count",
+              "capacity", "layers", "shards", "links", "new", "repeats", "rejected",
+              "bloom_definitely_new", "bloom_maybe", "confirm_cache_hits", "ledger_queries",
+              "false_positives", "forwarded", "received", "redis_calls", "worker_id")
 
 
 class Crawl(Protocol):

@@ -35,6 +35,7 @@ __all__ = [
     "format_status",
     "format_summary",
     "label",
+    "refused_lines",
     "si",
     "write_text",
 ]
@@ -193,8 +194,9 @@ def _dedup_figures(c: dict[str, Any]) -> str:
             f"{c.get('repeats', 0)} repeats")
 
 
-def _refused_lines(s: dict[str, Any]) -> list[str]:
-    """The pages refused as private addresses, and the command that fetches them."""
+def refused_lines(s: dict[str, Any]) -> list[str]:
+    """The pages refused as private addresses, and the command that fetches them
+    (``state_dir``: a crawl's, or a fleet's directory)."""
     n = s.get("refused", 0)
     if not n:
         return []
@@ -215,7 +217,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['queued']} still queued",
         *_host_lines(s),
         *_sitemap_lines(s),
-        *_refused_lines(s),
+        *refused_lines(s),
         *([f"{label('items', THIS_RUN)}{s['items']} written to items.jsonl, "
            f"{s['handler_errors']} page(s) whose handler raised (handler_error in "
            "pages.jsonl)"] if "items" in s else []),
@@ -249,7 +251,7 @@ def format_stats(s: dict[str, Any]) -> str:
         f"{s['queued']} queued, {s['hosts']} host(s) with queued URLs",
         *_host_lines(s),
         *_sitemap_lines(s),
-        *_refused_lines(s),
+        *refused_lines(s),
         _dedup_stats_line(s),
         *_learn_lines(s),
         f"{label('filter', WHOLE_CRAWL)}fill {_pct(s['fill'])}, ~{s['estimated_count']} URLs "

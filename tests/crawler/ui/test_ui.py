@@ -218,6 +218,9 @@ async def test_live_dashboard_during_a_crawl(tmp_path: Path, site) -> None:
         assert drawn["queued"]["points"][0] >= 2 and drawn["fill"]["points"][0] >= 2
         assert sum(v for _, v in drawn["status_codes"]["bars"]) > 0
         assert drawn["storage"]["bars"][0][1] > 0
+        # learning was on, and the sample site has no duplicate URLs: the card says so
+        learned = await browser.eval("document.getElementById('learning').textContent")
+        assert learned.startswith("nothing learned yet"), learned
         assert browser.requests == [out.as_uri()], browser.requests
         assert not browser.console_errors, browser.console_errors
 

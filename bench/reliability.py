@@ -31,7 +31,10 @@ counts and WARC file reset) so that the remaining kills still test something.
 Besides the output files, the finished state dir's ledger is weighed against
 pages.jsonl: every URL it holds is a seed or was queued by exactly one committed
 page, so the records' ``links_new`` must add up to the ledger's URLs minus the
-seeds (``links_new_mismatch``) however often the crawl was killed.
+seeds (``links_new_mismatch``) however often the crawl was killed; and ``stats``
+must count pages.jsonl: the page counts it shows (responses, failures) and the
+ledger's fetched and failed rows each equal the records of that kind
+(``stats_mismatch``).
 
 Printed and written (``--out``) as JSON; exit status 1 when any count other than
 duplicate fetches is non-zero, when duplicate fetches exceed the in-flight bound
@@ -58,6 +61,8 @@ from pathlib import Path
 
 from reliability_checks import check_pages, check_warc, duplicates
 
+from crawler.core.outputs.output import read_pages
+from crawler.core.state.crawlstate import CrawlState
 from crawler.demo.serve import RunningSite, serve_site
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen, canonicalize
@@ -260,6 +265,7 @@ async def measure(opts: Options, work: Path) -> dict:
     pages = check_pages(loop.state / "pages.jsonl")
     warc = check_warc(loop.warc)
     admitted = _admitted(loop.state) if finished else None
+    stats_off = _stats_mismatch(loop.state) if finished else 0
     seeds = len({canonicalize(u) for u in running.seeds})
     lost = pages.lost(reachable)
     dup_fetches = duplicates(served)
@@ -278,6 +284,7 @@ async def measure(opts: Options, work: Path) -> dict:
         "wedged_state_dirs": len(loop.wedged),
         # every URL in the ledger is a seed or counted once in its finder's links_new
         "links_new_mismatch": abs(admitted - seeds - pages.links_new) if admitted else 0,
+        "stats_mismatch": stats_off,
     }
     problems = [f"{k} = {v}" for k, v in counts.items() if v and k != "duplicate_fetches"]
     if dup_fetches > bound:
@@ -318,6 +325,22 @@ def _admitted(state: Path) -> int:
         return len(seen.ledger)
 
 
+def _stats_mismatch(state: Path) -> int:
+    """How far ``stats`` is from pages.jsonl: its page counts against the records with a
+    status (responses) and without (failures; a robots.txt refusal is neither), and the
+    ledger's fetched and failed rows against both."""
+    answered = failed = 0
+    for r in read_pages(state / "pages.jsonl"):
+        if r.get("status") is not None:
+            answered += 1
+        elif r.get("error") != "robots.txt":
+            failed += 1
+    with CrawlState.stopped(state) as st:
+        pages, rows = st.page_counts() or {}, st.counts()
+    return (abs(int(pages.get("fetched", 0)) - answered) + abs(int(pages.get("failed", 0)) - failed)
+            + abs(rows.get("fetched", 0) + rows.get("failed", 0) - answered - failed))
+
+
 def _per_kill(runs: list[Run]) -> list[int]:
     """Duplicate fetches that appeared during the run after each kill."""
     out = []
@@ -348,6 +371,7 @@ def summary(result: dict) -> str:
         f"one warcio pass reads {seq['intact']} whole of {seq['records']} it yields"
         + ("" if seq["reached_end"] else f", stops: {seq['error']}") + ")",
         f"wedged state dirs:       {c['wedged_state_dirs']}",
+        f"stats off pages.jsonl:   {c['stats_mismatch']}",
     ]
     lines.append("OK" if result["ok"] else "FAILED: " + "; ".join(result["problems"]))
     return "\n".join(lines)

@@ -35,6 +35,17 @@ static inline int word_byte(uint8_t c) {
     return c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
 }
 
+/* A byte as a word keeps it (ASCII lowercased), 0 for a byte that is no word's: one
+   load a byte in the text's loop, where the tests above cost a dozen instructions
+   (filled from word_byte by the module's init). */
+static uint8_t word_of[256];
+
+static void fill_word_of(void) {
+    for (unsigned c = 0; c < 256; c++)
+        word_of[c] = !word_byte((uint8_t)c) ? 0
+                     : (c >= 'A' && c <= 'Z') ? (uint8_t)(c | 0x20) : (uint8_t)c;
+}
+
 static inline uint64_t shingle_hash(const uint64_t *ring, unsigned start, unsigned k) {
     uint64_t f = 0;
     for (unsigned j = 0; j < k; j++)
@@ -153,13 +164,14 @@ static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize
     q.n = 0;
     *fresh = *total = 0;
     while (i < n) {
-        while (i < n && !word_byte(p[i])) i++;
+        while (i < n && !word_of[p[i]]) i++;
         if (i >= n) break;
         Py_ssize_t len = 0;
-        while (i < n && word_byte(p[i])) {
-            uint8_t c = p[i++];
+        uint8_t c;
+        while (i < n && (c = word_of[p[i]]) != 0) {
+            i++;
             if (len < WORD_BYTES)
-                word[len++] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c | 0x20) : c;
+                word[len++] = c;
         }
         uint64_t h[2];
         murmur3_x64_128(word, len, 0, h);
@@ -318,6 +330,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__simhash(void) {
+    fill_word_of();
     if (PyType_Ready(&ShinglesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -60,6 +60,15 @@ def test_the_same_bits_for_any_text(text, shingle):
     assert got == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=400), st.integers(1, 8))
+def test_the_same_bits_for_any_bytes(data, shingle):
+    """Every byte value, as the kernel's table of word bytes reads it: letters of both
+    cases, digits, bytes of UTF-8 sequences (valid or not), controls, NUL."""
+    got, want = _both(lambda: text_print(data + bytes(range(256)) + data.upper(), shingle))
+    assert got == want
+
+
 def test_counts_past_255_shingles_are_exact():
     # the kernel counts bits in byte lanes spilled every 255 shingles
     rng = random.Random(1)

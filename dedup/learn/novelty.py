@@ -164,8 +164,12 @@ class Budgets:
         wide = _any_section(pattern)
         for p in (HOST, pattern) if wide is None else (HOST, pattern, wide):
             b = self._b.get((host, p)) or self._get(host, p)
-            b.push(novel)
-            if not novel and not b.closed and b.spent(grace):
+            if novel:  # ``push``, inline: three budgets a page at every commit
+                b.dry = 0
+                b.novel += 1
+                continue
+            b.dry += 1
+            if not b.closed and b.spent(grace):
                 b.closed = True
                 b.next_probe = self.config.probe_first
                 self._closed.setdefault(host, set()).add(p)

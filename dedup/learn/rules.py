@@ -63,6 +63,9 @@ class UrlParts(NamedTuple):
         return self.path[1:].split("/")
 
 
+_new_parts = tuple.__new__  # UrlParts(...) without its Python-level __new__
+
+
 def parse_key(key: str) -> UrlParts | None:
     """A canonical http(s) key's parts, None for anything else (a rule key)."""
     start = key.find("://")
@@ -73,12 +76,12 @@ def parse_key(key: str) -> UrlParts | None:
         return UrlParts(key, "/", ())
     path, _, query = key[slash:].partition("?")
     if not query:
-        return UrlParts(key[:slash], path, ())
+        return _new_parts(UrlParts, (key[:slash], path, ()))
     params = []
     for p in query.split("&"):
         name, eq, value = p.partition("=")
         params.append((name, value if eq else None))
-    return UrlParts(key[:slash], path, tuple(params))
+    return _new_parts(UrlParts, (key[:slash], path, tuple(params)))
 
 
 _NUM = re.compile(r"[0-9]+")

@@ -81,6 +81,7 @@ TextPrint = tuple[int, int, int, int]
 # committed 2xx page (its key: as the frontier had it, when it was not a rule key)
 PageContent = tuple[int, str, str, str | None, str | None, TextPrint | None]
 _OLD, _NEW, _EXPLAINED = NOVELTY["old"], NOVELTY["new"], NOVELTY["explained"]
+_row = tuple.__new__  # a PrintRow without its Python-level __new__ (a page at each commit)
 Pairs = list[tuple[str, str]]
 # per page: rewritten link index -> (its own (url, key), its rule key, the rules' ids)
 Rewrites = list[dict[int, tuple[tuple[str, str], str, tuple[int, ...]]]]
@@ -235,8 +236,8 @@ class Learning:
                     cls = seq
                 new = cls == seq  # too few words to judge by them (a hub of links)
             out.append(first_url if near is not None else None)
-            rows.append(observe(PrintRow(seq, host, url, digest, simhash, near, cls,
-                                         _NEW if new else _OLD), now, first_url,
+            rows.append(observe(_row(PrintRow, (seq, host, url, digest, simhash, near, cls,
+                                                _NEW if new else _OLD)), now, first_url,
                                 key if key is not None and not key.startswith(RULE_KEY)
                                 else None))
         self.state.note_prints(rows)

@@ -263,23 +263,44 @@ static void shingles_dealloc(Shingles *s) {
 }
 
 /* Shingles.print(data, w, wset) -> (fingerprint, shingles, new, counted): simhash's
+   (data: a str, or a bytes-like of its UTF-8)
    over w-word shingles, and of the text's wset-word shingles how many the set did not
    hold (now added) and how many there were. */
 static PyObject *shingles_print(Shingles *self, PyObject *args) {
-    Py_buffer view;
+    PyObject *data, *encoded = NULL;
     int w, wset;
-    if (!PyArg_ParseTuple(args, "y*ii", &view, &w, &wset)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oii", &data, &w, &wset)) return NULL;
     if (w < 1 || w > MAX_SHINGLE || wset < 1 || wset > MAX_SHINGLE) {
-        PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError, "shingle must be 1 to %d words, not %d and %d",
                      MAX_SHINGLE, w, wset);
         return NULL;
     }
+    const char *p;
+    Py_ssize_t n;
+    Py_buffer view = {0};
+    if (PyUnicode_Check(data)) {
+        /* a str's UTF-8 (ASCII text's own bytes, no copy); one with a lone surrogate
+           as Python's encode("utf-8", "surrogatepass") writes it */
+        p = PyUnicode_AsUTF8AndSize(data, &n);
+        if (!p) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+            PyErr_Clear();
+            encoded = PyUnicode_AsEncodedString(data, "utf-8", "surrogatepass");
+            if (!encoded) return NULL;
+            p = PyBytes_AS_STRING(encoded);
+            n = PyBytes_GET_SIZE(encoded);
+        }
+    } else {
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+        p = view.buf;
+        n = view.len;
+    }
     Py_ssize_t feats, fresh, total;
     /* the GIL is held: the table is this object's, and another thread could use it */
-    uint64_t fp = fingerprint((const uint8_t *)view.buf, view.len, (unsigned)w, &feats, self,
+    uint64_t fp = fingerprint((const uint8_t *)p, n, (unsigned)w, &feats, self,
                               (unsigned)wset, &fresh, &total);
-    PyBuffer_Release(&view);
+    if (view.obj) PyBuffer_Release(&view);
+    Py_XDECREF(encoded);
     if (feats < 0) return PyErr_NoMemory();
     return Py_BuildValue("(Knnn)", (unsigned long long)fp, feats, fresh, total);
 }
@@ -292,7 +313,8 @@ static PyObject *shingles_bytes(Shingles *self, void *Py_UNUSED(c)) {
 
 static PyMethodDef shingles_methods[] = {
     {"print", (PyCFunction)shingles_print, METH_VARARGS,
-     "print(data, w, wset) -> (fingerprint, shingles, new, counted): the SimHash over w-word "
+     "print(data, w, wset) -> (fingerprint, shingles, new, counted): of a str or its UTF-8 "
+     "bytes, the SimHash over w-word "
      "shingles; of the wset-word ones, those new to the set (added) and all"},
     {NULL, NULL, 0, NULL},
 };

@@ -147,6 +147,16 @@ def test_bad_arguments_are_refused():
             compiled.simhash.simhash("text, not bytes", 3)
 
 
+@pytest.mark.parametrize("text", ["plain ascii words here and there", "Ünïcode wörds ñ 東京",
+                                  "a lone \ud800 surrogate and more words", "", "   "])
+def test_a_hosts_set_reads_a_str_as_its_utf8_bytes(text):
+    """The kernel reads a str's UTF-8 itself (a lone surrogate as surrogatepass writes
+    it): the same answers as for the bytes, and as the Python set's."""
+    data = text.encode("utf-8", "surrogatepass")
+    got, want = _both(lambda: (Shingles().print(text), Shingles().print(data)))
+    assert got == want and got[0] == got[1]
+
+
 @pytest.mark.parametrize("limit", [1 << 22, 100, 64, 63])
 def test_the_kernels_set_counts_as_the_python_set_across_its_batches(limit):
     """The kernel adds a page's shingles in batches of 64 (their slots fetched ahead):

@@ -13,7 +13,7 @@ STAMP       := $(VENV)/.installed
 .PHONY: test coverage bench bench-scale reliability demo screenshots lint clean
 
 # setup.py and the C sources: the install also builds the compiled kernels (dedup/native/_*.c)
-$(PKG_STAMP): pyproject.toml setup.py dedup/native/_kernel.c dedup/native/_lookup.c dedup/native/_canon.c dedup/native/_rowcrc.c dedup/native/_simhash.c dedup/native/_buffers.h dedup/native/_murmur.h dedup/native/_probe.h dedup/native/_seencore.h
+$(PKG_STAMP): pyproject.toml setup.py dedup/native/_kernel.c dedup/native/_lookup.c dedup/native/_canon.c dedup/native/_rowcrc.c dedup/native/_simhash.c crawler/net/_markup.c dedup/native/_buffers.h dedup/native/_murmur.h dedup/native/_probe.h dedup/native/_seencore.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .

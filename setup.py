@@ -5,10 +5,11 @@
 ``dedup.native._canon`` (dedup/native/_canon.c) the canonicalizer's common case,
 ``dedup.native._rowcrc`` (dedup/native/_rowcrc.c, linked to SQLite and zlib) the
 journal's row checksum pass, ``dedup.native._simhash`` (dedup/native/_simhash.c) a
-page's near-duplicate fingerprint. They are optional: where one does not build (no C
-compiler, no SQLite or zlib headers), the install still succeeds and dedup uses its
-numpy and Python code, with the same answers (``dedup.native.compiled`` picks the
-one there is).
+page's near-duplicate fingerprint; ``crawler.net._markup`` (crawler/net/_markup.c)
+which tag names a page's markup can hold (links.py's main text). They are optional:
+where one does not build (no C compiler, no SQLite or zlib headers), the install still
+succeeds and dedup (and links.py) use their numpy and Python code, with the same
+answers (``dedup.native.compiled`` picks the one there is).
 """
 
 from setuptools import Extension, setup
@@ -23,4 +24,5 @@ setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=[
                                         ("dedup.native._lookup", "dedup/native/_lookup.c"),
                                         ("dedup.native._canon", "dedup/native/_canon.c"),
                                         ("dedup.native._rowcrc", "dedup/native/_rowcrc.c"),
-                                        ("dedup.native._simhash", "dedup/native/_simhash.c"))])
+                                        ("dedup.native._simhash", "dedup/native/_simhash.c"),
+                                        ("crawler.net._markup", "crawler/net/_markup.c"))])

@@ -23,6 +23,7 @@ inside a paragraph stays: it is part of the text.
 from __future__ import annotations
 
 import codecs
+import os
 import re
 from typing import Any
 
@@ -42,6 +43,16 @@ _LI = LexborHTMLParser("<li>").css_first("li").tag_id
 # Elements whose text is not the page's own content (or not text at all).
 BOILERPLATE = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer",
                "aside", "select", "button")
+# what main_text may walk the tree for: the boilerplate, and <main>
+_SCANNED = (*BOILERPLATE, "main")
+# which of them a page's bytes can hold (crawler/net/_markup.c), None where it did not
+# build or BLOOMCRAWL_NO_KERNEL is set: then every name is walked for, as it can be
+_markup: Any = None
+if not os.environ.get("BLOOMCRAWL_NO_KERNEL"):
+    try:
+        from crawler.net import _markup
+    except ImportError:  # built without a C compiler
+        _markup = None
 
 # A page longer than PIECE bytes is parsed in pieces of about that size, each cut just
 # before an <a or <area start tag (so every anchor's start tag is whole in one piece,
@@ -61,19 +72,30 @@ def _parse(body: bytes, charset: str | None) -> LexborHTMLParser:
     usable one, lexbor sniffs a BOM or <meta charset> in the first 1024 bytes and
     otherwise reads UTF-8; invalid sequences become U+FFFD either way.
     """
+    return _parse_source(body, charset)[0]
+
+
+def _parse_source(body: bytes, charset: str | None
+                  ) -> tuple[LexborHTMLParser, bytes | None]:
+    """``_parse``'s tree, and the bytes lexbor read when ASCII in them is ASCII in the
+    page (None: text decoded here, or UTF-16 by its byte order mark)."""
     if charset:
         try:
             name = codecs.lookup(charset).name
         except LookupError:
             name = None
         if name == "utf-8":
-            return LexborHTMLParser(body)
+            return LexborHTMLParser(body), None if _utf16(body) else body
         if name is not None:
             try:
-                return LexborHTMLParser(body.decode(name, "replace"))
+                return LexborHTMLParser(body.decode(name, "replace")), None
             except (LookupError, TypeError, ValueError):
                 pass  # not a text encoding (e.g. "base64"): ignore the label
-    return LexborHTMLParser(body, encoding=True)
+    return LexborHTMLParser(body, encoding=True), None if _utf16(body) else body
+
+
+def _utf16(body: bytes) -> bool:
+    return body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
 
 
 def _robots_directives(content: str | None) -> set[str]:
@@ -133,28 +155,37 @@ def extract_page(body: bytes, page_url: str, *, charset: str | None = None,
     pieces, the first piece's (its first ``PIECE`` bytes)."""
     if len(body) > PIECE:
         return _extract_in_pieces(body, page_url, charset, nofollow, text)
-    tree = _parse(body, charset)
+    tree, source = _parse_source(body, charset)
     listed: list[Any] | None = [] if text else None
     base, hrefs = _extract(tree, page_url, nofollow, listed)
-    return base, hrefs, main_text(tree, listed) if text else None
+    if not text:
+        return base, hrefs, None
+    names = _markup.start_tags(source, _SCANNED) if source is not None and \
+        _markup is not None else None
+    return base, hrefs, main_text(tree, listed, names)
 
 
-def main_text(tree: LexborHTMLParser, listed: list[Any] | None = None) -> str:
+def main_text(tree: LexborHTMLParser, listed: list[Any] | None = None,
+              names: tuple[str, ...] | None = None) -> str:
     """The text of ``<main>`` if the page has one, else of the body without
     ``BOILERPLATE``; list items' links left out (``listed``: those links, as the walk
     over the links found them; None: found here). Removes what it leaves out from
-    ``tree`` (its links are read first)."""
+    ``tree`` (its links are read first). ``names``: of ``main`` and ``BOILERPLATE``,
+    those the page's bytes can hold (``_markup.start_tags``): the tree is walked for
+    those only (None: for all)."""
     if listed is None:
         listed = [node for node in tree.tags("a")
                   if node.parent is not None and node.parent.tag == "li"]
     for node in listed:
         node.decompose()
-    mains = tree.tags("main")
+    if names is None:
+        names = _SCANNED
+    mains = tree.tags("main") if "main" in names else None
     if mains:
         return " ".join(m.text(separator=" ") for m in mains)
-    for name in BOILERPLATE:
-        for node in tree.tags(name):
-            node.decompose()
+    strip = [n for n in BOILERPLATE if n in names]
+    if strip:  # each name's walk in C, no node object made for what it removes
+        tree.strip_tags(strip, recursive=True)
     body = tree.body
     return body.text(separator=" ") if body is not None else ""
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dedup.native import compiled
 from dedup.url.host import host_of
 
 FP = 16  # bytes per fingerprint
@@ -99,6 +100,15 @@ def row_crc(values: Sequence[object]) -> int:
 def with_crc(row: Sequence[object]) -> tuple[object, ...]:
     """``row`` followed by its crc: what the journal inserts."""
     return (*row, row_crc(row))
+
+
+def with_crcs(rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
+    """``with_crc`` of each row, in one compiled call where the kernel built (a group
+    commit's rows: the list's repr and its CRC cost more than the insert in Python)."""
+    kernel = compiled.rowcrc  # looked up at each call: the tests switch it off
+    if kernel is not None:
+        return kernel.with_crcs(rows)  # type: ignore[no-any-return]
+    return [(*row, row_crc(row)) for row in rows]
 
 
 def crc_ok(row: Sequence[object]) -> bool:

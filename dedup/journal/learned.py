@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from dedup.journal.format import HeldRow, PrintRow, RuleRow, crc_ok, with_crc
+from dedup.journal.format import HeldRow, PrintRow, RuleRow, crc_ok, with_crcs
 
 __all__ = ["LearnedTables", "signed64", "unsigned64"]
 
@@ -80,8 +80,8 @@ class LearnedTables:
     def add_prints(self, rows: Iterable[PrintRow]) -> None:
         self._db.executemany(
             "INSERT OR REPLACE INTO prints VALUES (?,?,?,?,?,?,?,?,?)",
-            [with_crc((r.seq, r.host, r.url, r.digest, signed64(r.simhash), r.near, r.cls,
-                       r.novel)) for r in rows])
+            with_crcs([(r.seq, r.host, r.url, r.digest, signed64(r.simhash), r.near, r.cls,
+                        r.novel) for r in rows]))
 
     def prints(self, after: int = 0) -> Iterator[PrintRow]:
         """Every row past seq ``after``, in seq order."""
@@ -103,8 +103,8 @@ class LearnedTables:
     def put_rules(self, rows: Iterable[RuleRow]) -> None:
         self._db.executemany(
             "INSERT OR REPLACE INTO rules VALUES (?,?,?,?,?,?)",
-            [with_crc((r.id, r.host, json.dumps(r.rule, sort_keys=True), r.state,
-                       json.dumps(r.evidence, sort_keys=True))) for r in rows])
+            with_crcs([(r.id, r.host, json.dumps(r.rule, sort_keys=True), r.state,
+                        json.dumps(r.evidence, sort_keys=True)) for r in rows]))
 
     def rules(self, host: str | None = None) -> list[RuleRow]:
         where, args = ("WHERE host = ? ", (host,)) if host is not None else ("", ())
@@ -117,7 +117,7 @@ class LearnedTables:
 
     def add_held(self, rows: Iterable[HeldRow]) -> None:
         self._db.executemany("INSERT OR REPLACE INTO held VALUES (?,?,?,?,?,?,?,?)",
-                             [with_crc(tuple(r)) for r in rows])
+                             with_crcs(list(rows)))
 
     def held(self, host: str | None = None, kinds: Iterable[int] | None = None
              ) -> Iterator[HeldRow]:

@@ -327,16 +327,24 @@ class RuleLearner:
         if h is None:
             h = self._hosts[host] = _Host(host)
         events: list[Event] = []
-        self._values(h, parts)
-        page = self._page(h, key, parts, cls, seq)
-        explained = self._check_accepted(h, page, check, now, events)
-        if events:  # rules were revoked: the page's own key changed
+        if parts.params:
+            self._values(h, parts)
+        if h.accepted:
             page = self._page(h, key, parts, cls, seq)
-        explained = self._propose(h, page, now, events, first) or explained
-        for rid in list(h.maps):
-            self._evidence(h, rid, page, now, events)
+            explained = self._check_accepted(h, page, check, now, events)
+            if events:  # rules were revoked: the page's own key changed
+                page = self._page(h, key, parts, cls, seq)
+        else:  # no rule: its key as it is, and nothing to check
+            page = _Page(key, parts, cls, seq, key, ())
+            explained = False
+        # a page of a new content, when no first page is named, has no pair to propose
+        if first is not None or cls in h.by_class:
+            explained = self._propose(h, page, now, events, first) or explained
+        if h.maps:
+            for rid in list(h.maps):
+                self._evidence(h, rid, page, now, events)
         self._remember(h, page)
-        if any(kind == ACCEPTED for kind, _ in events):
+        if events and any(kind == ACCEPTED for kind, _ in events):
             self._rebuild(h)
         return events, explained
 

@@ -113,6 +113,9 @@ class Budgets:
         self.config = config or BudgetConfig()
         self._b: dict[tuple[str, str], _Budget] = {}
         self._closed: dict[str, set[str]] = {}  # host -> its closed patterns (HOST too)
+        # (host, pattern) -> the budgets a page of it counts in: the host's, the
+        # pattern's and its any-section one (``_counted``)
+        self._counts_in: dict[tuple[str, str], tuple[tuple[str, _Budget], ...]] = {}
         self.changed = False  # a budget closed, reopened, or held a URL since ``state()``
 
     def _get(self, host: str, pattern: str) -> _Budget:
@@ -122,6 +125,15 @@ class Budgets:
             b = self._b[host, pattern] = _Budget(cfg.host_window if pattern == HOST
                                                  else cfg.window)
         return b
+
+    def _counted(self, host: str, pattern: str) -> tuple[tuple[str, _Budget], ...]:
+        """The budgets a page of ``pattern`` counts in, with their patterns (made once
+        a pattern: a page looks them up at every commit)."""
+        wide = _any_section(pattern)
+        out = self._counts_in[host, pattern] = tuple(
+            (p, self._get(host, p))
+            for p in ((HOST, pattern) if wide is None else (HOST, pattern, wide)))
+        return out
 
     def _closing(self, host: str, pattern: str) -> str | None:
         """The closed budget that holds ``pattern``'s URLs of ``host``, or None."""
@@ -161,11 +173,13 @@ class Budgets:
             self._closed[host].discard(holder)
             self.changed = True
         grace = self.config.grace
-        wide = _any_section(pattern)
-        for p in (HOST, pattern) if wide is None else (HOST, pattern, wide):
-            b = self._b.get((host, p)) or self._get(host, p)
-            b.push(novel)
-            if not novel and not b.closed and b.spent(grace):
+        for p, b in self._counts_in.get((host, pattern)) or self._counted(host, pattern):
+            if novel:  # ``push``, inline: three budgets a page at every commit
+                b.dry = 0
+                b.novel += 1
+                continue
+            b.dry += 1
+            if not b.closed and b.spent(grace):
                 b.closed = True
                 b.next_probe = self.config.probe_first
                 self._closed.setdefault(host, set()).add(p)
@@ -177,9 +191,8 @@ class Budgets:
         """A page seen before a restart: into the windows only (``restore`` brings
         back which budgets were closed)."""
         pattern = pattern_of(key)
-        wide = _any_section(pattern)
-        for p in (HOST, pattern) if wide is None else (HOST, pattern, wide):
-            self._get(host, p).push(novel)
+        for _, b in self._counts_in.get((host, pattern)) or self._counted(host, pattern):
+            b.push(novel)
 
     def decide(self, host: str, key: str) -> tuple[str, str]:
         """At a queued URL's turn: ``(fetch | probe | hold, the closed budget's pattern)``

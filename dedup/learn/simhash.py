@@ -119,7 +119,8 @@ class _PythonShingles:
         self.keys: set[int] = set()
         self.limit = limit
 
-    def print(self, data: bytes, w: int, wset: int) -> tuple[int, int, int, int]:
+    def print(self, text: str | bytes, w: int, wset: int) -> tuple[int, int, int, int]:
+        data = _data(text, w)
         feats = _features(data, w)
         keys = self.keys
         new = 0
@@ -151,10 +152,12 @@ class Shingles:
         """``(fingerprint, shingles, new, counted)``: ``text_print``'s, then of the
         text's ``novel``-word shingles how many this set did not hold (now added) and
         how many there were."""
-        data = _data(text, shingle)
+        if not 1 <= shingle <= MAX_SHINGLE:
+            raise ValueError(f"shingle must be 1 to {MAX_SHINGLE} words, not {shingle!r}")
         if not 1 <= novel <= MAX_SHINGLE:
             raise ValueError(f"shingle must be 1 to {MAX_SHINGLE} words, not {novel!r}")
-        return self._set.print(data, shingle, novel)
+        # the text as it is: the kernel reads a str's UTF-8 without a copy
+        return self._set.print(text, shingle, novel)  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         return len(self._set)

@@ -94,8 +94,8 @@ static void put_int(repr_buf *b, sqlite3_int64 v) {
 
 /* repr(str) is the text in single quotes exactly when every character is
    printable ASCII and none is a quote or a backslash. */
-static int plain_ascii(const unsigned char *s, int n) {
-    for (int i = 0; i < n; i++) {
+static int plain_ascii(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
         unsigned char c = s[i];
         if (c < 0x20 || c > 0x7e || c == '\'' || c == '\\') return 0;
     }
@@ -105,7 +105,7 @@ static int plain_ascii(const unsigned char *s, int n) {
 /* 1: written; 0: not judged here (not UTF-8: Python raises reading it); -1: error set */
 static int put_text(repr_buf *b, const unsigned char *s, int n) {
     if (!s) return 0;  /* out of memory reading it: Python will say */
-    if (plain_ascii(s, n)) {
+    if (plain_ascii(s, (size_t)n)) {
         put(b, "'", 1);
         put(b, s, (size_t)n);
         put(b, "'", 1);
@@ -271,6 +271,122 @@ done:
     return result;
 }
 
+/* One Python value of a row as row_crc's list repr holds it: 1 written (*blob: a
+   bytes, written as its length), -1 error set. Ints that fit 64 bits, None, exact
+   str that is plain ASCII, bytes and floats are written here; anything else (an
+   int subclass such as bool or an IntEnum, a long int, other text) through
+   PyObject_Repr, which is what repr(list) calls for each item. */
+static int put_value(repr_buf *b, PyObject *v, int *blob) {
+    *blob = 0;
+    if (v == Py_None) {
+        put(b, "None", 4);
+        return 1;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow) {
+            if (x == -1 && PyErr_Occurred()) return -1;
+            put_int(b, (sqlite3_int64)x);
+            return 1;
+        }
+    } else if (PyUnicode_CheckExact(v)) {
+        if (PyUnicode_IS_ASCII(v)) {
+            const unsigned char *s = PyUnicode_1BYTE_DATA(v);
+            size_t n = (size_t)PyUnicode_GET_LENGTH(v);
+            if (plain_ascii(s, n)) {
+                put(b, "'", 1);
+                put(b, s, n);
+                put(b, "'", 1);
+                return 1;
+            }
+        }
+    } else if (PyBytes_CheckExact(v)) {
+        put_int(b, (sqlite3_int64)PyBytes_GET_SIZE(v));
+        *blob = 1;
+        return 1;
+    } else if (PyFloat_CheckExact(v)) {
+        return put_float(b, PyFloat_AS_DOUBLE(v));
+    }
+    PyObject *r = PyObject_Repr(v);
+    if (!r) return -1;
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(r, &len);
+    if (!u) {
+        Py_DECREF(r);
+        return -1;
+    }
+    put(b, u, (size_t)len);
+    Py_DECREF(r);
+    return 1;
+}
+
+/* with_crcs(rows) -> list of tuples: each row (a sequence of values) followed by its
+   row_crc, what dedup.journal.format.with_crc gives one row at a time. */
+static PyObject *with_crcs(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "with_crcs: rows must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t nrows = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(nrows);
+    repr_buf *b = PyMem_Malloc(sizeof *b);
+    if (!out || !b) {
+        Py_XDECREF(out);
+        Py_DECREF(seq);
+        PyMem_Free(b);
+        return PyErr_NoMemory();
+    }
+    b->last_float_len = 0;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        PyObject *row = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, r),
+                                        "with_crcs: a row must be a sequence");
+        if (!row) goto fail;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(row);
+        PyObject **items = PySequence_Fast_ITEMS(row);
+        int blobs = 0;
+        b->crc = crc32(0L, Z_NULL, 0);
+        b->len = 0;
+        put(b, "[", 1);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int blob;
+            if (i) put(b, ", ", 2);
+            if (put_value(b, items[i], &blob) < 0) {
+                Py_DECREF(row);
+                goto fail;
+            }
+            blobs |= blob;
+        }
+        put(b, "]", 1);
+        flush(b);
+        for (Py_ssize_t i = 0; blobs && i < n; i++) {
+            if (PyBytes_CheckExact(items[i]))
+                put(b, PyBytes_AS_STRING(items[i]), (size_t)PyBytes_GET_SIZE(items[i]));
+        }
+        flush(b);
+        PyObject *t = PyTuple_New(n + 1);
+        PyObject *crc = t ? PyLong_FromUnsignedLong(b->crc) : NULL;
+        if (!crc) {
+            Py_XDECREF(t);
+            Py_DECREF(row);
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(items[i]);
+            PyTuple_SET_ITEM(t, i, items[i]);
+        }
+        PyTuple_SET_ITEM(t, n, crc);
+        PyList_SET_ITEM(out, r, t);
+        Py_DECREF(row);
+    }
+    PyMem_Free(b);
+    Py_DECREF(seq);
+    return out;
+fail:
+    PyMem_Free(b);
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *same_sqlite(PyObject *self, PyObject *args) {
     const char *module;
     Py_ssize_t module_len;
@@ -293,6 +409,9 @@ static PyMethodDef methods[] = {
      "scan(path: bytes, sql: str) -> int | None: the rows of `sql` (a row's columns\n"
      "then its crc) on the ledger at `path` when every row matches its crc, else None\n"
      "(not confirmed here: the caller checks the table in Python)"},
+    {"with_crcs", with_crcs, METH_O,
+     "with_crcs(rows) -> list[tuple]: each row followed by its crc, as\n"
+     "dedup.journal.format.with_crc makes it (a group commit's rows in one call)"},
     {"same_sqlite", same_sqlite, METH_VARARGS,
      "same_sqlite(module: bytes) -> bool: whether the loaded extension module at that\n"
      "path (the sqlite3 module's _sqlite3) uses the SQLite library this module uses"},

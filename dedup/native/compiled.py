@@ -12,11 +12,13 @@ rest left to its Python path, and the seen-test core ``SeenCore``
 (``dedup/native/_seencore.h``; :mod:`dedup.store.seencore` is its Python twin). ``rowcrc``
 (``dedup/native/_rowcrc.c``): the row checksum pass of
 :meth:`dedup.journal.journal.Journal.verify`, the rows it cannot confirm left to its
-Python loop. ``simhash`` (``dedup/native/_simhash.c``): a page's near-duplicate
-fingerprint, :func:`dedup.learn.simhash.text_print`. All are optional because they
-are only speed: the Python code they replace runs without them, with the same
-answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs without any of them (to compare, or rule
-them out).
+Python loop, and the checksums of a batch of rows written
+(:func:`dedup.journal.format.with_crcs`). ``simhash`` (``dedup/native/_simhash.c``): a
+page's near-duplicate fingerprint, :func:`dedup.learn.simhash.text_print`, and the
+near-duplicate lookup's tables (:class:`dedup.learn.nearindex.NearIndex`). All are
+optional because they are only speed: the Python code they replace runs without them,
+with the same answers. ``BLOOMCRAWL_NO_KERNEL=1`` runs without any of them (to
+compare, or rule them out).
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ TextPrint = tuple[int, int, int, int]
 # committed 2xx page (its key: as the frontier had it, when it was not a rule key)
 PageContent = tuple[int, str, str, str | None, str | None, TextPrint | None]
 _OLD, _NEW, _EXPLAINED = NOVELTY["old"], NOVELTY["new"], NOVELTY["explained"]
+_row = tuple.__new__  # a PrintRow without its Python-level __new__ (a page at each commit)
 Pairs = list[tuple[str, str]]
 # per page: rewritten link index -> (its own (url, key), its rule key, the rules' ids)
 Rewrites = list[dict[int, tuple[tuple[str, str], str, tuple[int, ...]]]]
@@ -207,41 +208,38 @@ class Learning:
         the distance, None if it is that page or has too little text); their prints
         rows and what the learner and budgets decide, in the open transaction."""
         now = time.time() if now is None else now
-        out: list[str | None] = []
-        rows: list[PrintRow] = []
-        firsts: dict[int, str] = {}  # seq -> URL of the first page of its content
         st = self.settings
         min_shingles = max(1, st.near_min_words - st.shingle + 1)
-        keys: dict[int, str] = {}
+        enough = st.budget_new_shingles
+        find_or_add = self.near.find_or_add
+        digests = self._digests
+        observe = self._observe
+        out: list[str | None] = []
+        rows: list[PrintRow] = []
         for seq, host, url, key, digest, fp in pages:
-            if key is not None and not key.startswith(RULE_KEY):
-                keys[seq] = key
-            near = None
-            near_url = None
-            simhash = None
+            near = first_url = None  # the first page of its content, and its URL
             if fp is not None and fp[1] >= min_shingles:
                 simhash = fp[0]
-                found = self.near.find_or_add(host, simhash, (seq, url))
+                found = find_or_add(host, simhash, (seq, url))
                 if found is not None:
-                    near, near_url = found  # type: ignore[misc]
+                    near, first_url = found  # type: ignore[misc]
                 cls = near if near is not None else seq
-            elif digest is not None:
-                cls, first_url = self._digests.setdefault((host, digest), (seq, url))
-                if cls != seq:
-                    firsts[seq] = first_url
+                # new shingles: at least so many, or half of a short text
+                new = fp[2] >= min(enough, (fp[3] + 1) // 2)
             else:
-                cls = seq
-            if simhash is not None:  # new shingles: at least so many, or half of a short text
-                new = fp[2] >= min(st.budget_new_shingles, (fp[3] + 1) // 2)
-            else:  # too few words to judge by them (a hub of links): a new payload is new
-                new = cls == seq
-            out.append(near_url)
-            if near_url is not None:
-                firsts[seq] = near_url
-            rows.append(PrintRow(seq, host, url, digest, simhash, near, cls,
-                                 _NEW if new else _OLD))
-        for i, row in enumerate(rows):
-            rows[i] = self._observe(row, now, firsts.get(row.seq), keys.get(row.seq))
+                simhash = None
+                if digest is not None:
+                    cls, first = digests.setdefault((host, digest), (seq, url))
+                    if cls != seq:
+                        first_url = first
+                else:
+                    cls = seq
+                new = cls == seq  # too few words to judge by them (a hub of links)
+            out.append(first_url if near is not None else None)
+            rows.append(observe(_row(PrintRow, (seq, host, url, digest, simhash, near, cls,
+                                                _NEW if new else _OLD)), now, first_url,
+                                key if key is not None and not key.startswith(RULE_KEY)
+                                else None))
         self.state.note_prints(rows)
         self._save()
         return out
@@ -271,30 +269,32 @@ class Learning:
                  key: str | None) -> PrintRow:
         """A page through the learner, then (unless a URL rule explains it) the
         budgets; the row as stored (``novel`` says which)."""
+        seq, host = row.seq, row.host
         if key is None:
             key = self._key(row.url)
-        check = self._checks.pop(row.seq, None) is not None
+        check = self._checks.pop(seq, None) is not None if self._checks else False
         events, explained = self.learner.observe(
-            row.host, key, row.cls, row.seq, now=now, check=check,
+            host, key, row.cls, seq, now=now, check=check,
             first=self._key(first_url) if first_url is not None else None)
-        accepted = False
-        for kind, s in events:
-            self._event(kind, host=row.host, rule=s.id, what=s.rule.describe(), at=now)
-            if kind == "accepted":
-                accepted = True
-            elif kind == "revoked":
-                self._release(row.host, lambda h, rid=s.id: h.kind != _BUDGET and
-                              rid in _parse_ids(h.why)[0])
-        if accepted:  # the recent pages' rule keys, this one's included
-            self._alias(row.host, self.learner.recent(row.host))
-        if explained and row.novel != _NEW:
-            return PrintRow(row.seq, row.host, row.url, row.digest, row.simhash, row.near,
-                            row.cls, _EXPLAINED)
-        for event, host, pattern, held in self.budgets.observe(
-                row.host, self._budget_key(row.host, key), row.novel == _NEW):
-            self._event(f"budget {event}", host=host, pattern=pattern, held=held, at=now)
+        if events:
+            accepted = False
+            for kind, s in events:
+                self._event(kind, host=host, rule=s.id, what=s.rule.describe(), at=now)
+                if kind == "accepted":
+                    accepted = True
+                elif kind == "revoked":
+                    self._release(host, lambda h, rid=s.id: h.kind != _BUDGET and
+                                  rid in _parse_ids(h.why)[0])
+            if accepted:  # the recent pages' rule keys, this one's included
+                self._alias(host, self.learner.recent(host))
+        novel = row.novel == _NEW
+        if explained and not novel:
+            return row._replace(novel=_EXPLAINED)
+        for event, where, pattern, held in self.budgets.observe(
+                host, self._budget_key(host, key), novel):
+            self._event(f"budget {event}", host=where, pattern=pattern, held=held, at=now)
             if event == "reopened":
-                self._release(host, lambda h, p=pattern: h.kind == _BUDGET and h.why == p)
+                self._release(where, lambda h, p=pattern: h.kind == _BUDGET and h.why == p)
         return row
 
     def _event(self, kind: str, **what: Any) -> None:

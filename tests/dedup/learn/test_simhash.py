@@ -60,6 +60,15 @@ def test_the_same_bits_for_any_text(text, shingle):
     assert got == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=400), st.integers(1, 8))
+def test_the_same_bits_for_any_bytes(data, shingle):
+    """Every byte value, as the kernel's table of word bytes reads it: letters of both
+    cases, digits, bytes of UTF-8 sequences (valid or not), controls, NUL."""
+    got, want = _both(lambda: text_print(data + bytes(range(256)) + data.upper(), shingle))
+    assert got == want
+
+
 def test_counts_past_255_shingles_are_exact():
     # the kernel counts bits in byte lanes spilled every 255 shingles
     rng = random.Random(1)
@@ -136,6 +145,16 @@ def test_bad_arguments_are_refused():
             compiled.simhash.Shingles().print(b"a", 3, 9)
         with pytest.raises(TypeError):
             compiled.simhash.simhash("text, not bytes", 3)
+
+
+@pytest.mark.parametrize("text", ["plain ascii words here and there", "Ünïcode wörds ñ 東京",
+                                  "a lone \ud800 surrogate and more words", "", "   "])
+def test_a_hosts_set_reads_a_str_as_its_utf8_bytes(text):
+    """The kernel reads a str's UTF-8 itself (a lone surrogate as surrogatepass writes
+    it): the same answers as for the bytes, and as the Python set's."""
+    data = text.encode("utf-8", "surrogatepass")
+    got, want = _both(lambda: (Shingles().print(text), Shingles().print(data)))
+    assert got == want and got[0] == got[1]
 
 
 @pytest.mark.parametrize("limit", [1 << 22, 100, 64, 63])

@@ -13,12 +13,21 @@ import os
 import random
 import shutil
 import sqlite3
+from enum import IntEnum
 from pathlib import Path
 
 import pytest
 
 from dedup.base.errors import LedgerDamaged
-from dedup.journal.format import ROW_COLUMNS, HeldRow, PrintRow, RuleRow, row_crc
+from dedup.journal.format import (
+    ROW_COLUMNS,
+    HeldRow,
+    PrintRow,
+    RuleRow,
+    row_crc,
+    with_crc,
+    with_crcs,
+)
 from dedup.journal.journal import Journal
 from dedup.native import compiled
 from dedup.store.ledger import State
@@ -71,6 +80,45 @@ def test_the_compiled_crc_is_row_crc_on_every_kind_of_value(tmp_path: Path) -> N
     rows = every_value()
     table_of(db, rows)
     assert scan(db, "SELECT a, b, c, crc FROM t") == len(rows)
+
+
+class _Level(IntEnum):
+    LOW = 1
+
+
+class _BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_with_crcs_is_with_crc_on_every_kind_of_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal's batch of rows (``with_crcs``) gives what ``with_crc`` gives row by
+    row, compiled or not: every value above, and the ones only a Python row holds
+    (ints past 64 bits, bool and IntEnum, whose repr is not their int's; a str or int
+    subclass), rows of every length, the empty one included, lists as rows."""
+    odd = [True, False, _Level.LOW, 2**64, -(2**70), float("nan"), type("S", (str,), {})("s"),
+           type("I", (int,), {})(7)]
+    values = [*TEXTS, *FLOATS, *INTS, *BLOBS, None, *odd]
+    rng = random.Random(11)
+    rows: list = [(v,) for v in values] + [()]
+    rows += [tuple(rng.choice(values) for _ in range(rng.randrange(1, 9))) for _ in range(2000)]
+    rows += [list(r) for r in rows[-50:]]
+    expected = [with_crc(r) for r in rows]
+    assert compiled.rowcrc.with_crcs(rows) == expected
+    assert with_crcs(rows) == expected
+    monkeypatch.setattr(compiled, "rowcrc", None)
+    assert with_crcs(rows) == expected
+
+
+def test_with_crcs_raises_what_repr_raises() -> None:
+    """A value whose repr fails fails the batch as it fails ``with_crc`` (no row is
+    written with a crc that was not computed); so does a row that is no sequence."""
+    with pytest.raises(RuntimeError, match="no repr"):
+        compiled.rowcrc.with_crcs([(1, "a"), (2, _BadRepr())])
+    with pytest.raises(TypeError):
+        compiled.rowcrc.with_crcs([(1, "a"), 5])
+    with pytest.raises(TypeError):
+        compiled.rowcrc.with_crcs(5)
 
 
 def test_a_crc_off_by_one_bit_is_never_confirmed(tmp_path: Path) -> None:

@@ -75,4 +75,4 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state dedup/native/_kernel.*.so dedup/native/_lookup.*.so dedup/native/_canon.*.so dedup/native/_rowcrc.*.so dedup/native/_simhash.*.so
+	rm -rf $(VENV) .pytest_cache .coverage build *.egg-info demo-state dedup/native/_kernel.*.so dedup/native/_lookup.*.so dedup/native/_canon.*.so dedup/native/_rowcrc.*.so dedup/native/_simhash.*.so crawler/net/_markup.*.so

@@ -21,51 +21,76 @@ static inline unsigned char lower(unsigned char c) {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
 }
 
+/* The names of the last call, as a scanner: by first letter (lowercase), the names
+   that start with it. Every page is asked about the same tuple (links.py's), so its
+   names are checked and filed once, not at each call; a tuple and its str are
+   immutable, and the tuple is held here, so what is filed stays true. */
+typedef struct {
+    PyObject *names;  /* a strong reference; NULL before the first call */
+    Py_ssize_t count;
+    const char *name[MAX_NAMES];
+    Py_ssize_t len[MAX_NAMES];
+    signed char by_first[26][MAX_NAMES + 1];  /* -1 ends a letter's list */
+} scanner;
+
+static scanner last;
+
+/* File `names` (a tuple) in `last`; -1 with an exception set if one cannot be searched for. */
+static int file_names(PyObject *names) {
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    if (count > MAX_NAMES) {
+        PyErr_Format(PyExc_ValueError, "start_tags: at most %d names, not %zd", MAX_NAMES, count);
+        return -1;
+    }
+    scanner s;
+    int per_first[26] = {0};
+    memset(s.by_first, -1, sizeof s.by_first);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(n) || !(s.name[i] = PyUnicode_AsUTF8AndSize(n, &s.len[i])) ||
+                s.len[i] < 1 || s.len[i] > MAX_NAME) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError,
+                                "start_tags: names must be str of 1 to 32 characters");
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < s.len[i]; j++) {
+            unsigned char c = (unsigned char)s.name[i][j];
+            if (c >= 0x80 || c != lower(c)) {
+                PyErr_SetString(PyExc_ValueError, "start_tags: names must be lowercase ASCII");
+                return -1;
+            }
+        }
+        unsigned char c0 = (unsigned char)s.name[i][0];
+        if (c0 < 'a' || c0 > 'z') {
+            PyErr_SetString(PyExc_ValueError, "start_tags: a name starts with a letter");
+            return -1;
+        }
+        s.by_first[c0 - 'a'][per_first[c0 - 'a']++] = (signed char)i;
+    }
+    Py_INCREF(names);
+    s.names = names;
+    s.count = count;
+    PyObject *old = last.names;
+    last = s;
+    Py_XDECREF(old);
+    return 0;
+}
+
 /* start_tags(data, names) -> tuple: the names (ASCII lowercase str) that follow a "<"
    somewhere in data, in any case; all of them if data holds a NUL byte. */
 static PyObject *start_tags(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *names;
     if (!PyArg_ParseTuple(args, "y*O!:start_tags", &view, &PyTuple_Type, &names)) return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(names);
-    const char *name[MAX_NAMES];
-    Py_ssize_t len[MAX_NAMES];
-    /* by first letter, lowercase: the names that start with it (MAX_NAMES + 1: none) */
-    signed char by_first[26][MAX_NAMES + 1];
-    memset(by_first, -1, sizeof by_first);
-    int per_first[26] = {0};
-    int found[MAX_NAMES] = {0};
-    if (count > MAX_NAMES) {
+    if (names != last.names && file_names(names) < 0) {
         PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "start_tags: at most %d names, not %zd", MAX_NAMES, count);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *n = PyTuple_GET_ITEM(names, i);
-        if (!PyUnicode_Check(n) || !(name[i] = PyUnicode_AsUTF8AndSize(n, &len[i])) ||
-                len[i] < 1 || len[i] > MAX_NAME) {
-            PyBuffer_Release(&view);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError,
-                                "start_tags: names must be str of 1 to 32 characters");
-            return NULL;
-        }
-        for (Py_ssize_t j = 0; j < len[i]; j++) {
-            unsigned char c = (unsigned char)name[i][j];
-            if (c >= 0x80 || c != lower(c)) {
-                PyBuffer_Release(&view);
-                PyErr_SetString(PyExc_ValueError, "start_tags: names must be lowercase ASCII");
-                return NULL;
-            }
-        }
-        unsigned char c0 = (unsigned char)name[i][0];
-        if (c0 < 'a' || c0 > 'z') {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_ValueError, "start_tags: a name starts with a letter");
-            return NULL;
-        }
-        by_first[c0 - 'a'][per_first[c0 - 'a']++] = (signed char)i;
-    }
+    Py_ssize_t count = last.count;
+    const Py_ssize_t *len = last.len;
+    const char *const *name = last.name;
+    int found[MAX_NAMES] = {0};
     const unsigned char *p = view.buf, *end = p + view.len;
     int all = memchr(p, 0, (size_t)view.len) != NULL;
     Py_ssize_t left = count;
@@ -75,7 +100,7 @@ static PyObject *start_tags(PyObject *self, PyObject *args) {
         p = lt + 1;
         unsigned char c0 = lower(*p);
         if (c0 < 'a' || c0 > 'z') continue;
-        for (const signed char *q = by_first[c0 - 'a']; *q >= 0; q++) {
+        for (const signed char *q = last.by_first[c0 - 'a']; *q >= 0; q++) {
             Py_ssize_t i = *q;
             if (found[i] || end - p < len[i]) continue;
             Py_ssize_t j = 0;

@@ -25,6 +25,7 @@ too (dedup/learn/nearindex.py is its Python twin). */
 #include "_murmur.h"
 
 #define MAX_SHINGLE 8
+#define RING 16  /* the last words' hashes: a window and the word before it */
 #define WORD_BYTES 64
 
 static inline uint64_t rot(uint64_t x, unsigned r) {
@@ -50,8 +51,34 @@ static void fill_word_of(void) {
 static inline uint64_t shingle_hash(const uint64_t *ring, unsigned start, unsigned k) {
     uint64_t f = 0;
     for (unsigned j = 0; j < k; j++)
-        f ^= rot(ring[(start + j) % MAX_SHINGLE], 17 * j);
+        f ^= rot(ring[(start + j) % RING], 17 * j);
     return fmix64(f ^ (uint64_t)k);
+}
+
+/* The xor of a window of k word hashes, the j-th rotated by 17*j, kept as the text
+   goes (shingle_hash before its fmix64): rotation distributes over xor, so the next
+   window's is the last one without its first word, rotated back by 17, and the new
+   word rotated by 17*(k-1); a few instructions a word where the loop takes k steps. */
+typedef struct { uint64_t x; unsigned k, top; } window;
+
+static inline void window_init(window *w, unsigned k) {
+    w->x = 0;
+    w->k = k;
+    w->top = (17 * (k - 1)) & 63;
+}
+
+/* `ring` holds the words' hashes, the newest (word number `words` - 1) just stored;
+   the window is full from word number k - 1 on. */
+static inline uint64_t window_push(window *w, const uint64_t *ring, Py_ssize_t words) {
+    uint64_t h = ring[(size_t)(words - 1) % RING];
+    if (words > (Py_ssize_t)w->k) {  /* drop the first word of the last window */
+        uint64_t first = ring[(size_t)(words - 1 - w->k) % RING];
+        w->x = rot(w->x ^ first, 64 - 17);
+        w->x ^= rot(h, w->top);
+    } else {
+        w->x ^= rot(h, (17 * (unsigned)(words - 1)) & 63);
+    }
+    return w->x;
 }
 
 /* Bit counts, eight at a time: byte i of lanes[j] counts bit 8*i + j of the
@@ -156,9 +183,12 @@ static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize
                             Py_ssize_t *total) {
     counter ones;
     memset(&ones, 0, sizeof ones);
-    uint64_t ring[MAX_SHINGLE];
+    uint64_t ring[RING];
     uint8_t word[WORD_BYTES];
     Py_ssize_t words = 0, feats = 0, i = 0;
+    window win, winset;
+    window_init(&win, w);
+    window_init(&winset, wset);
     pending q;
     q.set = set;
     q.fresh = fresh;
@@ -176,16 +206,19 @@ static uint64_t fingerprint(const uint8_t *p, Py_ssize_t n, unsigned w, Py_ssize
         }
         uint64_t h[2];
         murmur3_x64_128(word, len, 0, h);
-        ring[words % MAX_SHINGLE] = h[0];
+        ring[(size_t)words % RING] = h[0];
         words++;
+        uint64_t xw = window_push(&win, ring, words);
         if (words >= (Py_ssize_t)w) {
-            count_bits(shingle_hash(ring, (unsigned)((words - w) % MAX_SHINGLE), w), &ones);
+            count_bits(fmix64(xw ^ (uint64_t)w), &ones);
             feats++;
         }
-        if (set && words >= (Py_ssize_t)wset) {
+        if (!set)
+            continue;
+        uint64_t xs = window_push(&winset, ring, words);
+        if (words >= (Py_ssize_t)wset) {
             (*total)++;
-            if (add_shingle(&q, shingle_hash(ring, (unsigned)((words - wset) % MAX_SHINGLE),
-                                             wset)) < 0) {
+            if (add_shingle(&q, fmix64(xs ^ (uint64_t)wset)) < 0) {
                 *features = -1;
                 return 0;
             }

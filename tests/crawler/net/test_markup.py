@@ -58,6 +58,22 @@ def test_start_tags_refuses_names_it_cannot_search_for():
         scan("<nav>", ("nav",))  # text, not bytes
 
 
+def test_start_tags_answers_for_the_names_of_each_call():
+    """The kernel files the last call's names once (links.py asks about one tuple at
+    every page): another tuple, one refused between, and the first again each get
+    their own answer."""
+    scan = links._markup.start_tags
+    data = b"<p>x</p><NAV>menu</NAV><aside>a</aside>"
+    other = ("aside", "footer", "p")
+    for _ in range(2):
+        assert scan(data, NAMES) == reference(data, NAMES)
+        assert scan(data, other) == ("aside", "p")
+        with pytest.raises(ValueError):
+            scan(data, ("NAV",))
+        assert scan(data, tuple(n for n in other)) == ("aside", "p")  # an equal tuple
+        assert scan(data, ()) == ()
+
+
 PAGES = [
     "<html><body><h1>Title words here</h1><p>one two three four five six seven</p>"
     "<ul><li><a href='/a'>listed link</a></li></ul><footer>foot words</footer></body></html>",

@@ -69,6 +69,22 @@ def test_the_same_bits_for_any_bytes(data, shingle):
     assert got == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(VOCAB[:40]), max_size=60), st.integers(1, 8),
+       st.integers(1, 8))
+def test_a_shingle_set_counts_as_the_python_code_does_for_any_widths(words, shingle, novel):
+    """The kernel keeps each window's hash as the text goes (the ring of the last
+    words' hashes wraps past 8 and 16 words); the Python code hashes every window."""
+    texts = [" ".join(words), " ".join(reversed(words)), " ".join(words[: len(words) // 2])]
+
+    def prints() -> list[tuple[int, int, int, int]]:
+        host = Shingles()
+        return [host.print(t, shingle, novel) for t in texts]
+
+    got, want = _both(prints)
+    assert got == want
+
+
 def test_counts_past_255_shingles_are_exact():
     # the kernel counts bits in byte lanes spilled every 255 shingles
     rng = random.Random(1)

@@ -102,6 +102,21 @@ static int plain_ascii(const unsigned char *s, size_t n) {
     return 1;
 }
 
+/* repr(v)'s UTF-8: 1, or -1 with an exception set */
+static int put_repr(repr_buf *b, PyObject *v) {
+    PyObject *r = PyObject_Repr(v);
+    if (!r) return -1;
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(r, &len);
+    if (!u) {
+        Py_DECREF(r);
+        return -1;
+    }
+    put(b, u, (size_t)len);
+    Py_DECREF(r);
+    return 1;
+}
+
 /* 1: written; 0: not judged here (not UTF-8: Python raises reading it); -1: error set */
 static int put_text(repr_buf *b, const unsigned char *s, int n) {
     if (!s) return 0;  /* out of memory reading it: Python will say */
@@ -117,18 +132,9 @@ static int put_text(repr_buf *b, const unsigned char *s, int n) {
         PyErr_Clear();
         return 0;
     }
-    PyObject *r = PyObject_Repr(str);
+    int done = put_repr(b, str);
     Py_DECREF(str);
-    if (!r) return -1;
-    Py_ssize_t len;
-    const char *u = PyUnicode_AsUTF8AndSize(r, &len);
-    if (!u) {
-        Py_DECREF(r);
-        return -1;
-    }
-    put(b, u, (size_t)len);
-    Py_DECREF(r);
-    return 1;
+    return done;
 }
 
 static int put_float(repr_buf *b, double d) {
@@ -308,17 +314,7 @@ static int put_value(repr_buf *b, PyObject *v, int *blob) {
     } else if (PyFloat_CheckExact(v)) {
         return put_float(b, PyFloat_AS_DOUBLE(v));
     }
-    PyObject *r = PyObject_Repr(v);
-    if (!r) return -1;
-    Py_ssize_t len;
-    const char *u = PyUnicode_AsUTF8AndSize(r, &len);
-    if (!u) {
-        Py_DECREF(r);
-        return -1;
-    }
-    put(b, u, (size_t)len);
-    Py_DECREF(r);
-    return 1;
+    return put_repr(b, v);
 }
 
 /* with_crcs(rows) -> list of tuples: each row (a sequence of values) followed by its

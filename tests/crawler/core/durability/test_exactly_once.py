@@ -23,7 +23,8 @@ from crawler.core.state.crawlstate import CrawlState
 from crawler.net.exchange import Exchange
 from dedup import UrlSeen
 from tests.crawler.core.state.test_resume import SPEC, run_until, setup_crawl
-from tests.support.helpers import run_cli, start_cli
+from tests.support.helpers import run_cli
+from tests.support.killloop import kill_at
 
 
 async def output_grew(proc, path, timeout: float = 5.0) -> None:
@@ -62,18 +63,14 @@ async def test_kill9_loop_with_warc_leaves_every_line_and_record_exactly_once(tm
         seeds, config, state = setup_crawl(tmp_path, running)
         warc = tmp_path / "out" / "crawl.warc.gz"
         total = len(running.site.reachable().fetched)
-        kills = 0
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet",
                 "--warc", str(warc), "--warc-max-size", "20000"]
-        for n in sorted(rng.sample(range(5, total - 20), 12)):
-            proc = await start_cli(*args)
+
+        async def reached(proc, n: int) -> None:
             await run_until(proc, running, n)
             await output_grew(proc, state / "pages.jsonl")  # a group is being written
-            if proc.returncode is None:
-                proc.kill()
-                kills += 1
-            await proc.wait()
-            args = ["resume", str(state), "--quiet"]
+        kills, args = await kill_at(args, state, sorted(rng.sample(range(5, total - 20), 12)),
+                                    reached)
         assert kills >= 10
         done = await run_cli(*args)
         assert done.rc == 0, done.stderr

@@ -34,6 +34,7 @@ from tests.support.helpers import (
     until,
     write_seeds,
 )
+from tests.support.killloop import kill_at
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -363,16 +364,11 @@ async def test_kill_9_loop_with_sitemaps_keeps_pages_stats_and_warc_exact(tmp_pa
         seeds = write_seeds(tmp_path / "seeds.txt", [base + "/"])
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config),
                 "--quiet", "--warc", str(warc), "--warc-max-size", "20000"]
-        kills = 0
-        for at in sorted(rng.sample(range(2, n), 5)):
-            proc = await start_cli(*args)
-            await until(lambda at=at, p=proc: len(log.records) >= at or p.returncode is not None,
+
+        async def reached(proc, at: int) -> None:
+            await until(lambda: len(log.records) >= at or proc.returncode is not None,
                         timeout=60, what=f"{at} requests")
-            if proc.returncode is None:
-                proc.kill()
-                kills += 1
-            await proc.wait()
-            args = ["resume", str(state), "--quiet"]
+        kills, args = await kill_at(args, state, sorted(rng.sample(range(2, n), 5)), reached)
         assert kills >= 4
         done = await run_cli(*args)
         assert done.rc == 0, done.stderr

@@ -22,7 +22,8 @@ from dedup import State, UrlSeen, host_of
 from tests.crawler.core.run.test_engine import crawl
 from tests.crawler.core.state.test_resume import SPEC, run_until, setup_crawl
 from tests.support.faultserver import fault_server
-from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.helpers import config_toml, fast_settings, run_cli, write_seeds
+from tests.support.killloop import kill_at
 
 
 def _closed_port() -> int:
@@ -136,16 +137,9 @@ async def test_counts_are_exact_after_kill9_and_resume(tmp_path, site):
                    enumerate(running.seeds * 2)]
         write_seeds(seeds, [*running.seeds, *missing, *down])
         total = len(running.site.reachable().fetched)
-        kills = 0
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet"]
-        for n in sorted(rng.sample(range(10, total - 40), 4)):
-            proc = await start_cli(*args)
-            await run_until(proc, running, n)
-            if proc.returncode is None:
-                proc.kill()
-                kills += 1
-            await proc.wait()
-            args = ["resume", str(state), "--quiet"]
+        kills, args = await kill_at(args, state, sorted(rng.sample(range(10, total - 40), 4)),
+                                    lambda proc, n: run_until(proc, running, n))
         assert kills >= 3
         done = await run_cli(*args)
         assert done.rc == 3, done.stderr  # the closed port's URLs were given up

@@ -18,6 +18,7 @@ from crawler.core.outputs.output import read_pages, repair_tail
 from crawler.demo.site import SiteSpec
 from dedup import UrlSeen
 from tests.support.helpers import config_toml, fast_settings, run_cli, start_cli, write_seeds
+from tests.support.killloop import kill_at
 
 CONCURRENCY = 8
 SPEC = SiteSpec(hosts=4, pages=90, seed=21, delay=0.03)
@@ -71,16 +72,9 @@ async def test_kill9_at_random_moments_then_resume_loses_nothing(tmp_path, site)
         seeds, config, state = setup_crawl(tmp_path, running)
         total = len(running.site.reachable().fetched)
         moments = sorted(rng.sample(range(10, total - 40), 3))
-        kills = 0
         args = ["crawl", str(seeds), "--state", str(state), "--config", str(config), "--quiet"]
-        for n in moments:
-            proc = await start_cli(*args)
-            await run_until(proc, running, n)
-            if proc.returncode is None:
-                proc.kill()
-                kills += 1
-            await proc.wait()
-            args = ["resume", str(state), "--quiet"]
+        kills, args = await kill_at(args, state, moments,
+                                    lambda proc, n: run_until(proc, running, n))
         assert kills == 3
         done = await run_cli(*args)
         assert done.rc == 0, done.stderr

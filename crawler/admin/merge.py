@@ -167,7 +167,8 @@ def merge_state_dirs(inputs: Sequence[str | Path], output: str | Path) -> Merged
             parts.append(Figures.of(src))
     with CrawlState.stopped(out, readonly=False) as state:
         state.set_fleet(None)  # the union is no fleet worker: resumed alone
-        # the sitemap files among the ledger's done rows (stats counts pages without them)
+        # the inputs' counters, sitemap counts and learning figures, summed (stats takes
+        # the sitemap files out of the ledger's done rows by those counts)
         figures = merged(parts)
         figures.write(state)
         recount(state, rows_of_records(records))

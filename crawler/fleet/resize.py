@@ -208,7 +208,7 @@ def _moved_figures(dirs: list[Path], out: Path, w: int, to: int) -> list[Figures
     add up its two inputs', a split one's go with its hosts."""
     if to * 2 == w:
         return [merged([_figures(dirs[i]), _figures(dirs[i + to])]) for i in range(to)]
-    out_figures: list[Figures] = [Figures()] * to
+    out_figures = [Figures() for _ in range(to)]
     for i, d in enumerate(dirs):
         second = worker_dir(out, i + w)
         maps = read_json(second / SITEMAPS_FILE, {})
